@@ -1,0 +1,282 @@
+#include "input/input.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace het::input {
+namespace {
+
+// Index of the first byte that makes `text` not UTF-8 text (a NUL or an invalid sequence),
+// or npos.
+std::size_t first_binary_byte(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c == 0) return i;
+    int extra = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : -1;
+    if (extra < 0) return i;
+    for (int k = 1; k <= extra; ++k)
+      if (i + k >= text.size() || (static_cast<unsigned char>(text[i + k]) >> 6) != 0x2) return i;
+    i += 1 + extra;
+  }
+  return std::string_view::npos;
+}
+
+int line_of_offset(std::string_view text, std::size_t offset) {
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(offset), '\n'));
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+bool is_plain_integer(std::string_view s) {
+  if (!s.empty() && (s.front() == '-' || s.front() == '+')) s.remove_prefix(1);
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+int line_of(const YAML::Node& node) {
+  if (!node.IsDefined()) return 0;
+  auto mark = node.Mark();
+  return mark.line >= 0 && !mark.is_null() ? mark.line + 1 : 0;
+}
+
+static int column_of(const YAML::Node& node) {
+  if (!node.IsDefined()) return 0;
+  auto mark = node.Mark();
+  return mark.column >= 0 && !mark.is_null() ? mark.column + 1 : 0;
+}
+
+void Context::error(const YAML::Node& at, const std::string& path, std::string message,
+                    const YAML::Node& fallback) const {
+  const YAML::Node& where = line_of(at) > 0 ? at : fallback;
+  sink->push_back({file, line_of(where), column_of(where), path, std::move(message)});
+}
+
+void Context::error_at_line(int line, const std::string& path, std::string message) const {
+  sink->push_back({file, line, 0, path, std::move(message)});
+}
+
+Result<Document> parse(std::string_view text, const std::string& name) {
+  if (std::all_of(text.begin(), text.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }))
+    return Diagnostic{name, 0, 0, "", "the file is empty; expected a YAML or JSON map"};
+  if (auto bad = first_binary_byte(text); bad != std::string_view::npos)
+    return Diagnostic{name, line_of_offset(text, bad), 0, "",
+                      "the file is not UTF-8 text (binary data at byte " + std::to_string(bad) +
+                          "); expected a YAML or JSON map"};
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return Diagnostic{name, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1, "",
+                      "syntax error: " + e.msg};
+  }
+  if (!root.IsMap()) {
+    if (root.IsNull()) return Diagnostic{name, 0, 0, "", "the file holds no data (only comments?); expected a map"};
+    return Diagnostic{name, line_of(root), column_of(root), "", "expected a map of fields at the top, got " + describe(root)};
+  }
+  return Document{name, root};
+}
+
+Result<Document> load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Diagnostic{path, 0, 0, "", std::string("cannot open the file: ") + std::strerror(errno)};
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return Diagnostic{path, 0, 0, "", "cannot read the file (is it a directory?)"};
+  return parse(buf.str(), path);
+}
+
+std::string describe(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return "nothing";
+  if (node.IsMap()) return "a map";
+  if (node.IsSequence()) return "a list";
+  std::string s = node.Scalar();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return "'" + s + "'";
+}
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+std::string index(const std::string& path, std::size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+std::optional<std::string> as_string(const Context& ctx, const YAML::Node& node, const std::string& path) {
+  if (!node.IsScalar() || node.Scalar().empty()) {
+    ctx.error(node, path, "expected a text value, got " + describe(node));
+    return std::nullopt;
+  }
+  return node.Scalar();
+}
+
+std::optional<std::int64_t> as_integer(const Context& ctx, const YAML::Node& node, const std::string& path,
+                                       std::int64_t min, std::int64_t max) {
+  if (!node.IsScalar() || !is_plain_integer(node.Scalar())) {
+    ctx.error(node, path, "expected a whole number, got " + describe(node));
+    return std::nullopt;
+  }
+  std::string_view s = node.Scalar();
+  if (s.front() == '+') s.remove_prefix(1);
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < min || v > max) {
+    std::string range = max == INT32_MAX || max == std::numeric_limits<std::int64_t>::max()
+                            ? "at least " + std::to_string(min)
+                            : "between " + std::to_string(min) + " and " + std::to_string(max);
+    ctx.error(node, path, "expected a whole number " + range + ", got " + describe(node));
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<double> as_number(const Context& ctx, const YAML::Node& node, const std::string& path, double min,
+                                double max) {
+  double v = 0;
+  if (node.IsScalar()) {
+    std::string_view s = node.Scalar();
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc() && end == s.data() + s.size() && std::isfinite(v) && v >= min && v <= max) return v;
+  }
+  std::ostringstream range;
+  range << "a number between " << min << " and " << max;
+  ctx.error(node, path, "expected " + range.str() + ", got " + describe(node));
+  return std::nullopt;
+}
+
+std::optional<double> as_quantity(const Context& ctx, const YAML::Node& node, const std::string& path,
+                                  units::Dimension dimension, bool allow_zero) {
+  if (!node.IsScalar()) {
+    ctx.error(node, path,
+              std::string("expected a ") + units::dimension_name(dimension) + " like " +
+                  units::dimension_example(dimension) + ", got " + describe(node));
+    return std::nullopt;
+  }
+  auto parsed = units::parse(node.Scalar(), dimension);
+  if (!parsed.ok()) {
+    ctx.error(node, path, parsed.error);
+    return std::nullopt;
+  }
+  if (parsed.value < 0 || (!allow_zero && parsed.value == 0)) {
+    ctx.error(node, path,
+              std::string("expected a ") + (allow_zero ? "non-negative " : "positive ") +
+                  units::dimension_name(dimension) + ", got '" + node.Scalar() + "'");
+    return std::nullopt;
+  }
+  return parsed.value;
+}
+
+Fields::Fields(const Context& ctx, const YAML::Node& node, std::string path,
+               std::initializer_list<std::string_view> allowed)
+    : ctx_(ctx), node_(node), path_(std::move(path)) {
+  if (!node.IsMap()) {
+    ctx_.error(node, path_.empty() ? "(top)" : path_, "expected a map of fields, got " + describe(node));
+    return;
+  }
+  is_map_ = true;
+  std::set<std::string> seen;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const YAML::Node& key_node = it->first;
+    std::string key = key_node.IsScalar() ? key_node.Scalar() : "";
+    if (key.empty()) {
+      ctx_.error(key_node, path_, "expected a field name, got " + describe(key_node));
+      continue;
+    }
+    if (!seen.insert(key).second) {
+      ctx_.error(key_node, join(path_, key), "this field is given twice");
+      continue;
+    }
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    std::string hint, list;
+    std::size_t best = 3;
+    for (auto a : allowed) {
+      list += (list.empty() ? "" : ", ") + std::string(a);
+      if (auto d = edit_distance(key, a); d < best) best = d, hint = std::string(a);
+    }
+    ctx_.error(key_node, join(path_, key),
+               "unknown field" + (hint.empty() ? std::string() : "; did you mean '" + hint + "'?") +
+                   " (allowed here: " + list + ")");
+  }
+}
+
+bool Fields::has(std::string_view key) const { return is_map_ && node_[std::string(key)].IsDefined(); }
+
+YAML::Node Fields::get(std::string_view key) const {
+  if (!is_map_) return YAML::Node(YAML::NodeType::Undefined);
+  // operator[] on a const node does not insert.
+  const YAML::Node& n = node_;
+  return n[std::string(key)];
+}
+
+std::string Fields::path_of(std::string_view key) const { return join(path_, key); }
+
+bool Fields::present(std::string_view key, Need need) const {
+  if (!is_map_) return false;
+  if (has(key)) return true;
+  if (need == Need::required) ctx_.error(node_, path_of(key), "missing required field");
+  return false;
+}
+
+void Fields::error(std::string_view key, std::string message) const {
+  ctx_.error(get(key), path_of(key), std::move(message), node_);
+}
+
+std::optional<std::string> Fields::string(std::string_view key, Need need) const {
+  if (!present(key, need)) return std::nullopt;
+  return as_string(ctx_, get(key), path_of(key));
+}
+
+std::optional<std::int64_t> Fields::integer(std::string_view key, Need need, std::int64_t min,
+                                            std::int64_t max) const {
+  if (!present(key, need)) return std::nullopt;
+  return as_integer(ctx_, get(key), path_of(key), min, max);
+}
+
+std::optional<double> Fields::number(std::string_view key, Need need, double min, double max) const {
+  if (!present(key, need)) return std::nullopt;
+  return as_number(ctx_, get(key), path_of(key), min, max);
+}
+
+std::optional<double> Fields::quantity(std::string_view key, units::Dimension dimension, Need need,
+                                       bool allow_zero) const {
+  if (!present(key, need)) return std::nullopt;
+  return as_quantity(ctx_, get(key), path_of(key), dimension, allow_zero);
+}
+
+std::optional<Fields> Fields::map(std::string_view key, Need need,
+                                  std::initializer_list<std::string_view> allowed) const {
+  if (!present(key, need)) return std::nullopt;
+  Fields child(ctx_, get(key), path_of(key), allowed);
+  if (!child.is_map()) return std::nullopt;
+  return child;
+}
+
+std::optional<YAML::Node> Fields::list(std::string_view key, Need need) const {
+  if (!present(key, need)) return std::nullopt;
+  YAML::Node n = get(key);
+  if (!n.IsSequence()) {
+    ctx_.error(n, path_of(key), "expected a list, got " + describe(n), node_);
+    return std::nullopt;
+  }
+  return n;
+}
+
+}  // namespace het::input

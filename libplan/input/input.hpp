@@ -1,0 +1,131 @@
+#pragma once
+// Reading user documents (YAML, and JSON, which YAML reads too) with positions, so that
+// every problem is reported with its file, line and field path.
+//
+// load() turns a file into a Document or says why it cannot be read (missing, empty,
+// binary, syntax error at line N). A Fields reader then walks one map: it rejects keys that
+// are not in the schema (with a "did you mean" hint), and its typed getters report
+// missing, mistyped or out-of-range values into a Diagnostics sink and return nullopt,
+// so a parser collects all problems of a file in one pass.
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "diag/diag.hpp"
+#include "units/units.hpp"
+
+namespace het::input {
+
+struct Document {
+  std::string file;  // the name used in diagnostics (the path as the user gave it)
+  YAML::Node root;   // a map; load() and parse() reject anything else
+};
+
+// Reads and parses a file. The root must be a map.
+Result<Document> load(const std::string& path);
+// Parses text already in memory; `name` stands for the file in diagnostics.
+Result<Document> parse(std::string_view text, const std::string& name);
+
+// Where diagnostics go while one document is being read.
+struct Context {
+  std::string file;
+  Diagnostics* sink;
+
+  // Reports a problem located at `at` (or, when `at` has no position, at `fallback`).
+  void error(const YAML::Node& at, const std::string& path, std::string message,
+             const YAML::Node& fallback = YAML::Node()) const;
+  // Reports a problem with a known line (0 = unknown).
+  void error_at_line(int line, const std::string& path, std::string message) const;
+};
+
+// 1-based line of a node, 0 when it has none.
+int line_of(const YAML::Node& node);
+
+enum class Need { required, optional };
+
+// The name of a YAML node's kind for messages: "a map", "a list", "a string '…'", "nothing".
+std::string describe(const YAML::Node& node);
+
+// Typed conversions of one node; on failure they report and return nullopt.
+std::optional<std::string> as_string(const Context& ctx, const YAML::Node& node, const std::string& path);
+std::optional<std::int64_t> as_integer(const Context& ctx, const YAML::Node& node, const std::string& path,
+                                       std::int64_t min, std::int64_t max);
+std::optional<double> as_number(const Context& ctx, const YAML::Node& node, const std::string& path,
+                                double min, double max);
+// A quantity with a unit; `allow_zero` admits 0 (latencies), otherwise it must be > 0.
+std::optional<double> as_quantity(const Context& ctx, const YAML::Node& node, const std::string& path,
+                                  units::Dimension dimension, bool allow_zero = false);
+
+template <class E>
+using Choices = std::initializer_list<std::pair<std::string_view, E>>;
+
+// One of a fixed set of words.
+template <class E>
+std::optional<E> as_choice(const Context& ctx, const YAML::Node& node, const std::string& path,
+                           Choices<E> choices) {
+  auto text = as_string(ctx, node, path);
+  if (!text) return std::nullopt;
+  std::string allowed;
+  for (const auto& [word, value] : choices) {
+    if (word == *text) return value;
+    allowed += (allowed.empty() ? "" : ", ") + std::string(word);
+  }
+  ctx.error(node, path, "expected one of " + allowed + ", got '" + *text + "'");
+  return std::nullopt;
+}
+
+// Reads one map of a schema. Construction checks that the node is a map and that every
+// key is in `allowed` and appears once.
+class Fields {
+ public:
+  Fields(const Context& ctx, const YAML::Node& node, std::string path,
+         std::initializer_list<std::string_view> allowed);
+
+  bool is_map() const { return is_map_; }
+  bool has(std::string_view key) const;
+  YAML::Node node() const { return node_; }
+  YAML::Node get(std::string_view key) const;  // an invalid node when absent
+  std::string path_of(std::string_view key) const;
+  int line() const { return line_of(node_); }
+  const Context& context() const { return ctx_; }
+
+  std::optional<std::string> string(std::string_view key, Need need) const;
+  std::optional<std::int64_t> integer(std::string_view key, Need need, std::int64_t min = 1,
+                                      std::int64_t max = INT32_MAX) const;
+  std::optional<double> number(std::string_view key, Need need, double min, double max) const;
+  std::optional<double> quantity(std::string_view key, units::Dimension dimension, Need need,
+                                 bool allow_zero = false) const;
+  template <class E>
+  std::optional<E> choice(std::string_view key, Need need, Choices<E> choices) const {
+    if (!present(key, need)) return std::nullopt;
+    return as_choice(ctx_, get(key), path_of(key), choices);
+  }
+  // A nested map; nullopt when absent (reported if required) or not a map (reported).
+  std::optional<Fields> map(std::string_view key, Need need,
+                            std::initializer_list<std::string_view> allowed) const;
+  // A list; nullopt when absent (reported if required) or not a list (reported).
+  std::optional<YAML::Node> list(std::string_view key, Need need) const;
+
+  // Reports a problem about `key` (at its line, or the map's line when it is absent).
+  void error(std::string_view key, std::string message) const;
+
+ private:
+  bool present(std::string_view key, Need need) const;  // reports a missing required key
+
+  Context ctx_;
+  YAML::Node node_;
+  std::string path_;
+  bool is_map_ = false;
+};
+
+// Child paths: "a" + "b" -> "a.b"; "" + "b" -> "b"; index: "a[3]".
+std::string join(const std::string& path, std::string_view key);
+std::string index(const std::string& path, std::size_t i);
+
+}  // namespace het::input

@@ -1,0 +1,104 @@
+#pragma once
+// The execution plan (hetplan.plan/v1; docs/plan-format.md, DESIGN.md §5).
+//
+// A plan is self-contained: it embeds the model and cluster it was made for. Its decision
+// fields (schedule kind, pipelines, stages with subcluster/layers/tp/cp/dp/devices/recompute,
+// micro-batching) say what to run; its derived fields (warm-up counts, predictions, the
+// search's statistics) are optional on input and recomputed by the simulator.
+//
+// Units: the unit sequence is `embedding, layer 0 .. layer L-1, head` (granularity
+// `layer`, L+2 units) or `embedding, attn 0, mlp 0, .., attn L-1, mlp L-1, head`
+// (granularity `sublayer`, 2L+2 units). A stage's `layers: [first, last]` is an inclusive
+// range over that sequence.
+//
+// Micro-batches: a pipeline runs num_microbatches micro-batches of micro_batch_size
+// sequences each per iteration; a stage with dp = d gives each of its d replicas
+// micro_batch_size / d of them. Σ over pipelines of micro_batch_size × num_microbatches is
+// the global batch.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "spec/cluster.hpp"
+#include "spec/model.hpp"
+
+namespace het {
+
+enum class ScheduleKind { gpipe, one_f_one_b, eager_1f1b, h_1f1b, virtual_1f1b };
+const char* to_string(ScheduleKind k);  // "gpipe", "1f1b", "eager-1f1b", "h-1f1b", "virtual-1f1b"
+
+enum class Granularity { layer, sublayer };
+const char* to_string(Granularity g);
+
+// The number of units in the model's unit sequence at this granularity.
+int num_units(const ModelSpec& model, Granularity granularity);
+// "embedding", "layer 3", "attn 3", "mlp 3", "head".
+std::string unit_name(const ModelSpec& model, Granularity granularity, int unit);
+
+struct DeviceRef {
+  int node = 0;    // index of the node within the stage's subcluster
+  int device = 0;  // index of the device within the node
+  friend bool operator==(const DeviceRef&, const DeviceRef&) = default;
+};
+
+struct StagePrediction {
+  double forward_s = 0;      // per micro-batch
+  double backward_s = 0;     // per micro-batch
+  double memory_bytes = 0;   // peak per device
+};
+
+struct Stage {
+  std::string subcluster;
+  int first = 0, last = 0;   // inclusive unit range
+  int tp = 1, cp = 1, dp = 1;
+  Recompute recompute = Recompute::none;
+  std::vector<DeviceRef> devices;  // dp*cp*tp, ordered tp fastest, then cp, then dp
+  std::optional<int> warmup;       // forwards before the first backward
+  std::optional<StagePrediction> predicted;
+  int line = 0;                    // where the stage is in its file (0 when made in code)
+};
+
+struct Pipeline {
+  int micro_batch_size = 1;
+  int num_microbatches = 1;
+  std::vector<Stage> stages;
+  int line = 0;
+};
+
+struct AlgorithmInfo {
+  std::string name;
+  double seconds = 0;
+  std::int64_t candidates_evaluated = 0;
+  double lower_bound_s = 0;
+};
+
+struct ProfileDigest {
+  std::string device;
+  std::string sha256;
+};
+
+struct Prediction {
+  double iteration_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+  double bubble_fraction = 0;
+  double load_balance_eta = 0;
+  double cross_cluster_bytes = 0;
+  nlohmann::ordered_json per_stage = nlohmann::ordered_json::array();  // simulator's detail, kept as is
+};
+
+struct Plan {
+  ModelSpec model;
+  ClusterSpec cluster;
+  std::vector<ProfileDigest> profiles;
+  std::optional<AlgorithmInfo> algorithm;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  Granularity granularity = Granularity::layer;
+  std::vector<Pipeline> pipelines;
+  std::optional<Prediction> predicted;
+};
+
+}  // namespace het

@@ -1,0 +1,249 @@
+#include "plan/plan_io.hpp"
+
+#include <charconv>
+
+#include "jsontext/jsontext.hpp"
+
+namespace het {
+
+using input::Need;
+
+const char* to_string(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::gpipe: return "gpipe";
+    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::eager_1f1b: return "eager-1f1b";
+    case ScheduleKind::h_1f1b: return "h-1f1b";
+    case ScheduleKind::virtual_1f1b: return "virtual-1f1b";
+  }
+  return "?";
+}
+
+const char* to_string(Granularity g) { return g == Granularity::layer ? "layer" : "sublayer"; }
+
+int num_units(const ModelSpec& model, Granularity granularity) {
+  return (granularity == Granularity::layer ? 1 : 2) * model.num_layers + 2;
+}
+
+std::string unit_name(const ModelSpec& model, Granularity granularity, int unit) {
+  if (unit == 0) return "embedding";
+  if (unit == num_units(model, granularity) - 1) return "head";
+  if (granularity == Granularity::layer) return "layer " + std::to_string(unit - 1);
+  return std::string((unit - 1) % 2 == 0 ? "attn " : "mlp ") + std::to_string((unit - 1) / 2);
+}
+
+namespace {
+
+const input::Choices<ScheduleKind> kScheduleChoices = {{"gpipe", ScheduleKind::gpipe},
+                                                       {"1f1b", ScheduleKind::one_f_one_b},
+                                                       {"eager-1f1b", ScheduleKind::eager_1f1b},
+                                                       {"h-1f1b", ScheduleKind::h_1f1b},
+                                                       {"virtual-1f1b", ScheduleKind::virtual_1f1b}};
+
+// Free-form JSON kept as is (the simulator's per-stage detail). Quoted scalars stay strings.
+nlohmann::ordered_json to_free_json(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    for (auto it = n.begin(); it != n.end(); ++it) j[it->first.Scalar()] = to_free_json(it->second);
+    return j;
+  }
+  if (n.IsSequence()) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::array();
+    for (const auto& e : n) j.push_back(to_free_json(e));
+    return j;
+  }
+  if (!n.IsScalar()) return nullptr;
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return s;  // quoted
+  if (s == "true" || s == "false") return s == "true";
+  if (s == "null") return nullptr;
+  std::int64_t i = 0;
+  if (auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), i); ec == std::errc() && end == s.data() + s.size())
+    return i;
+  double d = 0;
+  if (auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), d); ec == std::errc() && end == s.data() + s.size())
+    return d;
+  return s;
+}
+
+double number(const input::Fields& f, std::string_view key, Need need) {
+  return f.number(key, need, 0, 1e300).value_or(0);
+}
+
+std::optional<Stage> read_stage(const input::Context& ctx, const YAML::Node& node, const std::string& path) {
+  input::Fields f(ctx, node, path, {"subcluster", "layers", "tp", "cp", "dp", "recompute", "devices", "warmup", "predicted"});
+  if (!f.is_map()) return std::nullopt;
+  Stage s;
+  s.line = f.line();
+  s.subcluster = f.string("subcluster", Need::required).value_or("");
+  if (auto layers = f.list("layers", Need::required)) {
+    if (layers->size() != 2) {
+      f.error("layers", "expected [first, last], an inclusive range of units, got " +
+                            std::to_string(layers->size()) + " values");
+    } else {
+      s.first = static_cast<int>(input::as_integer(ctx, (*layers)[0], input::index(f.path_of("layers"), 0), 0, INT32_MAX).value_or(0));
+      s.last = static_cast<int>(input::as_integer(ctx, (*layers)[1], input::index(f.path_of("layers"), 1), 0, INT32_MAX).value_or(0));
+      if (s.last < s.first)
+        f.error("layers", "last unit " + std::to_string(s.last) + " comes before first unit " + std::to_string(s.first));
+    }
+  }
+  s.tp = static_cast<int>(f.integer("tp", Need::optional).value_or(1));
+  s.cp = static_cast<int>(f.integer("cp", Need::optional).value_or(1));
+  s.dp = static_cast<int>(f.integer("dp", Need::optional).value_or(1));
+  s.recompute = f.choice<Recompute>("recompute", Need::optional,
+                                    {{"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}})
+                    .value_or(Recompute::none);
+  if (auto devices = f.list("devices", Need::required)) {
+    for (std::size_t i = 0; i < devices->size(); ++i) {
+      input::Fields d(ctx, (*devices)[i], input::index(f.path_of("devices"), i), {"node", "device"});
+      if (!d.is_map()) continue;
+      s.devices.push_back({static_cast<int>(d.integer("node", Need::required, 0).value_or(0)),
+                           static_cast<int>(d.integer("device", Need::required, 0).value_or(0))});
+    }
+  }
+  if (f.has("warmup")) s.warmup = static_cast<int>(f.integer("warmup", Need::optional, 0).value_or(0));
+  if (auto p = f.map("predicted", Need::optional, {"forward_s", "backward_s", "memory_bytes"}))
+    s.predicted = StagePrediction{number(*p, "forward_s", Need::required), number(*p, "backward_s", Need::required),
+                                  number(*p, "memory_bytes", Need::required)};
+  return s;
+}
+
+std::optional<Pipeline> read_pipeline(const input::Context& ctx, const YAML::Node& node, const std::string& path) {
+  input::Fields f(ctx, node, path, {"micro_batch_size", "num_microbatches", "stages"});
+  if (!f.is_map()) return std::nullopt;
+  Pipeline p;
+  p.line = f.line();
+  p.micro_batch_size = static_cast<int>(f.integer("micro_batch_size", Need::required).value_or(1));
+  p.num_microbatches = static_cast<int>(f.integer("num_microbatches", Need::required).value_or(1));
+  if (auto stages = f.list("stages", Need::required)) {
+    if (stages->size() == 0) f.error("stages", "expected at least one stage");
+    for (std::size_t i = 0; i < stages->size(); ++i)
+      if (auto s = read_stage(ctx, (*stages)[i], input::index(f.path_of("stages"), i))) p.stages.push_back(std::move(*s));
+  }
+  return p;
+}
+
+}  // namespace
+
+Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
+  Diagnostics errors;
+  input::Context ctx{doc.file, &errors};
+  input::Fields top(ctx, doc.root, "",
+                    {"format", "model", "cluster", "profiles", "algorithm", "schedule", "granularity", "pipelines",
+                     "predicted"});
+  if (!top.is_map()) return errors;
+  if (auto format = top.string("format", Need::required); format && *format != "hetplan.plan/v1")
+    top.error("format", "expected hetplan.plan/v1, got '" + *format + "'");
+  Plan plan;
+
+  auto take = [&](auto result, auto& out) {
+    if (result) out = std::move(*result);
+    else errors.insert(errors.end(), result.errors().begin(), result.errors().end());
+  };
+  if (specs.model) {
+    plan.model = *specs.model;
+  } else if (top.has("model")) {
+    take(read_model(doc.file, top.get("model"), "model"), plan.model);
+  } else {
+    top.error("model", "missing: a plan embeds its model, or give one with --model");
+  }
+  if (specs.cluster) {
+    plan.cluster = *specs.cluster;
+  } else if (top.has("cluster")) {
+    if (specs.catalog) take(read_cluster(doc.file, top.get("cluster"), "cluster", *specs.catalog), plan.cluster);
+    else top.error("cluster", "no device catalog to resolve the embedded cluster");
+  } else {
+    top.error("cluster", "missing: a plan embeds its cluster, or give one with --cluster");
+  }
+
+  if (auto list = top.list("profiles", Need::optional)) {
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      input::Fields f(ctx, (*list)[i], input::index("profiles", i), {"device", "sha256"});
+      if (f.is_map())
+        plan.profiles.push_back({f.string("device", Need::required).value_or(""), f.string("sha256", Need::required).value_or("")});
+    }
+  }
+  if (auto a = top.map("algorithm", Need::optional, {"name", "seconds", "candidates_evaluated", "lower_bound_s"}))
+    plan.algorithm = AlgorithmInfo{a->string("name", Need::required).value_or(""), number(*a, "seconds", Need::optional),
+                                   a->integer("candidates_evaluated", Need::optional, 0, INT64_MAX).value_or(0),
+                                   number(*a, "lower_bound_s", Need::optional)};
+  if (auto s = top.map("schedule", Need::required, {"kind"}))
+    plan.schedule = s->choice<ScheduleKind>("kind", Need::required, kScheduleChoices).value_or(ScheduleKind::one_f_one_b);
+  plan.granularity = top.choice<Granularity>("granularity", Need::optional,
+                                             {{"layer", Granularity::layer}, {"sublayer", Granularity::sublayer}})
+                         .value_or(Granularity::layer);
+  if (auto list = top.list("pipelines", Need::required)) {
+    if (list->size() == 0) top.error("pipelines", "expected at least one pipeline");
+    for (std::size_t i = 0; i < list->size(); ++i)
+      if (auto p = read_pipeline(ctx, (*list)[i], input::index("pipelines", i))) plan.pipelines.push_back(std::move(*p));
+  }
+  if (auto p = top.map("predicted", Need::optional,
+                       {"iteration_s", "tokens_per_s", "mfu", "bubble_fraction", "load_balance_eta",
+                        "cross_cluster_bytes", "per_stage"})) {
+    Prediction pr;
+    pr.iteration_s = number(*p, "iteration_s", Need::required);
+    pr.tokens_per_s = number(*p, "tokens_per_s", Need::optional);
+    pr.mfu = number(*p, "mfu", Need::optional);
+    pr.bubble_fraction = number(*p, "bubble_fraction", Need::optional);
+    pr.load_balance_eta = number(*p, "load_balance_eta", Need::optional);
+    pr.cross_cluster_bytes = number(*p, "cross_cluster_bytes", Need::optional);
+    if (auto ps = p->list("per_stage", Need::optional)) pr.per_stage = to_free_json(*ps);
+    plan.predicted = std::move(pr);
+  }
+  if (!errors.empty()) return errors;
+  return plan;
+}
+
+Result<Plan> load_plan(const std::string& file, const PlanSpecs& specs) {
+  auto doc = input::load(file);
+  if (!doc) return doc.errors();
+  return read_plan(*doc, specs);
+}
+
+nlohmann::ordered_json to_json(const Plan& plan) {
+  using J = nlohmann::ordered_json;
+  J out = {{"format", "hetplan.plan/v1"}, {"model", to_json(plan.model)}, {"cluster", to_json(plan.cluster)}};
+  J profiles = J::array();
+  for (const auto& p : plan.profiles) profiles.push_back({{"device", p.device}, {"sha256", p.sha256}});
+  out["profiles"] = profiles;
+  if (plan.algorithm)
+    out["algorithm"] = {{"name", plan.algorithm->name},
+                        {"seconds", plan.algorithm->seconds},
+                        {"candidates_evaluated", plan.algorithm->candidates_evaluated},
+                        {"lower_bound_s", plan.algorithm->lower_bound_s}};
+  out["schedule"] = {{"kind", to_string(plan.schedule)}};
+  out["granularity"] = to_string(plan.granularity);
+  J pipelines = J::array();
+  for (const auto& p : plan.pipelines) {
+    J stages = J::array();
+    for (const auto& s : p.stages) {
+      J devices = J::array();
+      for (const auto& d : s.devices) devices.push_back({{"node", d.node}, {"device", d.device}});
+      J js = {{"subcluster", s.subcluster}, {"layers", {s.first, s.last}}, {"tp", s.tp},      {"cp", s.cp},
+              {"dp", s.dp},                 {"recompute", to_string(s.recompute)}, {"devices", devices}};
+      if (s.warmup) js["warmup"] = *s.warmup;
+      if (s.predicted)
+        js["predicted"] = {{"forward_s", s.predicted->forward_s},
+                           {"backward_s", s.predicted->backward_s},
+                           {"memory_bytes", s.predicted->memory_bytes}};
+      stages.push_back(std::move(js));
+    }
+    pipelines.push_back({{"micro_batch_size", p.micro_batch_size}, {"num_microbatches", p.num_microbatches}, {"stages", stages}});
+  }
+  out["pipelines"] = pipelines;
+  if (plan.predicted) {
+    const auto& pr = *plan.predicted;
+    out["predicted"] = {{"iteration_s", pr.iteration_s},
+                        {"tokens_per_s", pr.tokens_per_s},
+                        {"mfu", pr.mfu},
+                        {"bubble_fraction", pr.bubble_fraction},
+                        {"load_balance_eta", pr.load_balance_eta},
+                        {"cross_cluster_bytes", pr.cross_cluster_bytes},
+                        {"per_stage", pr.per_stage}};
+  }
+  return out;
+}
+
+std::string write_plan(const Plan& plan) { return to_text(to_json(plan)); }
+
+}  // namespace het

@@ -1,0 +1,127 @@
+#include "plan/validate.hpp"
+
+#include <map>
+#include <tuple>
+
+#include "input/input.hpp"
+
+namespace het {
+
+namespace {
+
+std::string stage_path(std::size_t p, std::size_t s) {
+  return "pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "]";
+}
+
+}  // namespace
+
+Diagnostics validate_plan(const Plan& plan, const std::string& file) {
+  Diagnostics errors;
+  auto error = [&](int line, std::string path, std::string message) {
+    errors.push_back({file, line, 0, std::move(path), std::move(message)});
+  };
+  const ModelSpec& model = plan.model;
+  const int units = num_units(model, plan.granularity);
+  const std::string last_unit = unit_name(model, plan.granularity, units - 1);
+
+  // (subcluster, node, device) -> the stage that uses it, for "used twice" reports.
+  std::map<std::tuple<std::string, int, int>, std::pair<std::string, int>> owner;
+  long long batch = 0;
+  if (plan.pipelines.empty()) error(0, "pipelines", "a plan needs at least one pipeline");
+
+  for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
+    const Pipeline& p = plan.pipelines[pi];
+    const std::string ppath = "pipelines[" + std::to_string(pi) + "]";
+    batch += static_cast<long long>(p.micro_batch_size) * p.num_microbatches;
+    if (p.stages.empty()) error(p.line, ppath + ".stages", "a pipeline needs at least one stage");
+
+    int next_unit = 0;  // the first unit not yet covered by an earlier stage
+    for (std::size_t si = 0; si < p.stages.size(); ++si) {
+      const Stage& s = p.stages[si];
+      const std::string path = stage_path(pi, si);
+
+      // Unit coverage: contiguous, in order, no gap, no overlap, within the sequence.
+      if (s.first != next_unit) {
+        if (s.first > next_unit)
+          error(s.line, path + ".layers",
+                "units " + std::to_string(next_unit) + ".." + std::to_string(s.first - 1) + " (" +
+                    unit_name(model, plan.granularity, next_unit) + (s.first - 1 > next_unit ? " .. " + unit_name(model, plan.granularity, std::min(s.first - 1, units - 1)) : "") +
+                    ") are not assigned to any stage; stage starts at " + std::to_string(s.first));
+        else
+          error(s.line, path + ".layers",
+                "starts at unit " + std::to_string(s.first) + " but units up to " + std::to_string(next_unit - 1) +
+                    " belong to the previous stage (stages must not overlap)");
+      }
+      if (s.last >= units)
+        error(s.line, path + ".layers",
+              "ends at unit " + std::to_string(s.last) + " but the model has units 0.." + std::to_string(units - 1) +
+                  " (embedding, " + std::to_string(model.num_layers) + " layers" +
+                  (plan.granularity == Granularity::sublayer ? " as attn/mlp pairs" : "") + ", head)");
+      next_unit = std::max(next_unit, s.last + 1);
+
+      // Sharding degrees against the model and the micro-batch.
+      if (model.num_attention_heads % s.tp != 0 || model.num_kv_heads % s.tp != 0)
+        error(s.line, path + ".tp",
+              "tp " + std::to_string(s.tp) + " must divide num_attention_heads " +
+                  std::to_string(model.num_attention_heads) + " and num_kv_heads " + std::to_string(model.num_kv_heads));
+      if (model.seq_length % s.cp != 0)
+        error(s.line, path + ".cp",
+              "cp " + std::to_string(s.cp) + " must divide seq_length " + std::to_string(model.seq_length));
+      if (p.micro_batch_size % s.dp != 0)
+        error(s.line, path + ".dp",
+              "dp " + std::to_string(s.dp) + " must divide the pipeline's micro_batch_size " +
+                  std::to_string(p.micro_batch_size) + " (each replica takes micro_batch_size/dp sequences)");
+      if (s.warmup && (*s.warmup < 1 || *s.warmup > p.num_microbatches))
+        error(s.line, path + ".warmup",
+              "warm-up count " + std::to_string(*s.warmup) + " must be between 1 and num_microbatches " +
+                  std::to_string(p.num_microbatches));
+
+      // Devices: in the subcluster, dp·cp·tp of them, each used once.
+      const SubclusterSpec* sub = plan.cluster.find(s.subcluster);
+      if (sub == nullptr) {
+        std::string names;
+        for (const auto& c : plan.cluster.subclusters) names += (names.empty() ? "" : ", ") + c.name;
+        error(s.line, path + ".subcluster", "unknown subcluster '" + s.subcluster + "' (cluster " + plan.cluster.name + " has " + names + ")");
+        continue;
+      }
+      const long long want = static_cast<long long>(s.dp) * s.cp * s.tp;
+      if (static_cast<long long>(s.devices.size()) != want)
+        error(s.line, path + ".devices",
+              "expected dp*cp*tp = " + std::to_string(s.dp) + "*" + std::to_string(s.cp) + "*" + std::to_string(s.tp) +
+                  " = " + std::to_string(want) + " devices, got " + std::to_string(s.devices.size()));
+      for (std::size_t di = 0; di < s.devices.size(); ++di) {
+        const DeviceRef& d = s.devices[di];
+        const std::string dpath = path + ".devices[" + std::to_string(di) + "]";
+        if (d.node >= sub->nodes || d.device >= sub->devices_per_node) {
+          error(s.line, dpath,
+                "device (node " + std::to_string(d.node) + ", device " + std::to_string(d.device) +
+                    ") does not exist in subcluster " + sub->name + " (" + std::to_string(sub->nodes) + " nodes of " +
+                    std::to_string(sub->devices_per_node) + " devices)");
+          continue;
+        }
+        auto [it, fresh] = owner.emplace(std::make_tuple(sub->name, d.node, d.device), std::make_pair(path, s.line));
+        if (!fresh)
+          error(s.line, dpath,
+                "device (node " + std::to_string(d.node) + ", device " + std::to_string(d.device) + ") of " + sub->name +
+                    " is already used by " + it->second.first +
+                    (it->second.second > 0 ? " (line " + std::to_string(it->second.second) + ")" : ""));
+      }
+    }
+    if (!p.stages.empty() && next_unit < units)
+      error(p.stages.back().line, stage_path(pi, p.stages.size() - 1) + ".layers",
+            "the last stage ends at unit " + std::to_string(next_unit - 1) + " but the model's units run to " +
+                std::to_string(units - 1) + " (" + last_unit + ")");
+  }
+
+  if (!plan.pipelines.empty() && batch != model.training.global_batch_size) {
+    std::string terms;
+    for (const auto& p : plan.pipelines)
+      terms += (terms.empty() ? "" : " + ") + std::to_string(p.micro_batch_size) + "*" + std::to_string(p.num_microbatches);
+    error(plan.pipelines.front().line, "pipelines",
+          "micro_batch_size*num_microbatches summed over pipelines is " + terms + " = " + std::to_string(batch) +
+              ", but the model's global_batch_size is " + std::to_string(model.training.global_batch_size));
+  }
+  return errors;
+}
+
+}  // namespace het

@@ -1,0 +1,68 @@
+#include "spec/catalog.hpp"
+
+#include <set>
+
+#include "spec/catalog_text.hpp"
+
+namespace het {
+
+using input::Need;
+using units::Dimension;
+
+const CatalogDevice* DeviceCatalog::find(const std::string& type) const {
+  for (const auto& d : devices)
+    if (d.device.type == type) return &d;
+  return nullptr;
+}
+
+std::optional<LinkSpec> read_link(const input::Fields& parent, std::string_view key, Need need) {
+  auto f = parent.map(key, need, {"bandwidth", "latency"});
+  if (!f) return std::nullopt;
+  auto bw = f->quantity("bandwidth", Dimension::bandwidth, Need::required);
+  auto lat = f->quantity("latency", Dimension::time, Need::required, /*allow_zero=*/true);
+  if (!bw || !lat) return std::nullopt;
+  return LinkSpec{*bw, *lat};
+}
+
+Result<DeviceCatalog> read_catalog(const input::Document& doc) {
+  Diagnostics errors;
+  input::Context ctx{doc.file, &errors};
+  input::Fields top(ctx, doc.root, "", {"format", "devices"});
+  if (auto format = top.string("format", Need::required); format && *format != "hetplan.devices/v1")
+    top.error("format", "expected hetplan.devices/v1, got '" + *format + "'");
+  DeviceCatalog catalog;
+  std::set<std::string> names;
+  if (auto list = top.list("devices", Need::required)) {
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      input::Fields f(ctx, (*list)[i], input::index("devices", i),
+                      {"name", "memory", "peak", "mem_bandwidth", "intra_node", "source"});
+      if (!f.is_map()) continue;
+      CatalogDevice d;
+      d.device.type = f.string("name", Need::required).value_or("");
+      d.device.memory = f.quantity("memory", Dimension::bytes, Need::required).value_or(0);
+      d.device.peak = f.quantity("peak", Dimension::flops, Need::required).value_or(0);
+      d.device.mem_bandwidth = f.quantity("mem_bandwidth", Dimension::bandwidth, Need::required).value_or(0);
+      d.intra_node = read_link(f, "intra_node", Need::required).value_or(LinkSpec{});
+      d.source = f.string("source", Need::required).value_or("");
+      if (!d.device.type.empty() && !names.insert(d.device.type).second)
+        f.error("name", "device '" + d.device.type + "' is listed twice");
+      catalog.devices.push_back(std::move(d));
+    }
+  }
+  if (!errors.empty()) return errors;
+  return catalog;
+}
+
+Result<DeviceCatalog> load_catalog(const std::string& file) {
+  auto doc = input::load(file);
+  if (!doc) return doc.errors();
+  return read_catalog(*doc);
+}
+
+Result<DeviceCatalog> builtin_catalog() {
+  auto doc = input::parse(kCatalogText, "configs/devices.yaml (built in)");
+  if (!doc) return doc.errors();
+  return read_catalog(*doc);
+}
+
+}  // namespace het

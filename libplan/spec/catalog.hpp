@@ -1,0 +1,45 @@
+#pragma once
+// The device catalog (configs/devices.yaml, format hetplan.devices/v1): datasheet facts per
+// device type, so a cluster can say `device: A100-40GB` instead of spelling the device out.
+// The shipped catalog is compiled into the binaries; a user may load another file.
+#include <string>
+#include <vector>
+
+#include "diag/diag.hpp"
+#include "input/input.hpp"
+
+namespace het {
+
+struct LinkSpec {
+  double bandwidth = 0;  // bytes per second, per direction
+  double latency = 0;    // seconds
+};
+
+struct DeviceSpec {
+  std::string type;          // e.g. A100-40GB
+  double memory = 0;         // bytes
+  double peak = 0;           // dense bf16/fp16 FLOP/s
+  double mem_bandwidth = 0;  // bytes per second
+};
+
+struct CatalogDevice {
+  DeviceSpec device;
+  LinkSpec intra_node;  // typical per-device intra-node link
+  std::string source;   // where the numbers come from
+};
+
+struct DeviceCatalog {
+  std::vector<CatalogDevice> devices;
+  // nullptr when the type is not in the catalog.
+  const CatalogDevice* find(const std::string& type) const;
+};
+
+Result<DeviceCatalog> read_catalog(const input::Document& doc);
+Result<DeviceCatalog> load_catalog(const std::string& file);
+// The catalog shipped in configs/devices.yaml, as compiled into this build.
+Result<DeviceCatalog> builtin_catalog();
+
+// Reads {bandwidth, latency} maps, shared by catalogs, clusters and profiles.
+std::optional<LinkSpec> read_link(const input::Fields& parent, std::string_view key, input::Need need);
+
+}  // namespace het

@@ -1,0 +1,34 @@
+#pragma once
+// Checks a set of user inputs together, as `hetplan validate` does: each file on its own
+// (schema and semantics), then across files (a profile measured for another model shape,
+// a plan against the given model and cluster). Each checked input gets a one-line summary
+// for people, or its diagnostics.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "diag/diag.hpp"
+
+namespace het {
+
+struct InputFiles {
+  std::optional<std::string> model, cluster, plan;
+  std::vector<std::string> profiles;
+  std::optional<std::string> catalog;  // device catalog; the built-in one when absent
+};
+
+struct CheckedInput {
+  std::string kind;     // "catalog", "model", "cluster", "profile", "plan"
+  std::string file;
+  std::string summary;  // what was found, when valid
+  Diagnostics errors;   // empty when valid
+};
+
+struct InputsReport {
+  std::vector<CheckedInput> inputs;
+  bool ok() const;
+};
+
+InputsReport check_inputs(const InputFiles& files);
+
+}  // namespace het

@@ -1,0 +1,108 @@
+// hetplan and hetexec as users run them: real processes on real files.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "process.hpp"
+
+using het::test::run_process;
+
+namespace {
+const std::string kSrc = HET_SOURCE_DIR;
+const std::string kModel = kSrc + "/configs/models/opt-350m.yaml";
+const std::string kCluster = kSrc + "/configs/clusters/demo-1x4a100-1x4v100.yaml";
+}  // namespace
+
+TEST_CASE("hetplan --version and --help") {
+  auto v = run_process({HETPLAN_BIN, "--version"});
+  CHECK(v.exit_code == 0);
+  CHECK_THAT(v.out, Catch::StartsWith("hetplan 0."));
+  auto h = run_process({HETPLAN_BIN, "--help"});
+  CHECK(h.exit_code == 0);
+  CHECK_THAT(h.out, Catch::Contains("validate"));
+  auto vh = run_process({HETPLAN_BIN, "validate", "--help"});
+  CHECK(vh.exit_code == 0);
+  CHECK_THAT(vh.out, Catch::Contains("--model") && Catch::Contains("--plan") && Catch::Contains("--format"));
+}
+
+TEST_CASE("hetplan usage errors exit 2 with a message") {
+  for (std::vector<std::string> args : {std::vector<std::string>{HETPLAN_BIN},
+                                        {HETPLAN_BIN, "frobnicate"},
+                                        {HETPLAN_BIN, "validate", "--modle", "x"},
+                                        {HETPLAN_BIN, "validate"},
+                                        {HETPLAN_BIN, "validate", "--model", kModel, "--format", "xml"}}) {
+    auto r = run_process(args);
+    INFO(args.back());
+    CHECK(r.exit_code == 2);
+    CHECK_FALSE((r.out + r.err).empty());
+  }
+}
+
+TEST_CASE("hetplan validate accepts a shipped model, cluster and the docs' plan, and says what it checked") {
+  auto r = run_process({HETPLAN_BIN, "validate", "--model", kModel, "--cluster", kCluster, "--plan",
+                        kSrc + "/docs/examples/opt-350m-demo.plan.json"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("model") && Catch::Contains("ok") && Catch::Contains("355.9M parameters"));
+  CHECK_THAT(r.out, Catch::Contains("8 devices (a100 1x4 A100-40GB, v100 1x4 V100-16GB)"));
+  CHECK_THAT(r.out, Catch::Contains("1 pipeline, 2 stages, 8 of 8 devices, 1f1b"));
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("hetplan validate --format json is machine-readable") {
+  auto r = run_process({HETPLAN_BIN, "validate", "--model", kModel, "--cluster", kCluster, "--format", "json"});
+  CHECK(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["valid"] == true);
+  REQUIRE(j["inputs"].size() == 2);
+  CHECK(j["inputs"][0]["kind"] == "model");
+  CHECK(j["inputs"][1]["kind"] == "cluster");
+
+  het::test::TempDir dir;
+  auto bad = dir.write("m.yaml", "name: x\n");
+  auto b = run_process({HETPLAN_BIN, "validate", "--model", bad, "--format", "json"});
+  CHECK(b.exit_code == 2);
+  auto jb = nlohmann::json::parse(b.out);
+  CHECK(jb["valid"] == false);
+  CHECK(jb["inputs"][0]["errors"][0]["path"] == "architecture");
+  CHECK(jb["inputs"][0]["errors"][0]["line"] == 1);
+}
+
+TEST_CASE("hetexec --version names its backends and transports") {
+  auto v = run_process({HETEXEC_BIN, "--version"});
+  CHECK(v.exit_code == 0);
+  CHECK_THAT(v.out, Catch::StartsWith("hetexec 0."));
+  CHECK_THAT(v.out, Catch::Contains("cuda:") && Catch::Contains("nccl:") && Catch::Contains("ibverbs:") &&
+                        Catch::Contains("backends:") && Catch::Contains("transports:"));
+  auto h = run_process({HETEXEC_BIN, "devices", "--help"});
+  CHECK(h.exit_code == 0);
+  auto u = run_process({HETEXEC_BIN, "nonsense"});
+  CHECK(u.exit_code == 2);
+}
+
+TEST_CASE("hetexec devices lists this node as text and json") {
+  auto t = run_process({HETEXEC_BIN, "devices"});
+  CHECK(t.exit_code == 0);
+  CHECK_THAT(t.out, Catch::Contains("cpu"));
+  auto j = run_process({HETEXEC_BIN, "devices", "--format", "json"});
+  CHECK(j.exit_code == 0);
+  auto n = nlohmann::json::parse(j.out);
+  CHECK(n["cpu"]["cores"].get<int>() >= 1);
+  CHECK(n["gpus"].is_array());
+}
+
+TEST_CASE("the example plan file is the one shown in docs/plan-format.md") {
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  std::string md = read(kSrc + "/docs/plan-format.md");
+  auto begin = md.find("```json\n");
+  REQUIRE(begin != std::string::npos);
+  auto end = md.find("```", begin + 8);
+  CHECK(md.substr(begin + 8, end - begin - 8) == read(kSrc + "/docs/examples/opt-350m-demo.plan.json"));
+}
