@@ -80,7 +80,7 @@ links:
   REQUIRE_FALSE(c.ok());
   auto msg = test::text(c.errors());
   CHECK_THAT(msg, Catch::Contains("c.yaml:3:5: subclusters[0].inter_node: missing required field"));
-  CHECK_THAT(msg, Catch::Contains("c.yaml:4:13: subclusters[1].name: subcluster name 'a' is already used at line 3"));
+  CHECK_THAT(msg, Catch::Contains("c.yaml:4:12: subclusters[1].name: subcluster name 'a' is already used at line 3"));
   CHECK_THAT(msg, Catch::Contains("subclusters[2].name: subcluster names use letters"));
   CHECK_THAT(msg, Catch::Contains("c.yaml:7:19: links[0].between[1]: unknown subcluster 'zz'"));
   CHECK_THAT(msg, Catch::Contains("links[1].between: a link joins two different subclusters"));

@@ -86,7 +86,7 @@ TEST_CASE("a hand-written plan with only decision fields is accepted with --mode
   CHECK(st[0].tp == 2);
   CHECK(st[0].cp == 1);  // default
   CHECK(st[1].recompute == Recompute::selective);
-  CHECK(st[1].line == 10);
+  CHECK(st[1].line == 9);
   CHECK_FALSE(st[0].warmup.has_value());
 }
 
@@ -139,7 +139,7 @@ TEST_CASE("the example plan in docs/plan-format.md is valid") {
 
 TEST_CASE("validation: device count must be dp*cp*tp") {
   CHECK_THAT(problems(kDecisions, R"("tp": 2, "dp": 2)", R"("tp": 2, "dp": 1)"),
-             Catch::Contains("plan.json:6:8: pipelines[0].stages[0].devices: expected dp*cp*tp = 1*1*2 = 2 devices, got 4"));
+             Catch::Contains("plan.json:7: pipelines[0].stages[0].devices: expected dp*cp*tp = 1*1*2 = 2 devices, got 4"));
 }
 
 TEST_CASE("validation: a device serves one stage") {
@@ -149,7 +149,7 @@ TEST_CASE("validation: a device serves one stage") {
        {"subcluster": "v100")",
                       twice + "},\n       {\"subcluster\": \"v100\""),
              Catch::Contains("pipelines[0].stages[0].devices[2]: device (node 0, device 1) of a100 is already used by "
-                             "pipelines[0].stages[0] (line 6)"));
+                             "pipelines[0].stages[0] (line 7)"));
 }
 
 TEST_CASE("validation: devices must exist in the stage's subcluster") {

@@ -43,7 +43,7 @@ TEST_CASE("a profile rejects two rows of the same shape") {
   auto p = read_profile(test::doc(text, "p.yaml"));
   REQUIRE_FALSE(p.ok());
   CHECK_THAT(test::text(p.errors()), Catch::Contains("units[4]: a layer row with tp 2, cp 1, micro_batch_size 1 and "
-                                                     "seq_length 2048 is already given at line 6"));
+                                                     "seq_length 2048 is already given at line 7"));
 }
 
 TEST_CASE("a profile for another model shape is named as such") {

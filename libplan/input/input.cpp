@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -97,6 +98,9 @@ Result<Document> parse(std::string_view text, const std::string& name) {
 }
 
 Result<Document> load(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return Diagnostic{path, 0, 0, "", "cannot read the file: it is a directory"};
   std::ifstream in(path, std::ios::binary);
   if (!in) return Diagnostic{path, 0, 0, "", std::string("cannot open the file: ") + std::strerror(errno)};
   std::ostringstream buf;
@@ -209,7 +213,9 @@ Fields::Fields(const Context& ctx, const YAML::Node& node, std::string path,
     std::size_t best = 3;
     for (auto a : allowed) {
       list += (list.empty() ? "" : ", ") + std::string(a);
-      if (auto d = edit_distance(key, a); d < best) best = d, hint = std::string(a);
+      // A close spelling, or the key being the start of a field name (vocab -> vocab_size).
+      std::size_t d = a.rfind(key, 0) == 0 ? 1 : edit_distance(key, a);
+      if (d < best) best = d, hint = std::string(a);
     }
     ctx_.error(key_node, join(path_, key),
                "unknown field" + (hint.empty() ? std::string() : "; did you mean '" + hint + "'?") +

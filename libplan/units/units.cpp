@@ -134,36 +134,27 @@ Parsed parse(std::string_view text, Dimension dimension) {
 }
 
 std::string format(double value, Dimension dimension) {
-  struct Step {
-    const char* name;
-    double scale;
-  };
-  auto pick = [&](std::initializer_list<Step> steps) {
-    // Largest unit in which the magnitude is at least 1 (the smallest unit otherwise).
-    const Step* best = steps.begin();
-    for (const auto& st : steps)
-      if (std::fabs(value) >= st.scale) best = &st;
-    return shortest(value / best->scale) + best->name;
-  };
-  switch (dimension) {
-    case Dimension::bytes: {
-      // Exact binary multiples read best in binary units (40GiB, not 42.94967296GB).
-      const double bin[] = {kKi * kKi * kKi * kKi, kKi * kKi * kKi, kKi * kKi, kKi};
-      const char* names[] = {"TiB", "GiB", "MiB", "KiB"};
-      for (int i = 0; i < 4; ++i) {
-        double q = value / bin[i];
-        if (std::fabs(q) >= 1 && q == std::floor(q)) return shortest(q) + names[i];
-      }
-      return pick({{"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}});
-    }
-    case Dimension::bandwidth:
-      return pick({{"B/s", 1}, {"KB/s", 1e3}, {"MB/s", 1e6}, {"GB/s", 1e9}, {"TB/s", 1e12}});
-    case Dimension::time:
-      return pick({{"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}});
-    case Dimension::flops:
-      return pick({{"FLOPS", 1}, {"GFLOPS", 1e9}, {"TFLOPS", 1e12}, {"PFLOPS", 1e15}});
+  // Among the units of the dimension in which the magnitude is at least 1, the shortest
+  // text wins (40GiB rather than 42.94967296GB, 16GB rather than 15625000KiB); on a tie the
+  // larger unit. Units that only differ in spelling (kB/KB, bps/bit/s) are skipped.
+  std::string best;
+  double best_scale = 0;
+  for (const auto& u : kUnits) {
+    if (u.dimension != dimension || u.name == "kB" || u.name == "kbit/s" || u.name == "Kbit/s" ||
+        u.name.find("bps") != std::string_view::npos || u.name.find("FLOP/s") != std::string_view::npos ||
+        u.name == "\xC2\xB5s" || u.name == "min" || u.name == "h" || u.name == "kFLOPS" || u.name == "KFLOPS" ||
+        u.name == "MFLOPS")
+      continue;
+    if (value != 0 && std::fabs(value) < u.scale) continue;
+    std::string text = shortest(value / u.scale) + std::string(u.name);
+    if (best.empty() || text.size() < best.size() || (text.size() == best.size() && u.scale > best_scale))
+      best = text, best_scale = u.scale;
   }
-  return shortest(value);
+  if (best.empty()) {  // smaller than the smallest unit
+    for (const auto& u : kUnits)
+      if (u.dimension == dimension) return shortest(value / u.scale) + std::string(u.name);
+  }
+  return best;
 }
 
 }  // namespace het::units
