@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The main job on shipped configs: checks a seed setup (HAPT's GPT-15B on 4x8 A100 +
+# 4x8 V100 at 5 Gbit/s) and the example plan (OPT-350M on 4 A100 + 4 V100).
+# Sets up first when a package or the build is missing.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+build_dir="${HET_BUILD_DIR:-build}"
+if bash scripts/setup.sh --check; then
+  cmake --build "$build_dir" -j "$(nproc)" > /dev/null
+else
+  bash scripts/setup.sh
+fi
+hetplan="$build_dir/apps/hetplan/hetplan"
+run() { printf '\n$ %s\n' "$*"; "$@"; }
+run "$hetplan" validate --model configs/models/hapt-gpt-15b.yaml --cluster configs/clusters/hapt-4x8a100-4x8v100.yaml
+run "$hetplan" validate --model configs/models/opt-350m.yaml --cluster configs/clusters/demo-1x4a100-1x4v100.yaml \
+  --plan docs/examples/opt-350m-demo.plan.json
