@@ -42,12 +42,14 @@ TEST_CASE("hetplan usage errors exit 2 with a message") {
 
 TEST_CASE("hetplan validate accepts a shipped model, cluster and the docs' plan, and says what it checked") {
   auto r = run_process({HETPLAN_BIN, "validate", "--model", kModel, "--cluster", kCluster, "--plan",
-                        kSrc + "/docs/examples/opt-350m-demo.plan.json"});
+                        kSrc + "/docs/examples/opt-350m-demo.plan.json", "--profile",
+                        kSrc + "/docs/examples/a100-opt-350m.profile.yaml"});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("model") && Catch::Contains("ok") && Catch::Contains("355.9M parameters"));
   CHECK_THAT(r.out, Catch::Contains("8 devices (a100 1x4 A100-40GB, v100 1x4 V100-16GB)"));
   CHECK_THAT(r.out, Catch::Contains("1 pipeline, 2 stages, 8 of 8 devices, 1f1b"));
+  CHECK_THAT(r.out, Catch::Contains("A100-40GB, 4 rows (embedding/head/layer), tp 1..2, micro-batch 1..1"));
   CHECK(r.err.empty());
 }
 
@@ -105,4 +107,11 @@ TEST_CASE("the example plan file is the one shown in docs/plan-format.md") {
   REQUIRE(begin != std::string::npos);
   auto end = md.find("```", begin + 8);
   CHECK(md.substr(begin + 8, end - begin - 8) == read(kSrc + "/docs/examples/opt-350m-demo.plan.json"));
+}
+
+TEST_CASE("a complete plan validates on its own: it embeds its model and cluster") {
+  auto r = run_process({HETPLAN_BIN, "validate", "--plan", kSrc + "/docs/examples/opt-350m-demo.plan.json"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("for opt-350m on demo-1x4a100-1x4v100"));
 }
