@@ -1,0 +1,184 @@
+#include "sim/sim.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "schedule/schedule.hpp"
+
+namespace het::sim {
+
+namespace {
+
+constexpr double kUnknown = -1;
+
+struct PipelineRun {
+  PipelineReport report;
+};
+
+// Simulates one pipeline's DAG; appends trace events when asked.
+Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trace, std::vector<TraceEvent>& events) {
+  const int S = static_cast<int>(p.stages.size());
+  const int m = p.num_microbatches;
+  const std::string where = "pipelines[" + std::to_string(index) + "]";
+  if (S == 0 || m < 1) return Diagnostic{"", 0, 0, where, "a pipeline needs at least one stage and one micro-batch"};
+  if (static_cast<int>(p.warmup.size()) != S)
+    return Diagnostic{"", 0, 0, where, "expected one warm-up count per stage"};
+
+  std::vector<std::vector<schedule::Op>> ops(S);
+  for (int s = 0; s < S; ++s) ops[s] = schedule::stage_ops(p.warmup[s], m);
+
+  const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(m);
+  std::vector<double> f_end(n, kUnknown), cf_arrive(n, kUnknown), cb_arrive(n, kUnknown);
+  auto at = [m](int s, int i) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(m) + static_cast<std::size_t>(i); };
+  std::vector<double> free_at(S, 0), link_f_free(S, 0), link_b_free(S, 0);
+  std::vector<std::size_t> pos(S, 0);
+  std::vector<int> in_flight(S, 0);
+  PipelineReport report;
+  report.stages.resize(S);
+
+  std::vector<int> work;
+  std::vector<char> queued(S, 1);
+  for (int s = S - 1; s >= 0; --s) work.push_back(s);
+  auto wake = [&](int s) {
+    if (!queued[s]) queued[s] = 1, work.push_back(s);
+  };
+  auto emit = [&](const std::string& track, std::string name, double start, double dur) {
+    if (trace) events.push_back({"p" + std::to_string(index) + " " + track, std::move(name), start, dur});
+  };
+
+  while (!work.empty()) {
+    const int s = work.back();
+    work.pop_back();
+    queued[s] = 0;
+    const StageCosts& c = p.stages[s];
+    StageReport& r = report.stages[s];
+    while (pos[s] < ops[s].size()) {
+      const schedule::Op op = ops[s][pos[s]];
+      const int i = op.microbatch;
+      if (op.kind == schedule::OpKind::forward) {
+        double ready = s == 0 ? 0 : cf_arrive[at(s - 1, i)];
+        if (ready == kUnknown) break;  // waiting for activations
+        const double start = std::max(free_at[s], ready), end = start + c.forward_s;
+        f_end[at(s, i)] = free_at[s] = end;
+        r.compute_s += c.forward_s;
+        r.max_in_flight = std::max(r.max_in_flight, ++in_flight[s]);
+        emit("s" + std::to_string(s) + " compute", "F" + std::to_string(i), start, c.forward_s);
+        if (s + 1 < S) {
+          const double cs = std::max(end, link_f_free[s]);
+          cf_arrive[at(s, i)] = link_f_free[s] = cs + c.send_forward_s;
+          r.send_busy_s += c.send_forward_s;
+          emit("s" + std::to_string(s) + "->s" + std::to_string(s + 1), "C^F " + std::to_string(i), cs, c.send_forward_s);
+          wake(s + 1);
+        }
+      } else {
+        double ready = s == S - 1 ? f_end[at(s, i)] : cb_arrive[at(s, i)];
+        if (ready == kUnknown) break;  // waiting for gradients
+        const double start = std::max(free_at[s], ready), end = start + c.backward_s;
+        free_at[s] = end;
+        r.compute_s += c.backward_s;
+        --in_flight[s];
+        r.last_backward_end_s = end;
+        emit("s" + std::to_string(s) + " compute", "B" + std::to_string(i), start, c.backward_s);
+        if (s > 0) {
+          const StageCosts& prev = p.stages[s - 1];
+          const double cs = std::max(end, link_b_free[s - 1]);
+          cb_arrive[at(s - 1, i)] = link_b_free[s - 1] = cs + prev.send_backward_s;
+          report.stages[s - 1].send_busy_s += prev.send_backward_s;
+          emit("s" + std::to_string(s) + "->s" + std::to_string(s - 1), "C^B " + std::to_string(i), cs,
+               prev.send_backward_s);
+          wake(s - 1);
+        }
+      }
+      ++pos[s];
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    if (pos[s] < ops[s].size()) {
+      const schedule::Op op = ops[s][pos[s]];
+      return Diagnostic{"", 0, 0, where + ".stages[" + std::to_string(s) + "]",
+                        "the schedule deadlocks: " + schedule::to_string(op) + " waits for " +
+                            (op.kind == schedule::OpKind::forward ? "activations from stage " + std::to_string(s - 1)
+                                                                  : "gradients from stage " + std::to_string(s + 1)) +
+                            " that never come (warm-up counts must not increase along the pipeline; they are " +
+                            [&] {
+                              std::string w;
+                              for (int x : p.warmup) w += (w.empty() ? "" : ", ") + std::to_string(x);
+                              return w;
+                            }() + ")"};
+    }
+    report.makespan_s = std::max(report.makespan_s, report.stages[s].last_backward_end_s);
+  }
+  for (auto& r : report.stages) r.idle_s = report.makespan_s - r.compute_s;
+  return report;
+}
+
+}  // namespace
+
+Result<SimResult> simulate(const SimInput& in) {
+  SimResult out;
+  for (std::size_t k = 0; k < in.pipelines.size(); ++k) {
+    auto r = run_pipeline(in.pipelines[k], static_cast<int>(k), in.trace, out.trace);
+    if (!r) return r.errors();
+    out.pipelines.push_back(std::move(*r));
+  }
+
+  // Gradient sync per group, then optimizer steps.
+  for (auto& p : out.pipelines)
+    for (auto& st : p.stages) st.sync_end_s = st.last_backward_end_s;
+  for (std::size_t g = 0; g < in.sync_groups.size(); ++g) {
+    const SyncGroup& group = in.sync_groups[g];
+    double ready = 0, all_done = 0;
+    for (auto [pi, si] : group.members) {
+      if (pi < 0 || pi >= static_cast<int>(out.pipelines.size()) || si < 0 ||
+          si >= static_cast<int>(out.pipelines[pi].stages.size()))
+        return Diagnostic{"", 0, 0, "sync_groups[" + std::to_string(g) + "]", "names a stage that does not exist"};
+      const StageReport& st = out.pipelines[pi].stages[si];
+      const double last_b = in.pipelines[pi].stages[si].backward_s;
+      ready = std::max(ready, in.overlap_sync ? st.last_backward_end_s - last_b : st.last_backward_end_s);
+      all_done = std::max(all_done, st.last_backward_end_s);
+    }
+    const double end = std::max(ready + group.time_s, all_done);
+    for (auto [pi, si] : group.members) out.pipelines[pi].stages[si].sync_end_s = end;
+    if (in.trace && group.time_s > 0)
+      out.trace.push_back({"sync " + std::to_string(g), "sync", ready, group.time_s});
+  }
+  double makespan = 0, compute = 0, capacity = 0;
+  for (std::size_t k = 0; k < out.pipelines.size(); ++k) {
+    auto& p = out.pipelines[k];
+    makespan = std::max(makespan, p.makespan_s);
+    for (std::size_t s = 0; s < p.stages.size(); ++s) {
+      auto& st = p.stages[s];
+      const double opt = in.pipelines[k].stages[s].optimizer_s;
+      st.finish_s = st.sync_end_s + opt;
+      out.iteration_s = std::max(out.iteration_s, st.finish_s);
+      compute += st.compute_s;
+      capacity += p.makespan_s;
+      if (in.trace && opt > 0)
+        out.trace.push_back({"p" + std::to_string(k) + " s" + std::to_string(s) + " compute", "optimizer", st.sync_end_s, opt});
+    }
+  }
+  out.bubble_fraction = capacity > 0 ? 1 - compute / capacity : 0;
+  double sync_end = 0;
+  for (const auto& p : out.pipelines)
+    for (const auto& st : p.stages) sync_end = std::max(sync_end, st.sync_end_s);
+  out.exposed_sync_s = sync_end - makespan;
+  return out;
+}
+
+std::string chrome_trace(const std::vector<TraceEvent>& events) {
+  // Tracks become threads of one process, in order of first appearance.
+  std::map<std::string, int> tid;
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& e : events) {
+    auto [it, fresh] = tid.emplace(e.track, static_cast<int>(tid.size()));
+    if (fresh)
+      list.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", it->second}, {"args", {{"name", e.track}}}});
+    list.push_back({{"ph", "X"}, {"name", e.name}, {"pid", 0}, {"tid", it->second}, {"ts", e.start_s * 1e6},
+                    {"dur", e.duration_s * 1e6}});
+  }
+  return nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ms"}}.dump() + "\n";
+}
+
+}  // namespace het::sim

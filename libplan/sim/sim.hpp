@@ -1,0 +1,87 @@
+#pragma once
+// The pipeline simulator (DESIGN.md §7): HAPT §4.2.1's DAG. For every micro-batch i and
+// stage s there are four nodes: F(i,s), B(i,s), C^F(i,s) (activations s -> s+1) and
+// C^B(i,s) (gradients s+1 -> s). Edges: compute order on a stage (the schedule module's
+// operation list), transfer order on each link direction (full duplex, one transfer at a
+// time per direction, in issue order), and data dependencies (F(i,s) -> C^F(i,s) ->
+// F(i,s+1); B(i,s+1) -> C^B(i,s) -> B(i,s)). Start times are longest paths, computed in
+// one topological sweep: O(stages × micro-batches) per pipeline.
+//
+// After the pipelines: the data-parallel gradient sync of each sync group (stages that hold
+// the same units, across a stage's replicas and across pipelines), overlapped with the last
+// backward when allowed, then each stage's optimizer step. The iteration ends when the
+// last optimizer step does.
+//
+// The simulator knows nothing about models or devices: the cost model fills in the times.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "diag/diag.hpp"
+
+namespace het::sim {
+
+struct StageCosts {
+  double forward_s = 0;         // per micro-batch, TP collectives included
+  double backward_s = 0;        // per micro-batch, recomputation and TP collectives included
+  double send_forward_s = 0;    // activations to the next stage, per micro-batch (last stage: unused)
+  double send_backward_s = 0;   // gradients from the next stage back to this one (last stage: unused)
+  double optimizer_s = 0;       // optimizer step after the gradient sync
+  std::string name;             // for traces, e.g. "p0 s1 a100"
+};
+
+struct PipelineInput {
+  int num_microbatches = 1;
+  std::vector<StageCosts> stages;
+  std::vector<int> warmup;  // per stage; see schedule::warmup_counts
+};
+
+// Stages whose gradients are reduced together; time_s is the collective's duration.
+struct SyncGroup {
+  std::vector<std::pair<int, int>> members;  // (pipeline, stage)
+  double time_s = 0;
+};
+
+struct SimInput {
+  std::vector<PipelineInput> pipelines;
+  std::vector<SyncGroup> sync_groups;  // a stage in no group needs no sync
+  bool overlap_sync = true;            // sync may start with the last backward (bucketed all-reduce)
+  bool trace = false;                  // record TraceEvents
+};
+
+struct TraceEvent {
+  std::string track;  // "p0 s1 compute", "p0 s1->s2 send", ...
+  std::string name;   // "F3", "B3", "C^F 3", "sync", "optimizer"
+  double start_s = 0, duration_s = 0;
+};
+
+struct StageReport {
+  double compute_s = 0;        // Σ forward + backward time
+  double send_busy_s = 0;      // time its outgoing links (both directions) carry data
+  double last_backward_end_s = 0;
+  double sync_end_s = 0;       // when its gradient sync finished
+  double finish_s = 0;         // after its optimizer step
+  double idle_s = 0;           // pipeline makespan minus compute
+  int max_in_flight = 0;       // most micro-batches whose activations it held at once
+};
+
+struct PipelineReport {
+  double makespan_s = 0;  // last backward of any stage
+  std::vector<StageReport> stages;
+};
+
+struct SimResult {
+  double iteration_s = 0;
+  double bubble_fraction = 0;  // 1 - Σ compute / Σ (stages × makespan), over all pipelines
+  double exposed_sync_s = 0;   // iteration time added by gradient sync beyond the makespan
+  std::vector<PipelineReport> pipelines;
+  std::vector<TraceEvent> trace;
+};
+
+// Errors: a schedule that deadlocks (named stage and micro-batch), mismatched sizes.
+Result<SimResult> simulate(const SimInput& input);
+
+// Chrome trace JSON (open in Perfetto or chrome://tracing): one track per stage and link.
+std::string chrome_trace(const std::vector<TraceEvent>& events);
+
+}  // namespace het::sim
