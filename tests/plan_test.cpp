@@ -190,6 +190,16 @@ TEST_CASE("validation: warm-up counts lie in [1, micro-batches]") {
              Catch::Contains("warm-up count 0 must be between 1"));
 }
 
+TEST_CASE("validation: warm-up counts must not increase along a pipeline") {
+  std::string text = problems(kDecisions, R"("layers": [17, 25],)", R"("layers": [17, 25], "warmup": 2,)");
+  CHECK(text.empty());  // the first stage has none: nothing to compare
+  std::string both = kDecisions;
+  both.replace(both.find(R"("layers": [0, 16],)"), 18, R"("layers": [0, 16], "warmup": 1,)");
+  CHECK_THAT(problems(both, R"("layers": [17, 25],)", R"("layers": [17, 25], "warmup": 2,)"),
+             Catch::Contains("pipelines[0].stages[1].warmup: warm-up count 2 exceeds the previous stage's 1; the "
+                             "schedule would deadlock"));
+}
+
 TEST_CASE("validation: the sublayer granularity doubles the layer units") {
   std::string text = kDecisions;
   text.replace(text.find("\"pipelines\""), 0, "\"granularity\": \"sublayer\",\n  ");

@@ -107,6 +107,15 @@ Diagnostics validate_plan(const Plan& plan, const std::string& file) {
                     (it->second.second > 0 ? " (line " + std::to_string(it->second.second) + ")" : ""));
       }
     }
+    for (std::size_t si = 1; si < p.stages.size(); ++si) {
+      const Stage& prev = p.stages[si - 1];
+      const Stage& s = p.stages[si];
+      if (prev.warmup && s.warmup && std::min(*s.warmup, p.num_microbatches) > std::min(*prev.warmup, p.num_microbatches))
+        error(s.line, stage_path(pi, si) + ".warmup",
+              "warm-up count " + std::to_string(*s.warmup) + " exceeds the previous stage's " +
+                  std::to_string(*prev.warmup) + "; the schedule would deadlock (the previous stage sends the "
+                  "activations only after its first backward)");
+    }
     if (!p.stages.empty() && next_unit < units)
       error(p.stages.back().line, stage_path(pi, p.stages.size() - 1) + ".layers",
             "the last stage ends at unit " + std::to_string(next_unit - 1) + " but the model's units run to " +

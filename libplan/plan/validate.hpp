@@ -6,7 +6,8 @@
 //   - tp divides the attention and kv heads, cp divides the sequence length, dp divides
 //     the pipeline's micro-batch size;
 //   - Σ micro_batch_size × num_microbatches over pipelines equals the global batch;
-//   - warm-up counts, when given, are in [1, num_microbatches].
+//   - warm-up counts, when given, are in [1, num_microbatches] and do not increase along a
+//     pipeline (a stage with more warm-ups than the one before it would deadlock).
 // Returns every violation found (empty when valid); `file` names the plan in diagnostics.
 #include <string>
 
