@@ -5,7 +5,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+
 #include "het/version.hpp"
+#include "plan/plan_io.hpp"
+#include "predict/predict.hpp"
+#include "report/report.hpp"
+#include "sim/sim.hpp"
 #include "validation/inputs.hpp"
 
 namespace {
@@ -51,6 +57,63 @@ int run_validate(const het::InputFiles& files, const std::string& format) {
   return report.ok() ? 0 : kInvalid;
 }
 
+void print_errors(const het::Diagnostics& errors) {
+  for (const auto& e : errors) std::cerr << "error: " << e.to_string() << "\n";
+}
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) {
+    std::cerr << "error: cannot write " << path << "\n";
+    return false;
+  }
+  return true;
+}
+
+struct SimulateArgs {
+  het::InputFiles files;
+  std::string schedule, format = "table", output, trace, resharding = "cheapest";
+  bool no_overlap_sync = false;
+};
+
+// simulate and show: load, validate, predict; print a table or the completed plan.
+int run_simulate(const SimulateArgs& a, bool show) {
+  auto loaded = het::load_plan_inputs(a.files);
+  if (!loaded) {
+    print_errors(loaded.errors());
+    return kInvalid;
+  }
+  het::predict::Options opt;
+  if (!a.schedule.empty()) {
+    for (auto k : {het::ScheduleKind::gpipe, het::ScheduleKind::one_f_one_b, het::ScheduleKind::eager_1f1b,
+                   het::ScheduleKind::h_1f1b, het::ScheduleKind::virtual_1f1b})
+      if (a.schedule == het::to_string(k)) opt.schedule = k;
+  }
+  for (auto r : {het::predict::Resharding::cheapest, het::predict::Resharding::all_pairs,
+                 het::predict::Resharding::gather_send_scatter, het::predict::Resharding::inner_dp_rank0,
+                 het::predict::Resharding::send_recv_allgather})
+    if (a.resharding == het::predict::to_string(r)) opt.resharding = r;
+  opt.overlap_sync = !a.no_overlap_sync;
+  opt.trace = !a.trace.empty();
+  het::cost::ComputeModel compute(loaded->plan.model, loaded->profiles);
+  auto outcome = het::predict::predict(loaded->plan, compute, opt);
+  if (!outcome) {
+    print_errors(outcome.errors());
+    return kInvalid;
+  }
+  if (!a.trace.empty() && !write_file(a.trace, het::sim::chrome_trace(outcome->sim.trace))) return kInvalid;
+  const std::string plan_json = het::write_plan(outcome->plan);
+  if (!a.output.empty() && !write_file(a.output, plan_json)) return kInvalid;
+  if (a.format == "json" && !show) {
+    std::cout << plan_json;
+  } else {
+    std::cout << het::report::stage_table(*outcome) << "\n" << het::report::summary(*outcome);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,6 +132,29 @@ int main(int argc, char** argv) {
   validate->add_option("--catalog", files.catalog, "device catalog (default: the built-in configs/devices.yaml)");
   validate->add_option("--format", format, "output: text (a table) or json")->check(CLI::IsMember({"text", "json"}));
 
+  SimulateArgs sim_args;
+  auto add_plan_inputs = [&](CLI::App* cmd) {
+    cmd->add_option("plan", sim_args.files.plan, "plan.json")->required();
+    cmd->add_option("--model", sim_args.files.model, "model.yaml, replacing the plan's own");
+    cmd->add_option("--cluster", sim_args.files.cluster, "cluster.yaml, replacing the plan's own");
+    cmd->add_option("--profile", sim_args.files.profiles, "profile.yaml (repeatable); analytic costs without");
+    cmd->add_option("--catalog", sim_args.files.catalog, "device catalog (default: built in)");
+    cmd->add_option("--schedule", sim_args.schedule, "replace the plan's schedule")
+        ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b", "h-1f1b", "virtual-1f1b"}));
+    cmd->add_option("--resharding", sim_args.resharding, "between stages of different (dp, cp, tp)")
+        ->check(CLI::IsMember({"cheapest", "all-pairs", "gather-send-scatter", "inner-dp-rank0", "send-recv-allgather"}));
+    cmd->add_flag("--no-overlap-sync", sim_args.no_overlap_sync, "gradient sync waits for the last backward");
+    cmd->add_option("--trace", sim_args.trace, "write a Chrome trace of one iteration (open in Perfetto)");
+  };
+  auto* simulate = app.add_subcommand(
+      "simulate", "Predict a plan: warm-ups, iteration time, throughput, MFU, memory per stage (the plan's derived fields)");
+  add_plan_inputs(simulate);
+  simulate->add_option("--format", sim_args.format, "table (default) or json (the completed plan)")
+      ->check(CLI::IsMember({"table", "json"}));
+  simulate->add_option("-o,--output", sim_args.output, "write the completed plan to this file");
+  auto* show = app.add_subcommand("show", "Print a plan's stage table and predicted summary");
+  add_plan_inputs(show);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -76,5 +162,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kInvalid;
   }
   if (validate->parsed()) return run_validate(files, format);
+  if (simulate->parsed()) return run_simulate(sim_args, false);
+  if (show->parsed()) return run_simulate(sim_args, true);
   return kInvalid;
 }

@@ -20,6 +20,7 @@ struct DeviceSpec {
   double memory = 0;         // bytes
   double peak = 0;           // dense bf16/fp16 FLOP/s
   double mem_bandwidth = 0;  // bytes per second
+  double efficiency = 0;     // fraction of peak the analytic cost model assumes; 0: the default (0.5)
 };
 
 struct CatalogDevice {

@@ -61,16 +61,17 @@ std::optional<DeviceSpec> read_device(const input::Fields& sub, const DeviceCata
     }
     return (*from_catalog)->device;
   }
-  auto f = sub.map("device", Need::required, {"type", "memory", "peak", "mem_bandwidth"});
+  auto f = sub.map("device", Need::required, {"type", "memory", "peak", "mem_bandwidth", "efficiency"});
   if (!f) return std::nullopt;
   auto type = f->string("type", Need::required);
   if (!type) return std::nullopt;
   *from_catalog = catalog.find(*type);
   Need need = *from_catalog ? Need::optional : Need::required;
-  DeviceSpec d = *from_catalog ? (*from_catalog)->device : DeviceSpec{*type, 0, 0, 0};
+  DeviceSpec d = *from_catalog ? (*from_catalog)->device : DeviceSpec{*type, 0, 0, 0, 0};
   if (auto v = f->quantity("memory", Dimension::bytes, need)) d.memory = *v;
   if (auto v = f->quantity("peak", Dimension::flops, need)) d.peak = *v;
   if (auto v = f->quantity("mem_bandwidth", Dimension::bandwidth, need)) d.mem_bandwidth = *v;
+  if (auto v = f->number("efficiency", Need::optional, 0.01, 1.0)) d.efficiency = *v;
   return d;
 }
 
@@ -200,6 +201,7 @@ nlohmann::ordered_json to_json(const ClusterSpec& c) {
         {"nodes", s.nodes},
         {"devices_per_node", s.devices_per_node},
         {"intra_node", link_json(s.intra_node)}};
+    if (s.device.efficiency > 0) j["device"]["efficiency"] = s.device.efficiency;
     if (s.inter_node) j["inter_node"] = link_json(*s.inter_node);
     subs.push_back(std::move(j));
   }

@@ -139,4 +139,33 @@ InputsReport check_inputs(const InputFiles& files) {
   return report;
 }
 
+Result<LoadedPlan> load_plan_inputs(const InputFiles& files) {
+  Diagnostics errors;
+  auto take = [&](const Diagnostics& d) { errors.insert(errors.end(), d.begin(), d.end()); };
+  auto catalog = files.catalog ? load_catalog(*files.catalog) : builtin_catalog();
+  if (!catalog) return catalog.errors();
+  std::optional<ModelSpec> model;
+  std::optional<ClusterSpec> cluster;
+  if (files.model) {
+    if (auto m = load_model(*files.model)) model = *m;
+    else take(m.errors());
+  }
+  if (files.cluster) {
+    if (auto c = load_cluster(*files.cluster, *catalog)) cluster = *c;
+    else take(c.errors());
+  }
+  LoadedPlan out;
+  for (const auto& f : files.profiles) {
+    if (auto p = load_profile(f)) out.profiles.push_back(std::move(*p));
+    else take(p.errors());
+  }
+  if (!files.plan) errors.push_back({"", 0, 0, "", "no plan given"});
+  if (!errors.empty()) return errors;
+  auto plan = load_plan(*files.plan, {model ? &*model : nullptr, cluster ? &*cluster : nullptr, &*catalog});
+  if (!plan) return plan.errors();
+  if (auto problems = validate_plan(*plan, *files.plan); !problems.empty()) return problems;
+  out.plan = std::move(*plan);
+  return out;
+}
+
 }  // namespace het

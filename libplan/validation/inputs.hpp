@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "diag/diag.hpp"
+#include "plan/plan.hpp"
+#include "spec/profile.hpp"
 
 namespace het {
 
@@ -30,5 +32,13 @@ struct InputsReport {
 };
 
 InputsReport check_inputs(const InputFiles& files);
+
+// A plan ready to simulate: read with the given model/cluster (which replace the plan's
+// own), validated, and the profiles read. Every problem of every file, or the plan.
+struct LoadedPlan {
+  Plan plan;
+  std::vector<ProfileSpec> profiles;
+};
+Result<LoadedPlan> load_plan_inputs(const InputFiles& files);
 
 }  // namespace het

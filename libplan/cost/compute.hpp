@@ -1,0 +1,53 @@
+#pragma once
+// Compute time of one unit for one micro-batch on one device (DESIGN.md §6).
+//
+// From a profile of the device type when there is one for this model shape: rows with the
+// same (tp, cp, seq_length) are interpolated linearly over the micro-batch size; a point
+// outside the measured sizes, or a shape that was not measured (scaled from the nearest
+// measured shape by the ratio of analytic times), is marked extrapolated. Without a
+// profile: model FLOPs / (tp·cp) / (peak × efficiency), backward = 2 × forward; the
+// embedding is memory-bound (2·b·s·h·dtype bytes / memory bandwidth).
+// Profiled times include the TP collectives of their measurement; analytic ones do not
+// (the stage costing adds them), which UnitCost.includes_tp_comm says.
+#include <string>
+#include <vector>
+
+#include "spec/catalog.hpp"
+#include "spec/model.hpp"
+#include "spec/profile.hpp"
+
+namespace het::cost {
+
+enum class Source { profile, interpolated, extrapolated, analytic };
+const char* to_string(Source s);
+
+struct UnitCost {
+  double forward_s = 0, backward_s = 0;
+  double recompute_full_s = 0;       // recomputing the unit's forward
+  double recompute_selective_s = 0;  // recomputing the attention core only
+  Source source = Source::analytic;
+  bool includes_tp_comm = false;
+};
+
+// Default fraction of peak FLOP/s the analytic model assumes when a device gives none.
+inline constexpr double kDefaultEfficiency = 0.5;
+
+class ComputeModel {
+ public:
+  // Keeps the profiles measured for this model's shape; the others are listed in notes().
+  ComputeModel(const ModelSpec& model, std::vector<ProfileSpec> profiles);
+
+  // `sequences`: sequences of the micro-batch on one device (micro_batch_size / dp).
+  UnitCost unit(UnitKind kind, const DeviceSpec& device, int tp, int cp, double sequences) const;
+  const std::vector<std::string>& notes() const { return notes_; }
+  bool has_profile(const std::string& device_type) const;
+
+ private:
+  UnitCost analytic(UnitKind kind, const DeviceSpec& device, int tp, int cp, double sequences, int seq) const;
+
+  ModelSpec model_;
+  std::vector<ProfileSpec> profiles_;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace het::cost

@@ -1,0 +1,412 @@
+#include "predict/predict.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "cost/comm.hpp"
+#include "cost/flops.hpp"
+#include "schedule/schedule.hpp"
+
+namespace het::predict {
+
+const char* to_string(Resharding r) {
+  switch (r) {
+    case Resharding::cheapest: return "cheapest";
+    case Resharding::all_pairs: return "all-pairs";
+    case Resharding::gather_send_scatter: return "gather-send-scatter";
+    case Resharding::inner_dp_rank0: return "inner-dp-rank0";
+    case Resharding::send_recv_allgather: return "send-recv-allgather";
+  }
+  return "?";
+}
+
+namespace {
+
+// Where a stage's devices sit.
+struct Placement {
+  const SubclusterSpec* sub = nullptr;
+  int nodes = 0;          // distinct nodes used
+  int per_node = 0;       // most devices used on one node (they share its NIC)
+  bool tp_in_node = true; // every TP group lies inside one node
+};
+
+Placement place(const Stage& s, const ClusterSpec& cluster) {
+  Placement p;
+  p.sub = cluster.find(s.subcluster);
+  std::map<int, int> count;
+  for (const auto& d : s.devices) ++count[d.node];
+  p.nodes = static_cast<int>(count.size());
+  for (auto [node, n] : count) p.per_node = std::max(p.per_node, n);
+  for (std::size_t g = 0; g + s.tp <= s.devices.size(); g += s.tp)
+    for (int k = 1; k < s.tp; ++k)
+      if (s.devices[g + k].node != s.devices[g].node) p.tp_in_node = false;
+  return p;
+}
+
+// The link of a collective among a stage's devices: intra-node when it stays in a node,
+// else the node NIC shared by the stage's devices on that node.
+LinkSpec group_link(const Placement& p, bool within_node) {
+  if (within_node || !p.sub->inter_node) return p.sub->intra_node;
+  return cost::shared(*p.sub->inter_node, p.per_node);
+}
+
+struct UnitCounts {
+  double layers = 0;  // transformer layers (sublayer units count 1/2)
+  int attn = 0, mlp = 0, full_layers = 0;
+  bool embedding = false, head = false;
+};
+
+UnitCounts count_units(const Plan& plan, const Stage& s) {
+  UnitCounts c;
+  const int last_unit = num_units(plan.model, plan.granularity) - 1;
+  for (int u = s.first; u <= s.last; ++u) {
+    if (u == 0) c.embedding = true;
+    else if (u == last_unit) c.head = true;
+    else if (plan.granularity == Granularity::layer) ++c.full_layers;
+    else if ((u - 1) % 2 == 0) ++c.attn;
+    else ++c.mlp;
+  }
+  c.layers = c.full_layers + 0.5 * (c.attn + c.mlp);
+  return c;
+}
+
+double stage_parameters(const ModelSpec& m, const UnitCounts& c) {
+  const double h = m.hidden_size, v = m.vocab_size;
+  const double layer = static_cast<double>(layer_parameter_count(m));
+  double p = c.layers * layer;
+  if (c.embedding) p += v * h + (m.architecture == Architecture::gpt ? double(m.seq_length) * h : 0);
+  if (c.head) p += m.architecture == Architecture::gpt ? 2 * h : h + v * h;
+  return p;
+}
+
+// Time of one stage-to-stage hop for `bytes` (one micro-batch, whole), by strategy.
+struct Hop {
+  double seconds = 0;
+  double cross_bytes = 0;  // bytes that cross the link between the stages
+  Resharding strategy = Resharding::send_recv_allgather;
+};
+
+Hop hop(const Stage& a, const Stage& b, const Placement& pa, const Placement& pb, const ClusterSpec& cluster,
+        double bytes, const Options& opt) {
+  const bool cross = a.subcluster != b.subcluster;
+  const int da = static_cast<int>(a.devices.size()), db = static_cast<int>(b.devices.size());
+  // The link and how many independent paths it offers.
+  LinkSpec link;
+  int paths = 1;
+  bool same_node = !cross && pa.nodes == 1 && pb.nodes == 1 && a.devices[0].node == b.devices[0].node;
+  if (cross) {
+    link = cluster.link_between(a.subcluster, b.subcluster);
+    paths = std::min(pa.nodes, pb.nodes);  // the link bandwidth is per node
+  } else if (same_node) {
+    link = pa.sub->intra_node;
+    paths = std::min(da, db);  // each device has its own intra-node link
+  } else {
+    link = pa.sub->inter_node.value_or(pa.sub->intra_node);
+    paths = std::min(pa.nodes, pb.nodes);
+  }
+  const double host = cross ? 2 * bytes / std::min(da, db) / opt.host_bandwidth : 0;  // D2H + H2D
+  const LinkSpec recv_link = group_link(pb, pb.tp_in_node);
+  const LinkSpec send_link = group_link(pa, pa.tp_in_node && pa.nodes == 1);
+  const double recv_shard = bytes / (double(b.dp) * b.cp);  // what one receiver TP group needs
+
+  auto make = [&](Resharding r) {
+    Hop h;
+    h.strategy = r;
+    switch (r) {
+      case Resharding::all_pairs:  // every receiver rank gets its shard straight from the senders
+        h.cross_bytes = bytes * b.tp;
+        h.seconds = link.latency * std::max(1, da / std::max(1, db)) + h.cross_bytes / (paths * link.bandwidth) + host;
+        break;
+      case Resharding::gather_send_scatter:  // one sender, one path, one receiver
+        h.cross_bytes = bytes;
+        h.seconds = cost::allgather_s(bytes, da / a.tp, send_link) + cost::p2p_s(bytes, link) +
+                    cost::allgather_s(bytes, db, recv_link) + 2 * bytes / opt.host_bandwidth * (cross ? 1 : 0);
+        break;
+      case Resharding::inner_dp_rank0: {  // each replica's rank 0 sends its shard; broadcast in the TP group
+        h.cross_bytes = bytes;
+        const int p = std::min({paths, a.dp, b.dp});
+        h.seconds = link.latency + bytes / (std::max(1, p) * link.bandwidth) + cost::p2p_s(b.tp > 1 ? recv_shard : 0, recv_link) + host;
+        break;
+      }
+      case Resharding::send_recv_allgather:  // every sender rank sends 1/tp; receivers all-gather
+      case Resharding::cheapest:
+        h.strategy = Resharding::send_recv_allgather;
+        h.cross_bytes = bytes;
+        h.seconds = link.latency + bytes / (paths * link.bandwidth) + cost::allgather_s(recv_shard, b.tp, recv_link) + host;
+        break;
+    }
+    return h;
+  };
+  if (opt.resharding != Resharding::cheapest) return make(opt.resharding);
+  Hop best = make(Resharding::send_recv_allgather);
+  for (auto r : {Resharding::all_pairs, Resharding::gather_send_scatter, Resharding::inner_dp_rank0}) {
+    Hop h = make(r);
+    if (h.seconds < best.seconds) best = h;
+  }
+  return best;
+}
+
+int source_rank(cost::Source s) {
+  switch (s) {
+    case cost::Source::profile: return 0;
+    case cost::Source::interpolated: return 1;
+    case cost::Source::extrapolated: return 2;
+    case cost::Source::analytic: return 3;
+  }
+  return 3;
+}
+
+}  // namespace
+
+Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& compute, const Options& opt) {
+  Outcome out;
+  out.plan = input_plan;
+  Plan& plan = out.plan;
+  if (opt.schedule) plan.schedule = *opt.schedule;
+  const ModelSpec& m = plan.model;
+  const double act_bytes_per_seq = double(m.seq_length) * m.hidden_size * dtype_bytes(m.dtype);
+  const double grad_bytes = dtype_bytes(m.dtype);
+
+  // Sync groups: stages whose unit ranges overlap, across all pipelines (union-find).
+  std::vector<std::pair<int, int>> index;  // flat id -> (pipeline, stage)
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p)
+    for (std::size_t s = 0; s < plan.pipelines[p].stages.size(); ++s) index.push_back({int(p), int(s)});
+  std::vector<int> parent(index.size());
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](int x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (std::size_t i = 0; i < index.size(); ++i)
+    for (std::size_t j = i + 1; j < index.size(); ++j) {
+      const Stage& a = plan.pipelines[index[i].first].stages[index[i].second];
+      const Stage& b = plan.pipelines[index[j].first].stages[index[j].second];
+      if (index[i].first != index[j].first && a.first <= b.last && b.first <= a.last) parent[find(int(i))] = find(int(j));
+    }
+
+  sim::SimInput sin;
+  sin.overlap_sync = opt.overlap_sync;
+  sin.trace = opt.trace;
+  out.stages.resize(plan.pipelines.size());
+  double cross_bytes = 0;
+
+  for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
+    Pipeline& p = plan.pipelines[pi];
+    const int S = static_cast<int>(p.stages.size());
+    auto& details = out.stages[pi];
+    details.resize(S);
+    std::vector<Placement> places;
+    for (const auto& s : p.stages) places.push_back(place(s, plan.cluster));
+
+    schedule::WarmupInput w;
+    w.kind = plan.schedule;
+    w.num_microbatches = p.num_microbatches;
+    w.epsilon = opt.epsilon;
+    sim::PipelineInput pin;
+    pin.num_microbatches = p.num_microbatches;
+
+    for (int si = 0; si < S; ++si) {
+      const Stage& s = p.stages[si];
+      const Placement& pl = places[si];
+      StageDetail& d = details[si];
+      const DeviceSpec& dev = pl.sub->device;
+      const double b = double(p.micro_batch_size) / s.dp;  // sequences per device
+      const UnitCounts units = count_units(plan, s);
+      int worst = 0;
+      bool analytic_comm = false;
+      auto add = [&](UnitKind kind, double count) {
+        if (count <= 0) return;
+        cost::UnitCost u = compute.unit(kind, dev, s.tp, s.cp, b);
+        d.forward_s += count * u.forward_s;
+        d.backward_s += count * u.backward_s;
+        if (kind != UnitKind::embedding && kind != UnitKind::head) {
+          if (s.recompute == Recompute::full) d.backward_s += count * u.recompute_full_s;
+          if (s.recompute == Recompute::selective) d.backward_s += count * u.recompute_selective_s;
+        }
+        worst = std::max(worst, source_rank(u.source));
+        analytic_comm |= !u.includes_tp_comm;
+      };
+      add(UnitKind::embedding, units.embedding);
+      add(UnitKind::layer, units.full_layers);
+      add(UnitKind::attn, units.attn);
+      add(UnitKind::mlp, units.mlp);
+      add(UnitKind::head, units.head);
+      d.source = static_cast<cost::Source>(std::array{cost::Source::profile, cost::Source::interpolated,
+                                                      cost::Source::extrapolated, cost::Source::analytic}[worst]);
+      if (analytic_comm) {
+        // TP: 2 all-reduces of the activation per layer forward, 2 backward (Megatron; with
+        // sequence parallelism the all-gather/reduce-scatter pairs move the same bytes).
+        const double act = b * act_bytes_per_seq / s.cp;
+        const double tp_s = units.layers * 2 * cost::allreduce_s(act, s.tp, group_link(pl, pl.tp_in_node));
+        // CP: K/V all-gather per layer forward, reduce-scatter of their gradients backward.
+        const double kv = 2 * b * m.seq_length * double(m.hidden_size) * m.num_kv_heads / m.num_attention_heads *
+                          dtype_bytes(m.dtype) / s.tp;
+        const double cp_s = units.layers * cost::allgather_s(kv, s.cp, group_link(pl, pl.nodes == 1));
+        d.forward_s += tp_s + cp_s;
+        d.backward_s += tp_s + cp_s;
+      }
+      // Transfer to the next stage.
+      if (si + 1 < S) {
+        const Stage& next = p.stages[si + 1];
+        Hop h = hop(s, next, pl, places[si + 1], plan.cluster, p.micro_batch_size * act_bytes_per_seq, opt);
+        d.send_forward_s = d.send_backward_s = h.seconds;
+        d.send_bytes = h.cross_bytes;
+        d.resharding = h.strategy;
+        d.crosses_subcluster = s.subcluster != next.subcluster;
+        if (d.crosses_subcluster) cross_bytes += 2.0 * p.num_microbatches * h.cross_bytes;
+      }
+      // Memory without activations, for the warm-up cap; activations per micro-batch.
+      cost::StageShape shape;
+      shape.parameters = stage_parameters(m, units);
+      shape.layers = units.layers;
+      shape.has_head = units.head;
+      shape.tp = s.tp;
+      shape.cp = s.cp;
+      shape.sequences = b;
+      shape.recompute = s.recompute;
+      d.capacity = dev.memory;
+      shape.in_flight = 0;
+      const double fixed = cost::stage_memory(m, shape).total();
+      const double per_mb = units.layers * cost::layer_activation_bytes(m, b, s.tp, s.cp, s.recompute);
+      w.memory_limit.push_back(per_mb > 0 ? static_cast<int>(std::max(1.0, std::floor((dev.memory - fixed) / per_mb)))
+                                          : p.num_microbatches);
+      w.stage_s.push_back(d.forward_s + d.backward_s);
+      if (si + 1 < S) {
+        w.transfer_s.push_back(d.send_forward_s);
+        w.crosses_subcluster.push_back(d.crosses_subcluster);
+      }
+      pin.stages.push_back({d.forward_s, d.backward_s, d.send_forward_s, d.send_backward_s, 0,
+                            "p" + std::to_string(pi) + " s" + std::to_string(si) + " " + s.subcluster});
+    }
+    pin.warmup = schedule::warmup_counts(w);
+    for (int si = 0; si < S; ++si) details[si].warmup = pin.warmup[si];
+    sin.pipelines.push_back(std::move(pin));
+  }
+
+  // Sync groups, memory (now that warm-ups and ZeRO group sizes are known), optimizer steps.
+  std::map<int, std::vector<int>> groups;
+  for (std::size_t i = 0; i < index.size(); ++i) groups[find(int(i))].push_back(int(i));
+  for (const auto& [root, members] : groups) {
+    sim::SyncGroup g;
+    int replicas = 0;
+    std::set<std::string> subclusters;
+    std::set<std::pair<std::string, int>> nodes;
+    for (int id : members) {
+      const Stage& s = plan.pipelines[index[id].first].stages[index[id].second];
+      replicas += s.dp * s.cp;
+      subclusters.insert(s.subcluster);
+      for (const auto& dv : s.devices) nodes.insert({s.subcluster, dv.node});
+      g.members.push_back(index[id]);
+    }
+    for (int id : members) {
+      auto [pi, si] = index[id];
+      const Stage& s = plan.pipelines[pi].stages[si];
+      const Placement pl = place(s, plan.cluster);
+      StageDetail& d = out.stages[pi][si];
+      const UnitCounts units = count_units(plan, s);
+      const double params = stage_parameters(m, units) / s.tp;
+      LinkSpec link;
+      if (subclusters.size() > 1) {
+        // The ring crosses subclusters: the slowest cross link among them, shared by the
+        // member's devices on a node.
+        link = {1e300, 0};
+        for (const auto& a : subclusters)
+          for (const auto& b2 : subclusters)
+            if (a < b2) {
+              LinkSpec l = plan.cluster.link_between(a, b2);
+              if (l.bandwidth < link.bandwidth) link = l;
+            }
+        link = cost::shared(link, pl.per_node);
+      } else {
+        link = group_link(pl, nodes.size() == 1);
+      }
+      d.sync_s = cost::allreduce_s(params * grad_bytes, replicas, link);
+      g.time_s = std::max(g.time_s, d.sync_s);
+      if (subclusters.size() > 1 && replicas > 1)
+        cross_bytes += 2.0 * 2.0 * (replicas - 1) / replicas * params * grad_bytes * s.tp * s.cp;
+
+      cost::StageShape shape;
+      shape.parameters = stage_parameters(m, units);
+      shape.layers = units.layers;
+      shape.has_head = units.head;
+      shape.tp = s.tp;
+      shape.cp = s.cp;
+      shape.zero_dp = replicas;
+      shape.sequences = double(plan.pipelines[pi].micro_batch_size) / s.dp;
+      shape.in_flight = d.warmup;
+      shape.recompute = s.recompute;
+      d.memory = cost::stage_memory(m, shape);
+      // Adam reads and writes about 28 bytes per parameter it owns (memory-bound).
+      const double owned = params / (m.training.zero_stage >= 1 ? replicas : 1);
+      d.optimizer_s = owned * 28 / pl.sub->device.mem_bandwidth;
+      sin.pipelines[pi].stages[si].optimizer_s = d.optimizer_s;
+      if (d.memory.total() > d.capacity)
+        out.notes.push_back("pipelines[" + std::to_string(pi) + "].stages[" + std::to_string(si) + "] on " +
+                            s.subcluster + " needs " + std::to_string(d.memory.total() / (1 << 30)).substr(0, 5) +
+                            " GiB per device but has " + std::to_string(d.capacity / (1 << 30)).substr(0, 5) + " GiB");
+    }
+    if (g.time_s > 0) sin.sync_groups.push_back(std::move(g));
+  }
+
+  auto simulated = sim::simulate(sin);
+  if (!simulated) return simulated.errors();
+  out.sim = std::move(*simulated);
+
+  // Fill the plan's derived fields.
+  double peak = 0;
+  double td_max = 0;
+  struct DeviceLoad {
+    double busy, peak;
+  };
+  std::vector<DeviceLoad> loads;
+  nlohmann::ordered_json per_stage = nlohmann::ordered_json::array();
+  for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
+    for (std::size_t si = 0; si < plan.pipelines[pi].stages.size(); ++si) {
+      Stage& s = plan.pipelines[pi].stages[si];
+      const StageDetail& d = out.stages[pi][si];
+      const sim::StageReport& r = out.sim.pipelines[pi].stages[si];
+      const DeviceSpec& dev = plan.cluster.find(s.subcluster)->device;
+      s.warmup = d.warmup;
+      s.predicted = StagePrediction{d.forward_s, d.backward_s, d.memory.total()};
+      peak += dev.peak * s.devices.size();
+      for (std::size_t k = 0; k < s.devices.size(); ++k) loads.push_back({r.compute_s, dev.peak});
+      td_max = std::max(td_max, r.compute_s);
+      per_stage.push_back({{"pipeline", pi},
+                           {"stage", si},
+                           {"subcluster", s.subcluster},
+                           {"compute_s", r.compute_s},
+                           {"send_busy_s", r.send_busy_s},
+                           {"idle_s", r.idle_s},
+                           {"send_forward_s", d.send_forward_s},
+                           {"resharding", si + 1 < plan.pipelines[pi].stages.size() ? to_string(d.resharding) : "none"},
+                           {"sync_s", d.sync_s},
+                           {"optimizer_s", d.optimizer_s},
+                           {"memory_bytes", d.memory.total()},
+                           {"capacity_bytes", d.capacity},
+                           {"activation_bytes", d.memory.activations},
+                           {"max_in_flight", r.max_in_flight},
+                           {"source", cost::to_string(d.source)}});
+    }
+  }
+  double imbalance = 0, total_peak = 0;
+  for (const auto& l : loads) imbalance += (td_max - l.busy) * l.peak, total_peak += l.peak;
+  out.load_balance_eta = td_max > 0 && total_peak > 0 ? 1 - imbalance / (td_max * total_peak) : 1;  // HAPT eq. 25
+
+  Prediction pr;
+  pr.iteration_s = out.sim.iteration_s;
+  pr.tokens_per_s = double(m.training.global_batch_size) * m.seq_length / pr.iteration_s;
+  pr.mfu = cost::iteration_model_flops(m) / (pr.iteration_s * peak);
+  pr.bubble_fraction = out.sim.bubble_fraction;
+  pr.load_balance_eta = out.load_balance_eta;
+  pr.cross_cluster_bytes = cross_bytes;
+  pr.per_stage = per_stage;
+  plan.predicted = pr;
+  for (const auto& n : compute.notes()) out.notes.push_back(n);
+  return out;
+}
+
+}  // namespace het::predict

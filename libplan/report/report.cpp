@@ -1,0 +1,80 @@
+#include "report/report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace het::report {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string gib(double bytes) { return fmt("%.1f", bytes / (1024.0 * 1024 * 1024)); }
+
+// Columns padded to their widest cell; numbers right-aligned.
+std::string table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right) {
+  std::vector<std::size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows)
+    for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < r.size(); ++c) {
+      std::string pad(width[c] - r[c].size(), ' ');
+      line += (c ? "  " : "") + (right[c] ? pad + r[c] : r[c] + pad);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string stage_table(const predict::Outcome& o) {
+  const Plan& plan = o.plan;
+  std::vector<std::vector<std::string>> rows = {{"pipe", "stage", "subcluster", "devices", "units", "tp/cp/dp",
+                                                 "recompute", "warmup", "fwd_ms", "bwd_ms", "send_ms", "memory_GiB",
+                                                 "busy%", "source"}};
+  for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
+    const auto& p = plan.pipelines[pi];
+    const double makespan = o.sim.pipelines[pi].makespan_s;
+    for (std::size_t si = 0; si < p.stages.size(); ++si) {
+      const Stage& s = p.stages[si];
+      const auto& d = o.stages[pi][si];
+      std::string units = unit_name(plan.model, plan.granularity, s.first);
+      if (s.last != s.first) units += " .. " + unit_name(plan.model, plan.granularity, s.last);
+      rows.push_back({std::to_string(pi), std::to_string(si), s.subcluster, std::to_string(s.devices.size()), units,
+                      std::to_string(s.tp) + "/" + std::to_string(s.cp) + "/" + std::to_string(s.dp),
+                      to_string(s.recompute), std::to_string(d.warmup), fmt("%.2f", d.forward_s * 1e3),
+                      fmt("%.2f", d.backward_s * 1e3), si + 1 < p.stages.size() ? fmt("%.2f", d.send_forward_s * 1e3) : "-",
+                      gib(d.memory.total()) + " / " + gib(d.capacity) + (d.memory.total() > d.capacity ? " !" : ""),
+                      fmt("%.0f", makespan > 0 ? 100 * o.sim.pipelines[pi].stages[si].compute_s / makespan : 0),
+                      cost::to_string(d.source)});
+    }
+  }
+  return table(rows, {true, true, false, true, false, false, false, true, true, true, true, true, true, false});
+}
+
+std::string summary(const predict::Outcome& o) {
+  const auto& pr = *o.plan.predicted;
+  std::string out;
+  out += "schedule " + std::string(to_string(o.plan.schedule)) + ", " + std::to_string(o.plan.pipelines.size()) +
+         " pipeline(s), global batch " + std::to_string(o.plan.model.training.global_batch_size) + "\n";
+  out += "iteration      " + fmt("%.4f s", pr.iteration_s) + "\n";
+  out += "throughput     " + fmt("%.0f tokens/s", pr.tokens_per_s) + "\n";
+  out += "MFU            " + fmt("%.1f %%", 100 * pr.mfu) + "\n";
+  out += "bubble         " + fmt("%.1f %%", 100 * pr.bubble_fraction) + "\n";
+  out += "load balance   " + fmt("%.1f %% (eta, HAPT eq. 25)", 100 * pr.load_balance_eta) + "\n";
+  out += "exposed sync   " + fmt("%.4f s", o.sim.exposed_sync_s) + "\n";
+  out += "cross-cluster  " + fmt("%.2f GB per iteration", pr.cross_cluster_bytes / 1e9) + "\n";
+  for (const auto& n : o.notes) out += "note: " + n + "\n";
+  return out;
+}
+
+}  // namespace het::report

@@ -1,0 +1,14 @@
+#pragma once
+// Text for people about a predicted plan: the stage table of `hetplan show` and
+// `hetplan simulate` (pipeline, stage, subcluster, devices, units, tp/cp/dp, recompute,
+// warm-up, forward and backward ms, memory / capacity) and the summary lines.
+#include <string>
+
+#include "predict/predict.hpp"
+
+namespace het::report {
+
+std::string stage_table(const predict::Outcome& outcome);
+std::string summary(const predict::Outcome& outcome);
+
+}  // namespace het::report
