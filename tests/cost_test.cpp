@@ -1,0 +1,128 @@
+#include <catch2/catch.hpp>
+
+#include "cost/comm.hpp"
+#include "cost/compute.hpp"
+#include "cost/flops.hpp"
+#include "cost/memory.hpp"
+#include "test_util.hpp"
+
+using namespace het;
+using namespace het::cost;
+
+namespace {
+ModelSpec gpt(int layers, int h, int a, int s, int v) {
+  ModelSpec m;
+  m.name = "g";
+  m.architecture = Architecture::gpt;
+  m.num_layers = layers;
+  m.hidden_size = h;
+  m.num_attention_heads = m.num_kv_heads = a;
+  m.ffn_hidden_size = 4 * h;
+  m.seq_length = s;
+  m.vocab_size = v;
+  m.training.global_batch_size = 8;
+  m.training.zero_stage = 0;
+  return m;
+}
+DeviceSpec a100() { return {"A100-40GB", 40.0 * (1 << 30), 312e12, 1555e9, 0.5}; }
+}  // namespace
+
+TEST_CASE("layer FLOPs follow DESIGN §6 and 24bsh² + 4bs²h for gpt") {
+  auto m = gpt(2, 1024, 16, 2048, 50000);
+  const double b = 2, s = 2048, h = 1024;
+  CHECK(layer_forward_flops(m, b, s) == Approx(24 * b * s * h * h + 4 * b * s * s * h));
+  CHECK(head_forward_flops(m, b, s) == Approx(2 * b * s * h * 50000));
+  // Iteration FLOPs ~ 6 · parameters · tokens plus attention (within a few % for this shape).
+  auto big = gpt(48, 5120, 40, 1024, 51200);
+  big.training.global_batch_size = 1024;
+  const double six_pt = 6.0 * double(parameter_count(big)) * 1024 * 1024;
+  CHECK(iteration_model_flops(big) == Approx(six_pt).epsilon(0.1));
+}
+
+TEST_CASE("activation memory is Korthikanti's sbh(34 + 5as/h), 34sbh selective, 2sbh full; /tp") {
+  auto m = gpt(1, 1024, 16, 2048, 50000);
+  const double s = 2048, b = 2, h = 1024, a = 16;
+  CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::none) == Approx(s * b * h * (34 + 5 * a * s / h)));
+  CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::selective) == Approx(34 * s * b * h));
+  CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::full) == Approx(2 * s * b * h));
+  CHECK(layer_activation_bytes(m, b, 4, 1, Recompute::none) == Approx(s * b * h * (34 + 5 * a * s / h) / 4));
+  CHECK(layer_activation_bytes(m, b, 2, 2, Recompute::selective) == Approx(34 * s * b * h / 4));
+}
+
+TEST_CASE("model state is 16 bytes per parameter, sharded by ZeRO stage over dp") {
+  auto m = gpt(1, 1024, 16, 2048, 50000);
+  StageShape st;
+  st.parameters = 1e9;
+  st.zero_dp = 8;
+  st.in_flight = 0;
+  for (int z = 0; z <= 3; ++z) {
+    m.training.zero_stage = z;
+    auto mem = stage_memory(m, st);
+    const double expect = (z >= 3 ? 2.0 / 8 : 2.0) + (z >= 2 ? 2.0 / 8 : 2.0) + (z >= 1 ? 12.0 / 8 : 12.0);
+    CHECK(mem.total() == Approx(1e9 * expect));
+  }
+  st.tp = 4;
+  m.training.zero_stage = 0;
+  CHECK(stage_memory(m, st).total() == Approx(16e9 / 4));
+}
+
+TEST_CASE("ring collectives follow the alpha-beta formulas") {
+  LinkSpec l{100e9, 5e-6};
+  CHECK(allreduce_s(1e9, 8, l) == Approx(2.0 * 7 / 8 * 1e9 / 100e9 + 2 * 7 * 5e-6));
+  CHECK(allgather_s(1e9, 4, l) == Approx(3.0 / 4 * 1e9 / 100e9 + 3 * 5e-6));
+  CHECK(allreduce_s(1e9, 1, l) == 0);
+  CHECK(p2p_s(1e6, l) == Approx(5e-6 + 1e-5));
+  CHECK(shared(l, 4).bandwidth == Approx(25e9));
+}
+
+TEST_CASE("analytic compute: FLOPs / (tp·cp) / (peak × efficiency), backward twice") {
+  auto m = gpt(4, 1024, 16, 2048, 50000);
+  ComputeModel cm(m, {});
+  auto u = cm.unit(UnitKind::layer, a100(), 2, 1, 2);
+  CHECK(u.source == Source::analytic);
+  CHECK_FALSE(u.includes_tp_comm);
+  CHECK(u.forward_s == Approx(layer_forward_flops(m, 2, 2048) / 2 / (312e12 * 0.5)));
+  CHECK(u.backward_s == Approx(2 * u.forward_s));
+  CHECK(u.recompute_selective_s == Approx(attention_core_flops(m, 2, 2048) / 2 / (312e12 * 0.5)));
+}
+
+TEST_CASE("profiled compute: exact rows, interpolation, extrapolation, scaled shapes") {
+  auto m = gpt(4, 1024, 16, 2048, 50000);
+  ProfileSpec p;
+  p.device = "A100-40GB";
+  p.model = {Architecture::gpt, 1024, 16, 2048};
+  p.units = {{UnitKind::layer, 1, 1, 1, 2048, 0.002, 0.004, {}, {}, {}, 0},
+             {UnitKind::layer, 1, 1, 4, 2048, 0.005, 0.010, {}, {}, {}, 0}};
+  ComputeModel cm(m, {p});
+  auto exact = cm.unit(UnitKind::layer, a100(), 1, 1, 4);
+  CHECK(exact.source == Source::profile);
+  CHECK(exact.forward_s == Approx(0.005));
+  CHECK(exact.includes_tp_comm);
+  auto mid = cm.unit(UnitKind::layer, a100(), 1, 1, 2);
+  CHECK(mid.source == Source::interpolated);
+  CHECK(mid.forward_s == Approx(0.003));  // linear between 1 -> 2 ms and 4 -> 5 ms
+  CHECK(mid.backward_s == Approx(0.006));
+  auto beyond = cm.unit(UnitKind::layer, a100(), 1, 1, 8);
+  CHECK(beyond.source == Source::extrapolated);
+  CHECK(beyond.forward_s == Approx(0.009));
+  auto tp2 = cm.unit(UnitKind::layer, a100(), 2, 1, 4);  // not measured: scaled by the analytic ratio (1/2)
+  CHECK(tp2.source == Source::extrapolated);
+  CHECK(tp2.forward_s == Approx(0.0025));
+  auto other = cm.unit(UnitKind::layer, {"V100-16GB", 16e9, 125e12, 900e9, 0}, 1, 1, 4);
+  CHECK(other.source == Source::analytic);  // no profile for this device
+  auto attn = cm.unit(UnitKind::attn, a100(), 1, 1, 4);  // sublayer from whole-layer rows
+  CHECK(attn.forward_s == Approx(0.005 * attn_forward_flops(m, 4, 2048) / layer_forward_flops(m, 4, 2048)));
+}
+
+TEST_CASE("a profile of another model shape is not used, and the reason is kept") {
+  auto m = gpt(4, 2048, 16, 2048, 50000);
+  ProfileSpec p;
+  p.device = "A100-40GB";
+  p.model = {Architecture::gpt, 1024, 16, 2048};
+  p.units = {{UnitKind::layer, 1, 1, 1, 2048, 0.002, 0.004, {}, {}, {}, 0}};
+  ComputeModel cm(m, {p});
+  CHECK_FALSE(cm.has_profile("A100-40GB"));
+  REQUIRE(cm.notes().size() == 1);
+  CHECK_THAT(cm.notes()[0], Catch::Contains("hidden_size 1024 (model: 2048)"));
+  CHECK(cm.unit(UnitKind::layer, a100(), 1, 1, 1).source == Source::analytic);
+}

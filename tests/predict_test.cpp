@@ -1,0 +1,180 @@
+#include <catch2/catch.hpp>
+
+#include "plan/plan_io.hpp"
+#include "plan/validate.hpp"
+#include "predict/predict.hpp"
+#include "test_util.hpp"
+
+using namespace het;
+
+namespace {
+
+// S stages of one layer each on one fast subcluster with nearly free links: the predicted
+// iteration must be 1F1B's closed form (m+S-1)(f+b) plus the (tiny) optimizer step.
+Plan homogeneous(int S, int m, ScheduleKind kind) {
+  const int layers = S;  // stage 0 also holds the embedding, the last one the head
+  auto md = test::doc("name: h\narchitecture: gpt\nnum_layers: " + std::to_string(layers) +
+                          "\nhidden_size: 1024\nnum_attention_heads: 16\nvocab_size: 1024\nseq_length: 512\n"
+                          "training: {global_batch_size: " + std::to_string(m) + ", zero_stage: 0}\n",
+                      "m.yaml");
+  auto cd = test::doc(
+      "name: c\nsubclusters:\n  - {name: a, device: A100-80GB, nodes: 1, devices_per_node: " + std::to_string(S) +
+          ", intra_node: {bandwidth: 1000TB/s, latency: 0s}}\n",
+      "c.yaml");
+  Plan plan;
+  plan.model = *read_model(md.file, md.root, "");
+  plan.cluster = *read_cluster(cd.file, cd.root, "", test::catalog());
+  plan.schedule = kind;
+  Pipeline p;
+  p.micro_batch_size = 1;
+  p.num_microbatches = m;
+  for (int s = 0; s < S; ++s) {
+    Stage st;
+    st.subcluster = "a";
+    st.first = s == 0 ? 0 : s + 1;
+    st.last = s == S - 1 ? layers + 1 : s + 1;
+    st.devices = {{0, s}};
+    p.stages.push_back(st);
+  }
+  plan.pipelines = {p};
+  return plan;
+}
+
+}  // namespace
+
+TEST_CASE("predict fills every derived field, and the result validates and round-trips") {
+  Plan plan = homogeneous(4, 16, ScheduleKind::one_f_one_b);
+  REQUIRE(validate_plan(plan, "p").empty());
+  cost::ComputeModel cm(plan.model, {});
+  auto out = predict::predict(plan, cm, {});
+  REQUIRE(out.ok());
+  const Plan& done = out->plan;
+  REQUIRE(done.predicted.has_value());
+  CHECK(done.predicted->iteration_s > 0);
+  CHECK(done.predicted->tokens_per_s == Approx(16.0 * 512 / done.predicted->iteration_s));
+  CHECK(done.predicted->mfu > 0);
+  CHECK(done.predicted->mfu < 0.5);  // efficiency 0.5 bounds the analytic model
+  CHECK(done.predicted->per_stage.size() == 4);
+  for (int s = 0; s < 4; ++s) {
+    CHECK(done.pipelines[0].stages[s].warmup == 4 - s);
+    CHECK(done.pipelines[0].stages[s].predicted->memory_bytes > 0);
+  }
+  CHECK(validate_plan(done, "p").empty());
+  auto back = read_plan(test::doc(write_plan(done), "p.json"), {nullptr, nullptr, &test::catalog()});
+  REQUIRE(back.ok());
+  CHECK(write_plan(*back) == write_plan(done));
+}
+
+TEST_CASE("predicted time of equal stages on free links is 1F1B's closed form") {
+  // Middle stages hold one layer; the first and last also the embedding and head, so take
+  // the slowest stage's f+b as the bound and check the middle-stage closed form holds for gpipe = 1f1b.
+  Plan plan = homogeneous(4, 32, ScheduleKind::one_f_one_b);
+  cost::ComputeModel cm(plan.model, {});
+  auto one = predict::predict(plan, cm, {});
+  REQUIRE(one.ok());
+  double t_max = 0;
+  for (const auto& d : one->stages[0]) t_max = std::max(t_max, d.forward_s + d.backward_s);
+  const double makespan = one->sim.pipelines[0].makespan_s;
+  CHECK(makespan <= (32 + 4 - 1) * t_max * 1.001);
+  CHECK(makespan >= 32 * t_max);
+  predict::Options g;
+  g.schedule = ScheduleKind::gpipe;
+  auto gp = predict::predict(plan, cm, g);
+  REQUIRE(gp.ok());
+  CHECK(gp->sim.pipelines[0].makespan_s == Approx(makespan).epsilon(0.001));
+  CHECK(gp->plan.pipelines[0].stages[0].warmup == 32);
+  // gpipe holds all 32 micro-batches: more activation memory on every stage.
+  CHECK(gp->stages[0][1].memory.activations == Approx(32.0 / 3 * one->stages[0][1].memory.activations));
+}
+
+TEST_CASE("a cross-subcluster hop gets one more warm-up under virtual-1f1b, and pays D2H + H2D") {
+  auto md = test::doc("name: h\narchitecture: gpt\nnum_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\n"
+                      "vocab_size: 1024\nseq_length: 512\ntraining: {global_batch_size: 32}\n",
+                      "m.yaml");
+  auto cd = test::doc(R"(name: c
+subclusters:
+  - {name: a, device: A100-80GB, nodes: 1, devices_per_node: 2}
+  - {name: b, device: H800-80GB, nodes: 1, devices_per_node: 2}
+links:
+  - {between: [a, b], bandwidth: 10Gbit/s, latency: 1ms}
+)",
+                      "c.yaml");
+  Plan plan;
+  plan.model = *read_model(md.file, md.root, "");
+  plan.cluster = *read_cluster(cd.file, cd.root, "", test::catalog());
+  plan.schedule = ScheduleKind::virtual_1f1b;
+  Pipeline p;
+  p.micro_batch_size = 1;
+  p.num_microbatches = 32;
+  Stage s0, s1, s2;
+  s0.subcluster = "a", s0.first = 0, s0.last = 1, s0.devices = {{0, 0}};
+  s1.subcluster = "a", s1.first = 2, s1.last = 3, s1.devices = {{0, 1}};
+  s2.subcluster = "b", s2.first = 4, s2.last = 5, s2.devices = {{0, 0}};
+  p.stages = {s0, s1, s2};
+  plan.pipelines = {p};
+  REQUIRE(validate_plan(plan, "p").empty());
+  cost::ComputeModel cm(plan.model, {});
+  auto v = predict::predict(plan, cm, {});
+  REQUIRE(v.ok());
+  CHECK(v->stages[0][0].warmup == 4);  // 1f1b's 3, plus the boundary after stage 1
+  CHECK(v->stages[0][1].warmup == 3);
+  CHECK(v->stages[0][2].warmup == 1);
+  CHECK(v->stages[0][1].crosses_subcluster);
+  const double bytes = 512.0 * 1024 * 2;
+  CHECK(v->stages[0][1].send_forward_s == Approx(1e-3 + bytes / 1.25e9 + 2 * bytes / 24e9));
+  CHECK(v->plan.predicted->cross_cluster_bytes == Approx(2 * 32 * bytes));
+  predict::Options o;
+  o.schedule = ScheduleKind::one_f_one_b;
+  auto plain = predict::predict(plan, cm, o);
+  REQUIRE(plain.ok());
+  CHECK(plain->stages[0][0].warmup == 3);
+  CHECK(plain->plan.predicted->iteration_s >= v->plan.predicted->iteration_s);
+}
+
+TEST_CASE("resharding between stages of different (dp, tp) picks the cheapest strategy unless told") {
+  auto md = test::doc("name: h\narchitecture: gpt\nnum_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\n"
+                      "vocab_size: 1024\nseq_length: 512\ntraining: {global_batch_size: 32}\n",
+                      "m.yaml");
+  auto cd = test::doc(R"(name: c
+subclusters:
+  - {name: a, device: A100-80GB, nodes: 2, devices_per_node: 4, inter_node: {bandwidth: 100Gbit/s, latency: 5us}}
+  - {name: b, device: H800-80GB, nodes: 1, devices_per_node: 4}
+links:
+  - {between: [a, b], bandwidth: 10Gbit/s, latency: 1ms}
+)",
+                      "c.yaml");
+  Plan plan;
+  plan.model = *read_model(md.file, md.root, "");
+  plan.cluster = *read_cluster(cd.file, cd.root, "", test::catalog());
+  Pipeline p;
+  p.micro_batch_size = 4;
+  p.num_microbatches = 8;
+  Stage s0, s1;
+  s0.subcluster = "a", s0.first = 0, s0.last = 2, s0.dp = 4, s0.tp = 2;
+  for (int n = 0; n < 2; ++n)
+    for (int d = 0; d < 4; ++d) s0.devices.push_back({n, d});
+  s1.subcluster = "b", s1.first = 3, s1.last = 5, s1.dp = 1, s1.tp = 4;
+  for (int d = 0; d < 4; ++d) s1.devices.push_back({0, d});
+  p.stages = {s0, s1};
+  plan.pipelines = {p};
+  REQUIRE(validate_plan(plan, "p").empty());
+  cost::ComputeModel cm(plan.model, {});
+  double best = 1e9;
+  for (auto r : {predict::Resharding::all_pairs, predict::Resharding::gather_send_scatter,
+                 predict::Resharding::inner_dp_rank0, predict::Resharding::send_recv_allgather}) {
+    predict::Options o;
+    o.resharding = r;
+    auto out = predict::predict(plan, cm, o);
+    REQUIRE(out.ok());
+    CHECK(out->stages[0][0].resharding == r);
+    best = std::min(best, out->stages[0][0].send_forward_s);
+  }
+  auto cheapest = predict::predict(plan, cm, {});
+  REQUIRE(cheapest.ok());
+  CHECK(cheapest->stages[0][0].send_forward_s == Approx(best));
+  // All-pairs sends the activation once per receiving TP rank across the slow link.
+  predict::Options ap;
+  ap.resharding = predict::Resharding::all_pairs;
+  auto all = predict::predict(plan, cm, ap);
+  CHECK(all->stages[0][0].send_bytes == Approx(4 * 4 * 512.0 * 1024 * 2));
+}
