@@ -115,3 +115,54 @@ TEST_CASE("a complete plan validates on its own: it embeds its model and cluster
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("for opt-350m on demo-1x4a100-1x4v100"));
 }
+
+TEST_CASE("hetplan simulate fills the plan's derived fields; --trace writes a Chrome trace") {
+  het::test::TempDir dir;
+  const std::string out = dir.path() + "/done.json", trace = dir.path() + "/trace.json";
+  auto r = run_process({HETPLAN_BIN, "simulate", kSrc + "/docs/examples/opt-350m-demo.plan.json", "--format", "json",
+                        "-o", out, "--trace", trace, "--schedule", "h-1f1b"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto plan = nlohmann::json::parse(r.out);
+  CHECK(plan["schedule"]["kind"] == "h-1f1b");
+  CHECK(plan["predicted"]["iteration_s"].get<double>() > 0);
+  CHECK(plan["predicted"]["tokens_per_s"].get<double>() > 0);
+  CHECK(plan["predicted"]["mfu"].get<double>() > 0);
+  CHECK(plan["predicted"].contains("bubble_fraction"));
+  CHECK(plan["predicted"].contains("load_balance_eta"));
+  CHECK(plan["pipelines"][0]["stages"][0]["warmup"].get<int>() >= 1);
+  CHECK(plan["pipelines"][0]["stages"][1]["predicted"]["memory_bytes"].get<double>() > 0);
+  std::ifstream written(out);
+  CHECK(nlohmann::json::parse(written) == plan);
+  std::ifstream t(trace);
+  auto tj = nlohmann::json::parse(t);
+  CHECK(tj["traceEvents"].size() > 100);
+  // The completed plan validates and simulates to the same prediction.
+  auto again = run_process({HETPLAN_BIN, "simulate", out, "--format", "json"});
+  CHECK(again.exit_code == 0);
+  CHECK(nlohmann::json::parse(again.out)["predicted"]["iteration_s"] == plan["predicted"]["iteration_s"]);
+}
+
+TEST_CASE("hetplan show prints the stage table and the summary") {
+  auto r = run_process({HETPLAN_BIN, "show", kSrc + "/docs/examples/opt-350m-demo.plan.json"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("subcluster") && Catch::Contains("tp/cp/dp") && Catch::Contains("warmup") &&
+                        Catch::Contains("memory_GiB") && Catch::Contains("iteration") && Catch::Contains("MFU"));
+  CHECK_THAT(r.out, Catch::Contains("embedding .. layer 15"));
+}
+
+TEST_CASE("hetplan simulate refuses an invalid plan with exit 2 and the problem") {
+  het::test::TempDir dir;
+  std::ifstream in(kSrc + "/docs/examples/opt-350m-demo.plan.json");
+  std::stringstream s;
+  s << in.rdbuf();
+  std::string text = s.str();
+  text.replace(text.find("[17, 25]"), 8, "[18, 25]");
+  auto bad = dir.write("bad.json", text);
+  auto r = run_process({HETPLAN_BIN, "simulate", bad});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("bad.json:") && Catch::Contains("are not assigned to any stage"));
+  auto k = run_process({HETPLAN_BIN, "simulate", bad, "--schedule", "3f3b"});
+  CHECK(k.exit_code == 2);
+}

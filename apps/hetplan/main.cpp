@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <optional>
 
 #include "het/version.hpp"
+#include "importer/importer.hpp"
 #include "plan/plan_io.hpp"
 #include "predict/predict.hpp"
 #include "report/report.hpp"
@@ -114,6 +116,40 @@ int run_simulate(const SimulateArgs& a, bool show) {
   return 0;
 }
 
+struct ImportArgs {
+  std::string from, dir, model, output;
+  std::optional<std::string> device, llm_info;
+};
+
+int run_import(const ImportArgs& a) {
+  auto model = het::load_model(a.model);
+  if (!model) {
+    print_errors(model.errors());
+    return kInvalid;
+  }
+  het::importer::Options o{a.from, a.dir, *model, a.device, a.llm_info};
+  auto profile = het::importer::import_profile(o);
+  if (!profile) {
+    print_errors(profile.errors());
+    return kInvalid;
+  }
+  std::string header = "Imported by `hetplan profile import --from " + a.from + "` from " + a.dir +
+                       "\nfor the model shape of " + model->name + ". Times are measured per micro-batch.";
+  if (a.from == "sailor") header += "\nSource: Sailor (eth-easl/sailor), MIT licence.";
+  const std::string text = het::importer::to_yaml(*profile, header);
+  // What we write must read back: the importer's output goes through the same checks.
+  auto doc = het::input::parse(text, a.output);
+  auto reread = doc ? het::read_profile(*doc) : het::Result<het::ProfileSpec>(doc.errors());
+  if (!reread) {
+    print_errors(reread.errors());
+    std::cerr << "error: internal: the imported profile does not read back\n";
+    return 1;
+  }
+  if (!write_file(a.output, text)) return kInvalid;
+  std::cout << "wrote " << a.output << ": " << profile->device << ", " << profile->units.size() << " rows\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,6 +191,17 @@ int main(int argc, char** argv) {
   auto* show = app.add_subcommand("show", "Print a plan's stage table and predicted summary");
   add_plan_inputs(show);
 
+  ImportArgs import_args;
+  auto* profile = app.add_subcommand("profile", "Work with profiles of measured costs");
+  profile->require_subcommand(1);
+  auto* import = profile->add_subcommand("import", "Convert public profiles (Sailor, Metis) to hetplan.profile/v1");
+  import->add_option("--from", import_args.from, "sailor or metis")->required()->check(CLI::IsMember({"sailor", "metis"}));
+  import->add_option("dir", import_args.dir, "the profile directory of one model and one GPU")->required();
+  import->add_option("--model", import_args.model, "model.yaml of the profiled model's shape")->required();
+  import->add_option("--device", import_args.device, "device type (default: from the directory name)");
+  import->add_option("--llm-info", import_args.llm_info, "sailor: misc/llm_info.json, for memory sizes");
+  import->add_option("-o,--output", import_args.output, "profile.yaml to write")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -164,5 +211,6 @@ int main(int argc, char** argv) {
   if (validate->parsed()) return run_validate(files, format);
   if (simulate->parsed()) return run_simulate(sim_args, false);
   if (show->parsed()) return run_simulate(sim_args, true);
+  if (import->parsed()) return run_import(import_args);
   return kInvalid;
 }

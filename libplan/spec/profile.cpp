@@ -67,8 +67,9 @@ Result<ProfileSpec> read_profile(const input::Document& doc) {
       r.cp = static_cast<int>(f.integer("cp", Need::optional).value_or(1));
       r.micro_batch_size = static_cast<int>(f.integer("micro_batch_size", Need::required).value_or(1));
       r.seq_length = static_cast<int>(f.integer("seq_length", Need::optional).value_or(p.model.seq_length));
-      r.forward = f.quantity("forward", Dimension::time, Need::required).value_or(0);
-      r.backward = f.quantity("backward", Dimension::time, Need::required).value_or(0);
+      // Zero is a measurement below the timer's resolution (e.g. an embedding's backward).
+      r.forward = f.quantity("forward", Dimension::time, Need::required, true).value_or(0);
+      r.backward = f.quantity("backward", Dimension::time, Need::required, true).value_or(0);
       r.recompute = f.quantity("recompute", Dimension::time, Need::optional, true);
       r.activation_memory = f.quantity("activation_memory", Dimension::bytes, Need::optional, true);
       r.parameter_memory = f.quantity("parameter_memory", Dimension::bytes, Need::optional, true);

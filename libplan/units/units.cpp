@@ -2,6 +2,7 @@
 
 #include <array>
 #include <charconv>
+#include <cstdio>
 #include <cmath>
 #include <optional>
 
@@ -83,10 +84,11 @@ std::string_view trim(std::string_view s) {
 }
 
 std::string shortest(double v) {
+  // 15 significant digits drop the noise of dividing by a unit's scale (399.99999999999994
+  // -> 400) and still read back to within 1e-15.
   std::array<char, 64> buf{};
-  auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), v);
-  (void)ec;
-  return std::string(buf.data(), end);
+  std::snprintf(buf.data(), buf.size(), "%.15g", v);
+  return buf.data();
 }
 
 }  // namespace
