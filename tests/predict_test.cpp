@@ -4,6 +4,7 @@
 #include "plan/validate.hpp"
 #include "predict/predict.hpp"
 #include "test_util.hpp"
+#include "validation/inputs.hpp"
 
 using namespace het;
 
@@ -177,4 +178,31 @@ links:
   ap.resharding = predict::Resharding::all_pairs;
   auto all = predict::predict(plan, cm, ap);
   CHECK(all->stages[0][0].send_bytes == Approx(4 * 4 * 512.0 * 1024 * 2));
+}
+
+TEST_CASE("HAPT's case study (§2.2.2, Table 1): the 128-unit plan is ~40% faster than the 8-unit plan") {
+  InputFiles files;
+  files.model = HET_SOURCE_DIR "/configs/models/hapt-case-study-gpt-128l.yaml";
+  files.cluster = HET_SOURCE_DIR "/configs/clusters/hapt-case-study-2x2a100-1x2v100.yaml";
+  auto run = [&](const char* name) {
+    files.plan = std::string(HET_SOURCE_DIR "/docs/examples/") + name;
+    auto loaded = load_plan_inputs(files);
+    INFO((loaded ? "" : test::text(loaded.errors())));
+    REQUIRE(loaded.ok());
+    cost::ComputeModel cm(loaded->plan.model, {});
+    auto out = predict::predict(loaded->plan, cm, {});
+    REQUIRE(out.ok());
+    return *out;
+  };
+  auto coarse = run("hapt-case-study-8.plan.json");
+  auto fine = run("hapt-case-study-128.plan.json");
+  auto cost = [](const predict::Outcome& o, int s) { return o.stages[0][s].forward_s + o.stages[0][s].backward_s; };
+  const double t = cost(coarse, 1);  // Table 1's reference: an A100 stage of the 8-unit plan
+  CHECK(cost(coarse, 0) / t == Approx(1.65).margin(0.05));  // V100 stage, 25% of the work
+  CHECK(cost(fine, 0) / t == Approx(1.13).margin(0.05));
+  CHECK(cost(fine, 1) / t == Approx(1.10).margin(0.05));
+  const double speedup = coarse.plan.predicted->iteration_s / fine.plan.predicted->iteration_s;
+  CHECK(speedup > 1.38);  // paper: 40.1%; Table 1's own costs under eq. 13: 44.5%
+  CHECK(speedup < 1.50);
+  CHECK(fine.load_balance_eta > coarse.load_balance_eta);
 }

@@ -188,6 +188,20 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       if (index[i].first != index[j].first && a.first <= b.last && b.first <= a.last) parent[find(int(i))] = find(int(j));
     }
 
+  // Replicas of each stage's parameters in its sync group: ZeRO shards over them.
+  std::map<int, std::vector<int>> groups;
+  for (std::size_t i = 0; i < index.size(); ++i) groups[find(int(i))].push_back(int(i));
+  std::vector<std::vector<int>> replicas_of(plan.pipelines.size());
+  for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) replicas_of[pi].resize(plan.pipelines[pi].stages.size());
+  for (const auto& [root, members] : groups) {
+    int replicas = 0;
+    for (int id : members) {
+      const Stage& s = plan.pipelines[index[id].first].stages[index[id].second];
+      replicas += s.dp * s.cp;
+    }
+    for (int id : members) replicas_of[index[id].first][index[id].second] = replicas;
+  }
+
   sim::SimInput sin;
   sin.overlap_sync = opt.overlap_sync;
   sin.trace = opt.trace;
@@ -268,6 +282,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       shape.cp = s.cp;
       shape.sequences = b;
       shape.recompute = s.recompute;
+      shape.zero_dp = replicas_of[pi][si];
       d.capacity = dev.memory;
       shape.in_flight = 0;
       const double fixed = cost::stage_memory(m, shape).total();
@@ -287,9 +302,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
     sin.pipelines.push_back(std::move(pin));
   }
 
-  // Sync groups, memory (now that warm-ups and ZeRO group sizes are known), optimizer steps.
-  std::map<int, std::vector<int>> groups;
-  for (std::size_t i = 0; i < index.size(); ++i) groups[find(int(i))].push_back(int(i));
+  // Sync groups, memory (now that warm-ups are known), optimizer steps.
   for (const auto& [root, members] : groups) {
     sim::SyncGroup g;
     int replicas = 0;
