@@ -90,6 +90,24 @@ TEST_CASE("eager-1f1b hides transfers up to t/2 only; h-1f1b up to t") {
   CHECK(time(ScheduleKind::h_1f1b, 1.0 * t) == Approx(hidden).epsilon(0.01));
 }
 
+TEST_CASE("cross-subcluster transfers: 1f1b leaves them exposed, h-1f1b hides them") {
+  const int m = 200;
+  const double f = 1, b = 2, t = 3, c = 2.0;
+  auto overlap = [&](ScheduleKind kind) {
+    SimInput in;
+    in.pipelines = {pipeline(2, m, f, b, c, warmups(kind, 2, m, t, c))};
+    in.pipelines[0].stages[0].cross_to_next = true;
+    auto r = simulate(in);
+    REQUIRE(r.ok());
+    return r->cross_overlap;
+  };
+  CHECK(overlap(ScheduleKind::one_f_one_b) < 0.7);
+  CHECK(overlap(ScheduleKind::h_1f1b) > 0.98);
+  SimInput none;
+  none.pipelines = {pipeline(2, 4, f, b, c, {2, 1})};
+  CHECK(simulate(none)->cross_overlap == 1);  // no cross-subcluster hop
+}
+
 TEST_CASE("h-1f1b matches HAPT eq. 13 within 1% (equal stages) and 3% (unequal stages)") {
   // T = Σ_i (t_i + 2 c_i) + (B - 1) t_max, for c_i <= t_max. Exact for equal stages; for
   // unequal ones eq. 13 "stretches" the faster stages (§4.2.4), an approximation.

@@ -87,6 +87,7 @@ struct Prediction {
   double bubble_fraction = 0;
   double load_balance_eta = 0;
   double cross_cluster_bytes = 0;
+  double cross_overlap = 1;  // share of cross-subcluster transfer time hidden behind compute
   nlohmann::ordered_json per_stage = nlohmann::ordered_json::array();  // simulator's detail, kept as is
 };
 

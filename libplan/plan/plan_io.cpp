@@ -179,7 +179,7 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
   }
   if (auto p = top.map("predicted", Need::optional,
                        {"iteration_s", "tokens_per_s", "mfu", "bubble_fraction", "load_balance_eta",
-                        "cross_cluster_bytes", "per_stage"})) {
+                        "cross_cluster_bytes", "cross_overlap", "per_stage"})) {
     Prediction pr;
     pr.iteration_s = number(*p, "iteration_s", Need::required);
     pr.tokens_per_s = number(*p, "tokens_per_s", Need::optional);
@@ -187,6 +187,7 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
     pr.bubble_fraction = number(*p, "bubble_fraction", Need::optional);
     pr.load_balance_eta = number(*p, "load_balance_eta", Need::optional);
     pr.cross_cluster_bytes = number(*p, "cross_cluster_bytes", Need::optional);
+    pr.cross_overlap = p->number("cross_overlap", Need::optional, 0, 1).value_or(1);
     if (auto ps = p->list("per_stage", Need::optional)) pr.per_stage = to_free_json(*ps);
     plan.predicted = std::move(pr);
   }
@@ -239,6 +240,7 @@ nlohmann::ordered_json to_json(const Plan& plan) {
                         {"bubble_fraction", pr.bubble_fraction},
                         {"load_balance_eta", pr.load_balance_eta},
                         {"cross_cluster_bytes", pr.cross_cluster_bytes},
+                        {"cross_overlap", pr.cross_overlap},
                         {"per_stage", pr.per_stage}};
   }
   return out;

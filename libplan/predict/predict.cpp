@@ -295,7 +295,8 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         w.crosses_subcluster.push_back(d.crosses_subcluster);
       }
       pin.stages.push_back({d.forward_s, d.backward_s, d.send_forward_s, d.send_backward_s, 0,
-                            "p" + std::to_string(pi) + " s" + std::to_string(si) + " " + s.subcluster});
+                            "p" + std::to_string(pi) + " s" + std::to_string(si) + " " + s.subcluster,
+                            d.crosses_subcluster});
     }
     pin.warmup = schedule::warmup_counts(w);
     for (int si = 0; si < S; ++si) details[si].warmup = pin.warmup[si];
@@ -416,6 +417,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
   pr.bubble_fraction = out.sim.bubble_fraction;
   pr.load_balance_eta = out.load_balance_eta;
   pr.cross_cluster_bytes = cross_bytes;
+  pr.cross_overlap = out.sim.cross_overlap;
   pr.per_stage = per_stage;
   plan.predicted = pr;
   for (const auto& n : compute.notes()) out.notes.push_back(n);

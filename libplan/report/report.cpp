@@ -72,7 +72,8 @@ std::string summary(const predict::Outcome& o) {
   out += "bubble         " + fmt("%.1f %%", 100 * pr.bubble_fraction) + "\n";
   out += "load balance   " + fmt("%.1f %% (eta, HAPT eq. 25)", 100 * pr.load_balance_eta) + "\n";
   out += "exposed sync   " + fmt("%.4f s", o.sim.exposed_sync_s) + "\n";
-  out += "cross-cluster  " + fmt("%.2f GB per iteration", pr.cross_cluster_bytes / 1e9) + "\n";
+  out += "cross-cluster  " + fmt("%.2f GB per iteration", pr.cross_cluster_bytes / 1e9) + ", " +
+         fmt("%.0f %% of its transfer time overlapped with compute", 100 * o.sim.cross_overlap) + "\n";
   for (const auto& n : o.notes) out += "note: " + n + "\n";
   return out;
 }

@@ -13,12 +13,25 @@ namespace {
 
 constexpr double kUnknown = -1;
 
-struct PipelineRun {
-  PipelineReport report;
+using Interval = std::pair<double, double>;
+
+// Length of [a, b) covered by the sorted, disjoint intervals of `busy`, starting the scan
+// at `from` (advanced for the next, later query).
+double covered(const std::vector<Interval>& busy, std::size_t& from, double a, double b) {
+  while (from < busy.size() && busy[from].second <= a) ++from;
+  double sum = 0;
+  for (std::size_t k = from; k < busy.size() && busy[k].first < b; ++k)
+    sum += std::max(0.0, std::min(b, busy[k].second) - std::max(a, busy[k].first));
+  return sum;
+}
+
+struct CrossTotals {
+  double transfer = 0, hidden = 0;
 };
 
 // Simulates one pipeline's DAG; appends trace events when asked.
-Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trace, std::vector<TraceEvent>& events) {
+Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trace, std::vector<TraceEvent>& events,
+                                    CrossTotals& cross) {
   const int S = static_cast<int>(p.stages.size());
   const int m = p.num_microbatches;
   const std::string where = "pipelines[" + std::to_string(index) + "]";
@@ -35,6 +48,10 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
   std::vector<double> free_at(S, 0), link_f_free(S, 0), link_b_free(S, 0);
   std::vector<std::size_t> pos(S, 0);
   std::vector<int> in_flight(S, 0);
+  // Busy intervals of stages next to a cross-subcluster hop, and the hop's transfers
+  // (forward ones wait on the next stage, backward ones on this one).
+  std::vector<std::vector<Interval>> busy(S), sends_f(S), sends_b(S);
+  auto near_cross = [&](int s) { return p.stages[s].cross_to_next || (s > 0 && p.stages[s - 1].cross_to_next); };
   PipelineReport report;
   report.stages.resize(S);
 
@@ -63,11 +80,13 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
         const double start = std::max(free_at[s], ready), end = start + c.forward_s;
         f_end[at(s, i)] = free_at[s] = end;
         r.compute_s += c.forward_s;
+        if (near_cross(s)) busy[s].push_back({start, end});
         r.max_in_flight = std::max(r.max_in_flight, ++in_flight[s]);
         emit("s" + std::to_string(s) + " compute", "F" + std::to_string(i), start, c.forward_s);
         if (s + 1 < S) {
           const double cs = std::max(end, link_f_free[s]);
           cf_arrive[at(s, i)] = link_f_free[s] = cs + c.send_forward_s;
+          if (c.cross_to_next) sends_f[s].push_back({cs, cs + c.send_forward_s});
           r.send_busy_s += c.send_forward_s;
           emit("s" + std::to_string(s) + "->s" + std::to_string(s + 1), "C^F " + std::to_string(i), cs, c.send_forward_s);
           wake(s + 1);
@@ -78,6 +97,7 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
         const double start = std::max(free_at[s], ready), end = start + c.backward_s;
         free_at[s] = end;
         r.compute_s += c.backward_s;
+        if (near_cross(s)) busy[s].push_back({start, end});
         --in_flight[s];
         r.last_backward_end_s = end;
         emit("s" + std::to_string(s) + " compute", "B" + std::to_string(i), start, c.backward_s);
@@ -85,6 +105,7 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
           const StageCosts& prev = p.stages[s - 1];
           const double cs = std::max(end, link_b_free[s - 1]);
           cb_arrive[at(s - 1, i)] = link_b_free[s - 1] = cs + prev.send_backward_s;
+          if (prev.cross_to_next) sends_b[s - 1].push_back({cs, cs + prev.send_backward_s});
           report.stages[s - 1].send_busy_s += prev.send_backward_s;
           emit("s" + std::to_string(s) + "->s" + std::to_string(s - 1), "C^B " + std::to_string(i), cs,
                prev.send_backward_s);
@@ -111,6 +132,14 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
     report.makespan_s = std::max(report.makespan_s, report.stages[s].last_backward_end_s);
   }
   for (auto& r : report.stages) r.idle_s = report.makespan_s - r.compute_s;
+  // A transfer is hidden while the stage that will consume it computes something else.
+  for (int s = 0; s + 1 < S; ++s) {
+    if (!p.stages[s].cross_to_next) continue;
+    std::size_t k = 0;
+    for (auto [a, b] : sends_f[s]) cross.transfer += b - a, cross.hidden += covered(busy[s + 1], k, a, b);
+    k = 0;
+    for (auto [a, b] : sends_b[s]) cross.transfer += b - a, cross.hidden += covered(busy[s], k, a, b);
+  }
   return report;
 }
 
@@ -118,8 +147,9 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
 
 Result<SimResult> simulate(const SimInput& in) {
   SimResult out;
+  CrossTotals cross;
   for (std::size_t k = 0; k < in.pipelines.size(); ++k) {
-    auto r = run_pipeline(in.pipelines[k], static_cast<int>(k), in.trace, out.trace);
+    auto r = run_pipeline(in.pipelines[k], static_cast<int>(k), in.trace, out.trace, cross);
     if (!r) return r.errors();
     out.pipelines.push_back(std::move(*r));
   }
@@ -164,6 +194,7 @@ Result<SimResult> simulate(const SimInput& in) {
   for (const auto& p : out.pipelines)
     for (const auto& st : p.stages) sync_end = std::max(sync_end, st.sync_end_s);
   out.exposed_sync_s = sync_end - makespan;
+  out.cross_overlap = cross.transfer > 0 ? cross.hidden / cross.transfer : 1;
   return out;
 }
 

@@ -28,6 +28,7 @@ struct StageCosts {
   double send_backward_s = 0;   // gradients from the next stage back to this one (last stage: unused)
   double optimizer_s = 0;       // optimizer step after the gradient sync
   std::string name;             // for traces, e.g. "p0 s1 a100"
+  bool cross_to_next = false;   // the link to the next stage leaves the subcluster (for overlap)
 };
 
 struct PipelineInput {
@@ -74,6 +75,9 @@ struct SimResult {
   double iteration_s = 0;
   double bubble_fraction = 0;  // 1 - Σ compute / Σ (stages × makespan), over all pipelines
   double exposed_sync_s = 0;   // iteration time added by gradient sync beyond the makespan
+  // Share of cross-subcluster transfer time during which the stage waiting for the data
+  // was computing something else (1 when there are no such transfers).
+  double cross_overlap = 1;
   std::vector<PipelineReport> pipelines;
   std::vector<TraceEvent> trace;
 };
