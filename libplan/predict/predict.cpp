@@ -83,6 +83,22 @@ double stage_parameters(const ModelSpec& m, const UnitCounts& c) {
   return p;
 }
 
+// The memory model's view of a stage.
+cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, int zero_dp, int in_flight) {
+  const UnitCounts units = count_units(plan, s);
+  cost::StageShape shape;
+  shape.parameters = stage_parameters(plan.model, units);
+  shape.layers = units.layers;
+  shape.has_head = units.head;
+  shape.tp = s.tp;
+  shape.cp = s.cp;
+  shape.zero_dp = zero_dp;
+  shape.sequences = double(p.micro_batch_size) / s.dp;
+  shape.in_flight = in_flight;
+  shape.recompute = s.recompute;
+  return shape;
+}
+
 // Time of one stage-to-stage hop for `bytes` (one micro-batch, whole), by strategy.
 struct Hop {
   double seconds = 0;
@@ -274,18 +290,8 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         if (d.crosses_subcluster) cross_bytes += 2.0 * p.num_microbatches * h.cross_bytes;
       }
       // Memory without activations, for the warm-up cap; activations per micro-batch.
-      cost::StageShape shape;
-      shape.parameters = stage_parameters(m, units);
-      shape.layers = units.layers;
-      shape.has_head = units.head;
-      shape.tp = s.tp;
-      shape.cp = s.cp;
-      shape.sequences = b;
-      shape.recompute = s.recompute;
-      shape.zero_dp = replicas_of[pi][si];
       d.capacity = dev.memory;
-      shape.in_flight = 0;
-      const double fixed = cost::stage_memory(m, shape).total();
+      const double fixed = cost::stage_memory(m, shape_of(plan, p, s, replicas_of[pi][si], 0)).total();
       const double per_mb = units.layers * cost::layer_activation_bytes(m, b, s.tp, s.cp, s.recompute);
       w.memory_limit.push_back(per_mb > 0 ? static_cast<int>(std::max(1.0, std::floor((dev.memory - fixed) / per_mb)))
                                           : p.num_microbatches);
@@ -343,17 +349,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       if (subclusters.size() > 1 && replicas > 1)
         cross_bytes += 2.0 * 2.0 * (replicas - 1) / replicas * params * grad_bytes * s.tp * s.cp;
 
-      cost::StageShape shape;
-      shape.parameters = stage_parameters(m, units);
-      shape.layers = units.layers;
-      shape.has_head = units.head;
-      shape.tp = s.tp;
-      shape.cp = s.cp;
-      shape.zero_dp = replicas;
-      shape.sequences = double(plan.pipelines[pi].micro_batch_size) / s.dp;
-      shape.in_flight = d.warmup;
-      shape.recompute = s.recompute;
-      d.memory = cost::stage_memory(m, shape);
+      d.memory = cost::stage_memory(m, shape_of(plan, plan.pipelines[pi], s, replicas, d.warmup));
       // Adam reads and writes about 28 bytes per parameter it owns (memory-bound).
       const double owned = params / (m.training.zero_stage >= 1 ? replicas : 1);
       d.optimizer_s = owned * 28 / pl.sub->device.mem_bandwidth;
