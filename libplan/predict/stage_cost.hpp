@@ -1,0 +1,55 @@
+#pragma once
+// The per-stage pieces of a prediction, shared by predict() and the searches so that both
+// cost a stage the same way: where a stage's devices sit, which units it holds, the time
+// of one unit on the stage (compute + recomputation + TP/CP collectives), its memory shape,
+// and the hop to the next stage with its resharding strategy (see predict.hpp).
+#include "cost/compute.hpp"
+#include "cost/memory.hpp"
+#include "plan/plan.hpp"
+#include "predict/predict.hpp"
+
+namespace het::predict {
+
+struct Placement {
+  const SubclusterSpec* sub = nullptr;
+  int nodes = 0;           // distinct nodes used
+  int per_node = 0;        // most devices used on one node (they share its NIC)
+  bool tp_in_node = true;  // every TP group lies inside one node
+};
+Placement place(const Stage& s, const ClusterSpec& cluster);
+
+// The link of a collective among a stage's devices: intra-node when it stays in a node,
+// else the node NIC shared by the stage's devices on that node.
+LinkSpec group_link(const Placement& p, bool within_node);
+
+struct UnitCounts {
+  double layers = 0;  // transformer layers (sublayer units count 1/2)
+  int attn = 0, mlp = 0, full_layers = 0;
+  bool embedding = false, head = false;
+};
+UnitCounts count_units(const Plan& plan, const Stage& s);
+double stage_parameters(const ModelSpec& m, const UnitCounts& c);
+
+// The memory model's view of a stage.
+cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, int zero_dp, int in_flight);
+
+// One unit's time per micro-batch on a stage: compute, recomputation added to the backward,
+// and (for analytic compute) the TP all-reduces and CP K/V exchanges.
+struct UnitTimes {
+  double forward_s = 0, backward_s = 0;
+  cost::Source source = cost::Source::analytic;
+};
+UnitTimes unit_times(const ModelSpec& m, const cost::ComputeModel& compute, UnitKind kind, const Placement& pl, int tp,
+                     int cp, Recompute recompute, double sequences);
+int source_rank(cost::Source s);  // profile 0 .. analytic 3
+
+// One stage-to-stage hop of `bytes` (a whole micro-batch's activation).
+struct Hop {
+  double seconds = 0;
+  double cross_bytes = 0;  // bytes that cross the link between the stages
+  Resharding strategy = Resharding::send_recv_allgather;
+};
+Hop hop(const Stage& a, const Stage& b, const Placement& pa, const Placement& pb, const ClusterSpec& cluster,
+        double bytes, const Options& opt);
+
+}  // namespace het::predict
