@@ -1,0 +1,337 @@
+#include "search/evaluator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "cost/comm.hpp"
+#include "predict/stage_cost.hpp"
+#include "schedule/schedule.hpp"
+
+namespace het::search {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}
+
+// Per-unit prefix sums of one stage shape at one placement: time per micro-batch
+// (forward + backward, and backward alone), parameters and activation bytes per micro-batch.
+struct Evaluator::Table {
+  std::vector<double> time, backward, params, act;  // prefix sums, size units + 1
+  double bytes_per_param = 0;  // model state per parameter on a device (ZeRO applied)
+  double logits = 0;           // head's logits buffer
+  double capacity = 0;
+  double mem_bandwidth = 0;
+  double grad_bytes = 0;
+  double sum(const std::vector<double>& v, int a, int e) const { return v[e + 1] - v[a]; }
+};
+
+struct Evaluator::Prepared {
+  Layout layout;
+  int microbatches = 0;
+  std::vector<int> offset;                            // first device of each stage's block in its subcluster
+  std::vector<std::vector<const Table*>> tables;      // [stage][recompute option]
+  std::vector<double> hop;                            // c_i to the next stage
+  std::vector<bool> cross;                            // hop leaves the subcluster
+  std::vector<LinkSpec> sync_link;                    // link of each stage's gradient all-reduce
+};
+
+Evaluator::Evaluator(const ModelSpec& model, const ClusterSpec& cluster, const cost::ComputeModel& compute,
+                     std::vector<Recompute> recompute_options, Granularity granularity, const predict::Options& predict)
+    : model_(model),
+      cluster_(cluster),
+      compute_(compute),
+      recompute_(std::move(recompute_options)),
+      granularity_(granularity),
+      predict_(predict),
+      units_(het::num_units(model, granularity)) {
+  if (recompute_.empty()) recompute_ = {Recompute::none};
+}
+
+bool Evaluator::admissible(const Layout& l) const {
+  const auto& t = model_.training;
+  if (l.stages.empty() || static_cast<int>(l.stages.size()) > units_ || l.pipelines < 1) return false;
+  if (t.global_batch_size % (l.pipelines * l.micro_batch_size) != 0) return false;
+  std::vector<int> used(cluster_.subclusters.size(), 0);
+  for (const auto& s : l.stages) {
+    if (s.sub < 0 || s.sub >= static_cast<int>(used.size())) return false;
+    if (l.micro_batch_size % s.dp != 0) return false;
+    if (model_.num_attention_heads % s.tp != 0 || model_.num_kv_heads % s.tp != 0) return false;
+    if (model_.seq_length % s.cp != 0) return false;
+    used[s.sub] += l.pipelines * s.devices();
+  }
+  for (std::size_t j = 0; j < used.size(); ++j)
+    if (used[j] > cluster_.subclusters[j].num_devices()) return false;
+  return true;
+}
+
+namespace {
+// A stage's devices: `count` devices from `offset` on, in node-major order.
+std::vector<DeviceRef> block(const SubclusterSpec& sub, int offset, int count) {
+  std::vector<DeviceRef> out;
+  for (int k = offset; k < offset + count; ++k) out.push_back({k / sub.devices_per_node, k % sub.devices_per_node});
+  return out;
+}
+}  // namespace
+
+const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Recompute r) const {
+  const StageShape& sh = l.stages[i];
+  const SubclusterSpec& sub = cluster_.subclusters[sh.sub];
+  Stage st;
+  st.subcluster = sub.name;
+  st.tp = sh.tp, st.cp = sh.cp, st.dp = sh.dp;
+  st.recompute = r;
+  st.devices = block(sub, offset, sh.devices());
+  const predict::Placement pl = predict::place(st, cluster_);
+  const int replicas = l.pipelines * sh.dp * sh.cp;
+  std::vector<double> key = {double(sh.sub), double(sh.dp), double(sh.cp), double(sh.tp), double(int(r)),
+                             double(l.micro_batch_size), double(pl.nodes), double(pl.per_node),
+                             double(pl.tp_in_node), double(replicas)};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = tables_.find(key); it != tables_.end()) return *it->second;
+  }
+  auto t = std::make_unique<Table>();
+  const double b = double(l.micro_batch_size) / sh.dp;
+  t->time.assign(units_ + 1, 0);
+  t->backward.assign(units_ + 1, 0);
+  t->params.assign(units_ + 1, 0);
+  t->act.assign(units_ + 1, 0);
+  const double layer_params = static_cast<double>(layer_parameter_count(model_));
+  const double layer_act = cost::layer_activation_bytes(model_, b, sh.tp, sh.cp, r);
+  auto unit = [&](UnitKind kind) { return predict::unit_times(model_, compute_, kind, pl, sh.tp, sh.cp, r, b); };
+  const predict::UnitTimes emb = unit(UnitKind::embedding), head = unit(UnitKind::head);
+  const predict::UnitTimes layer = granularity_ == Granularity::layer ? unit(UnitKind::layer) : predict::UnitTimes{};
+  const predict::UnitTimes attn = granularity_ == Granularity::sublayer ? unit(UnitKind::attn) : predict::UnitTimes{};
+  const predict::UnitTimes mlp = granularity_ == Granularity::sublayer ? unit(UnitKind::mlp) : predict::UnitTimes{};
+  const double h = model_.hidden_size, v = model_.vocab_size;
+  for (int u = 0; u < units_; ++u) {
+    predict::UnitTimes ut;
+    double p = 0, a = 0;
+    if (u == 0) {
+      ut = emb, p = v * h + (model_.architecture == Architecture::gpt ? double(model_.seq_length) * h : 0);
+    } else if (u == units_ - 1) {
+      ut = head, p = model_.architecture == Architecture::gpt ? 2 * h : h + v * h;
+    } else if (granularity_ == Granularity::layer) {
+      ut = layer, p = layer_params, a = layer_act;
+    } else {
+      ut = (u - 1) % 2 == 0 ? attn : mlp, p = layer_params / 2, a = layer_act / 2;
+    }
+    t->time[u + 1] = t->time[u] + ut.forward_s + ut.backward_s;
+    t->backward[u + 1] = t->backward[u] + ut.backward_s;
+    t->params[u + 1] = t->params[u] + p;
+    t->act[u + 1] = t->act[u] + a;
+  }
+  cost::StageShape one;
+  one.parameters = sh.tp;  // one parameter per device
+  one.tp = sh.tp, one.cp = sh.cp, one.zero_dp = replicas, one.in_flight = 0;
+  t->bytes_per_param = cost::stage_memory(model_, one).total();
+  cost::StageShape head_only;
+  head_only.has_head = true, head_only.tp = sh.tp, head_only.cp = sh.cp, head_only.sequences = b, head_only.in_flight = 0;
+  t->logits = cost::stage_memory(model_, head_only).logits;
+  t->capacity = sub.device.memory;
+  t->mem_bandwidth = sub.device.mem_bandwidth;
+  t->grad_bytes = dtype_bytes(model_.dtype);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, fresh] = tables_.emplace(std::move(key), std::move(t));
+  return *it->second;
+}
+
+std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
+  if (!admissible(l)) return std::nullopt;
+  Prepared p;
+  p.layout = l;
+  p.microbatches = model_.training.global_batch_size / (l.pipelines * l.micro_batch_size);
+  const int S = static_cast<int>(l.stages.size());
+  // Stage-major allocation: stage i of every pipeline side by side, so a stage's replicas
+  // (its gradient sync group) are neighbours.
+  std::vector<int> cursor(cluster_.subclusters.size(), 0);
+  std::vector<Stage> stages(S);
+  for (int i = 0; i < S; ++i) {
+    const StageShape& sh = l.stages[i];
+    const SubclusterSpec& sub = cluster_.subclusters[sh.sub];
+    p.offset.push_back(cursor[sh.sub]);
+    stages[i].subcluster = sub.name;
+    stages[i].tp = sh.tp, stages[i].cp = sh.cp, stages[i].dp = sh.dp;
+    stages[i].devices = block(sub, cursor[sh.sub], sh.devices());
+    Stage all = stages[i];
+    all.devices = block(sub, cursor[sh.sub], l.pipelines * sh.devices());
+    const predict::Placement pl = predict::place(all, cluster_);
+    p.sync_link.push_back(predict::group_link(pl, pl.nodes == 1));
+    cursor[sh.sub] += l.pipelines * sh.devices();
+    std::vector<const Table*> by_r;
+    for (Recompute r : recompute_) by_r.push_back(&table(l, i, p.offset[i], r));
+    p.tables.push_back(std::move(by_r));
+  }
+  const double bytes = l.micro_batch_size * double(model_.seq_length) * model_.hidden_size * dtype_bytes(model_.dtype);
+  for (int i = 0; i + 1 < S; ++i) {
+    const predict::Placement a = predict::place(stages[i], cluster_), b = predict::place(stages[i + 1], cluster_);
+    p.hop.push_back(predict::hop(stages[i], stages[i + 1], a, b, cluster_, bytes, predict_).seconds);
+    p.cross.push_back(l.stages[i].sub != l.stages[i + 1].sub);
+  }
+  return p;
+}
+
+std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<int>* fixed) const {
+  const Layout& l = p.layout;
+  const int S = static_cast<int>(l.stages.size());
+  const int U = units_;
+  const int R = static_cast<int>(recompute_.size());
+  const int m = p.microbatches;
+  ++evaluations_;
+
+  // Warm-up counts for a t_max (h-1f1b depends on it through c/t_max).
+  auto warmups = [&](double tau) {
+    schedule::WarmupInput w;
+    w.kind = l.schedule;
+    w.num_microbatches = m;
+    w.stage_s.assign(S, tau);
+    w.transfer_s = p.hop;
+    w.crosses_subcluster = p.cross;
+    w.epsilon = predict_.epsilon;
+    return schedule::warmup_counts(w);
+  };
+  // DP: F[i][k] = min Σ t over stages i.. covering units k..U-1 with every t <= tau.
+  std::vector<double> F(static_cast<std::size_t>(S + 1) * (U + 1), kInf);
+  std::vector<int> end(F.size(), -1), pick(F.size(), -1);
+  auto at = [U](int i, int k) { return static_cast<std::size_t>(i) * (U + 1) + k; };
+  auto run_dp = [&](double tau, const std::vector<int>& N) {
+    std::fill(F.begin(), F.end(), kInf);
+    F[at(S, U)] = 0;
+    for (int i = S - 1; i >= 0; --i) {
+      const int k_lo = fixed ? (*fixed)[i] : i, k_hi = fixed ? (*fixed)[i] : U - (S - i);
+      for (int k = k_lo; k <= k_hi; ++k) {
+        const int e_lo = fixed ? (i + 1 < S ? (*fixed)[i + 1] - 1 : U - 1) : k;
+        const int e_hi = fixed ? e_lo : (i == S - 1 ? U - 1 : U - (S - i - 1) - 1);
+        double best = kInf;
+        for (int e = std::max(e_lo, k); e <= e_hi; ++e) {
+          const double rest = F[at(i + 1, e + 1)];
+          if (rest == kInf) continue;
+          for (int r = 0; r < R; ++r) {
+            const Table& t = *p.tables[i][r];
+            const double time = t.sum(t.time, k, e);
+            if (time > tau) continue;
+            double mem = t.sum(t.params, k, e) / l.stages[i].tp * t.bytes_per_param + N[i] * t.sum(t.act, k, e);
+            if (e == U - 1) mem += t.logits;
+            if (mem > t.capacity) continue;
+            if (time + rest < best) best = time + rest, end[at(i, k)] = e, pick[at(i, k)] = r;
+            break;  // options are ordered by cost: the first that fits is the fastest
+          }
+        }
+        F[at(i, k)] = best;
+      }
+    }
+    return F[at(0, 0)];
+  };
+  // The estimate of the split the DP found.
+  auto estimate = [&](const std::vector<int>& N, Candidate& c) {
+    c.first_unit.clear();
+    c.recompute.clear();
+    std::vector<double> t(S);
+    double t_max = 0, sum = 0, tail = 0;
+    int k = 0;
+    for (int i = 0; i < S; ++i) {
+      const int e = end[at(i, k)], r = pick[at(i, k)];
+      const Table& tb = *p.tables[i][r];
+      c.first_unit.push_back(k);
+      c.recompute.push_back(recompute_[r]);
+      t[i] = tb.sum(tb.time, k, e);
+      t_max = std::max(t_max, t[i]);
+      sum += t[i] + (i + 1 < S ? 2 * p.hop[i] : 0);
+      // Gradient sync beyond the last backward, then the optimizer step.
+      const int replicas = l.pipelines * l.stages[i].dp * l.stages[i].cp;
+      const double params = tb.sum(tb.params, k, e) / l.stages[i].tp;
+      const double sync = cost::allreduce_s(params * tb.grad_bytes, replicas, p.sync_link[i]);
+      const double last_b = tb.sum(tb.backward, k, e);
+      const double opt = params / (model_.training.zero_stage >= 1 ? replicas : 1) * 28 / tb.mem_bandwidth;
+      tail = std::max(tail, std::max(0.0, sync - (predict_.overlap_sync ? last_b : 0)) + opt);
+      k = e + 1;
+    }
+    double steady = t_max;
+    for (int i = 0; i + 1 < S; ++i) steady = std::max(steady, (N[i + 1] * t_max + t_max + 2 * p.hop[i]) / N[i]);
+    c.estimate_s = sum + (m - 1) * steady + tail;
+  };
+
+  Candidate best;
+  best.layout = l;
+  best.estimate_s = kInf;
+  auto try_tau = [&](double tau) {
+    const std::vector<int> N = warmups(tau);
+    if (run_dp(tau, N) == kInf) return false;
+    Candidate c;
+    c.layout = l;
+    estimate(N, c);
+    if (c.estimate_s < best.estimate_s) best = std::move(c);
+    return true;
+  };
+  // Bounds of t_max: no stage is faster than its fastest unit set, none slower than all units.
+  double hi = 0;
+  for (int i = 0; i < S; ++i)
+    for (int r = 0; r < R; ++r) hi = std::max(hi, p.tables[i][r]->time[U]);
+  if (!try_tau(hi * 1.0000001)) return std::nullopt;
+  double lo = 0;
+  for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; ++it) {
+    const double mid = (lo + hi) / 2;
+    const std::vector<int> N = warmups(mid);
+    if (run_dp(mid, N) < kInf) hi = mid;
+    else lo = mid;
+  }
+  try_tau(hi);
+  // Upward from the smallest feasible t_max while (m-1)·t_max can still beat the best.
+  for (double f : {1.01, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5, 2.0}) {
+    const double tau = hi * f;
+    if ((m - 1) * tau >= best.estimate_s) break;
+    try_tau(tau);
+  }
+  if (best.estimate_s == kInf) return std::nullopt;
+  return best;
+}
+
+std::optional<Candidate> Evaluator::best_split(const Layout& layout) const {
+  auto p = prepare(layout);
+  if (!p) return std::nullopt;
+  return solve(*p, nullptr);
+}
+
+std::optional<Candidate> Evaluator::with_split(const Layout& layout, const std::vector<int>& first_unit) const {
+  if (first_unit.size() != layout.stages.size() || first_unit.empty() || first_unit[0] != 0) return std::nullopt;
+  for (std::size_t i = 1; i < first_unit.size(); ++i)
+    if (first_unit[i] <= first_unit[i - 1] || first_unit[i] >= units_) return std::nullopt;
+  auto p = prepare(layout);
+  if (!p) return std::nullopt;
+  return solve(*p, &first_unit);
+}
+
+Plan Evaluator::to_plan(const Candidate& c) const {
+  Plan plan;
+  plan.model = model_;
+  plan.cluster = cluster_;
+  plan.schedule = c.layout.schedule;
+  plan.granularity = granularity_;
+  const Layout& l = c.layout;
+  const int S = static_cast<int>(l.stages.size());
+  std::vector<int> cursor(cluster_.subclusters.size(), 0);
+  std::vector<int> base(S);
+  for (int i = 0; i < S; ++i) base[i] = cursor[l.stages[i].sub], cursor[l.stages[i].sub] += l.pipelines * l.stages[i].devices();
+  for (int k = 0; k < l.pipelines; ++k) {
+    Pipeline p;
+    p.micro_batch_size = l.micro_batch_size;
+    p.num_microbatches = model_.training.global_batch_size / (l.pipelines * l.micro_batch_size);
+    for (int i = 0; i < S; ++i) {
+      const StageShape& sh = l.stages[i];
+      const SubclusterSpec& sub = cluster_.subclusters[sh.sub];
+      Stage st;
+      st.subcluster = sub.name;
+      st.first = c.first_unit[i];
+      st.last = i + 1 < S ? c.first_unit[i + 1] - 1 : units_ - 1;
+      st.tp = sh.tp, st.cp = sh.cp, st.dp = sh.dp;
+      st.recompute = c.recompute[i];
+      st.devices = block(sub, base[i] + k * sh.devices(), sh.devices());
+      p.stages.push_back(std::move(st));
+    }
+    plan.pipelines.push_back(std::move(p));
+  }
+  return plan;
+}
+
+}  // namespace het::search

@@ -1,0 +1,90 @@
+#pragma once
+// The searches' common ground (DESIGN.md §8): a layout (k identical pipelines, each a
+// sequence of stage shapes — subcluster and (dp, cp, tp) — with a micro-batch size and a
+// schedule), the best assignment of units and recomputation to its stages under a fast
+// analytic estimate, and the plan it becomes.
+//
+// Estimate (HAPT §5.2 eq. 13, with eq. 12 for transfers the warm-ups cannot hide):
+//   T ≈ Σ_i (t_i + 2c_i) + (m − 1)·max(t_max, max_i (N_{i+1}·t_max + t_max + 2c_i) / N_i)
+//       + the gradient sync not hidden by the last backward + the optimizer step
+// with t_i = f_i + b_i of stage i per micro-batch, c_i its hop to stage i+1, N_i the
+// schedule's warm-up counts and m the micro-batches per pipeline. Every stage must hold its
+// parameters, optimizer state and N_i micro-batches of activations.
+//
+// best_split() is exact under this estimate for a given layout: for each candidate t_max
+// (smallest feasible first, found by binary search, then upward while (m−1)·t_max can
+// still beat the best; HAPT §5.2's bidirectional pruning) a DP over (stage, first unit)
+// minimises Σ t_i with t_i ≤ t_max, choosing each stage's recomputation.
+// Thread-safe: const methods may run concurrently.
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "cost/compute.hpp"
+#include "plan/plan.hpp"
+#include "predict/predict.hpp"
+
+namespace het::search {
+
+struct StageShape {
+  int sub = 0;  // index into cluster.subclusters
+  int dp = 1, cp = 1, tp = 1;
+  int devices() const { return dp * cp * tp; }
+  friend bool operator==(const StageShape&, const StageShape&) = default;
+};
+
+struct Layout {
+  int pipelines = 1;               // identical pipelines (data-parallel replicas)
+  std::vector<StageShape> stages;  // in pipeline order
+  int micro_batch_size = 1;        // per pipeline micro-batch
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+};
+
+struct Candidate {
+  Layout layout;
+  std::vector<int> first_unit;      // stage i holds units [first_unit[i], first_unit[i+1]) (last: to the end)
+  std::vector<Recompute> recompute;
+  double estimate_s = 0;
+};
+
+class Evaluator {
+ public:
+  Evaluator(const ModelSpec& model, const ClusterSpec& cluster, const cost::ComputeModel& compute,
+            std::vector<Recompute> recompute_options, Granularity granularity, const predict::Options& predict);
+
+  // Nullopt when the layout is impossible (batch, devices) or no split fits memory.
+  std::optional<Candidate> best_split(const Layout& layout) const;
+  // A fixed split (units per stage); recomputation chosen per stage. Nullopt when it does not fit.
+  std::optional<Candidate> with_split(const Layout& layout, const std::vector<int>& first_unit) const;
+  // The plan of a candidate: devices assigned in order within each subcluster.
+  Plan to_plan(const Candidate& c) const;
+
+  int num_units() const { return units_; }
+  const ModelSpec& model() const { return model_; }
+  const ClusterSpec& cluster() const { return cluster_; }
+  std::int64_t evaluations() const { return evaluations_.load(); }
+  // Whether a layout's devices fit the cluster and its micro-batching the global batch.
+  bool admissible(const Layout& layout) const;
+
+ private:
+  struct Table;                // per-unit times and memory of one stage shape and placement
+  struct Prepared;             // a layout with its stage tables, hops and warm-up inputs
+  const Table& table(const Layout& layout, int stage, int offset, Recompute r) const;
+  std::optional<Prepared> prepare(const Layout& layout) const;
+  std::optional<Candidate> solve(const Prepared& p, const std::vector<int>* fixed_split) const;
+
+  ModelSpec model_;
+  ClusterSpec cluster_;
+  const cost::ComputeModel& compute_;
+  std::vector<Recompute> recompute_;
+  Granularity granularity_;
+  predict::Options predict_;
+  int units_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::vector<double>, std::unique_ptr<Table>> tables_;
+  mutable std::atomic<std::int64_t> evaluations_{0};
+};
+
+}  // namespace het::search
