@@ -104,7 +104,7 @@ TEST_CASE("a written plan embeds its specs and reads back identically") {
   REQUIRE(plan.ok());
   plan->pipelines[0].stages[0].warmup = 2;
   plan->pipelines[0].stages[0].predicted = StagePrediction{0.01, 0.02, 12e9};
-  plan->algorithm = AlgorithmInfo{"uniform", 0.5, 42, 1.25};
+  plan->algorithm = AlgorithmInfo{"uniform", 0.5, 42, 1.25, 0.1, {{"uniform", 1.375, 0.5, 42}}};
   plan->profiles.push_back({"A100-40GB", std::string(64, 'a')});
   Prediction p;
   p.iteration_s = 3.5;

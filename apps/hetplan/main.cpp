@@ -5,6 +5,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <optional>
 
@@ -13,6 +15,10 @@
 #include "plan/plan_io.hpp"
 #include "predict/predict.hpp"
 #include "report/report.hpp"
+#include "search/search.hpp"
+#include "spec/cluster.hpp"
+#include "spec/model.hpp"
+#include "spec/profile.hpp"
 #include "sim/sim.hpp"
 #include "validation/inputs.hpp"
 
@@ -116,6 +122,147 @@ int run_simulate(const SimulateArgs& a, bool show) {
   return 0;
 }
 
+struct SearchArgs {
+  std::string model, cluster, algo = "auto", schedule = "auto", output, format = "table", granularity = "layer";
+  std::vector<std::string> profiles, algos;
+  std::optional<std::string> catalog;
+  double time_budget = 60;
+  int threads = 0, top = 1;
+  std::uint64_t seed = 1;
+};
+
+struct SearchInputs {
+  het::ModelSpec model;
+  het::ClusterSpec cluster;
+  std::vector<het::ProfileSpec> profiles;
+};
+
+het::Result<SearchInputs> load_search_inputs(const SearchArgs& a) {
+  het::Diagnostics errors;
+  SearchInputs in;
+  auto catalog = a.catalog ? het::load_catalog(*a.catalog) : het::builtin_catalog();
+  if (!catalog) return catalog.errors();
+  if (auto m = het::load_model(a.model)) in.model = *m;
+  else errors.insert(errors.end(), m.errors().begin(), m.errors().end());
+  if (auto c = het::load_cluster(a.cluster, *catalog)) in.cluster = *c;
+  else errors.insert(errors.end(), c.errors().begin(), c.errors().end());
+  for (const auto& f : a.profiles) {
+    if (auto p = het::load_profile(f)) in.profiles.push_back(*p);
+    else errors.insert(errors.end(), p.errors().begin(), p.errors().end());
+  }
+  if (!errors.empty()) return errors;
+  return in;
+}
+
+het::search::Options search_options(const SearchArgs& a) {
+  het::search::Options o;
+  o.time_budget_s = a.time_budget;
+  o.threads = a.threads;
+  o.seed = a.seed;
+  o.top_k = std::max(4, a.top);
+  o.granularity = a.granularity == "sublayer" ? het::Granularity::sublayer : het::Granularity::layer;
+  if (a.schedule != "auto")
+    for (auto k : {het::ScheduleKind::gpipe, het::ScheduleKind::one_f_one_b, het::ScheduleKind::eager_1f1b,
+                   het::ScheduleKind::h_1f1b, het::ScheduleKind::virtual_1f1b})
+      if (a.schedule == het::to_string(k)) o.schedules = {k};
+  // Progress for people on stderr once a search has run for a second.
+  auto start = std::chrono::steady_clock::now();
+  o.progress = [start](const std::string& line) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) std::cerr << "search: " << line << "\n";
+  };
+  return o;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+int run_search(const SearchArgs& a) {
+  auto in = load_search_inputs(a);
+  if (!in) {
+    print_errors(in.errors());
+    return kInvalid;
+  }
+  het::cost::ComputeModel compute(in->model, in->profiles);
+  auto out = het::search::run(a.algo, in->model, in->cluster, compute, search_options(a));
+  if (!out) {
+    print_errors(out.errors());
+    return kInvalid;
+  }
+  const auto& best = out->plans.front();
+  const std::string text = het::write_plan(best.plan);
+  if (!a.output.empty() && !write_file(a.output, text)) return kInvalid;
+  if (a.format == "json") {
+    std::cout << text;
+    return 0;
+  }
+  std::cout << het::report::stage_table(best) << "\n" << het::report::summary(best) << "\n";
+  std::cout << "algorithm    iteration_s  vs_best  seconds  layouts  note\n";
+  for (const auto& r : out->algorithms)
+    std::cout << r.name << std::string(13 - std::min<std::size_t>(12, r.name.size()), ' ')
+              << (r.iteration_s ? fmt("%11.4f", *r.iteration_s) : std::string("          -")) << "  "
+              << (r.iteration_s ? fmt("%6.3fx", *r.iteration_s / best.plan.predicted->iteration_s) : std::string("      -"))
+              << "  " << fmt("%7.2f", r.seconds) << "  " << fmt("%7.0f", double(r.candidates)) << "  "
+              << (r.timed_out ? "time budget reached; " : "") << r.note << "\n";
+  std::cout << "lower bound  " << fmt("%11.4f", out->lower_bound_s) << " s (total work / total throughput); gap "
+            << fmt("%.1f %%", 100 * best.plan.algorithm->gap) << "\n";
+  if (!a.output.empty()) std::cout << "wrote " << a.output << "\n";
+  return 0;
+}
+
+int run_compare(const SearchArgs& a) {
+  auto in = load_search_inputs(a);
+  if (!in) {
+    print_errors(in.errors());
+    return kInvalid;
+  }
+  het::cost::ComputeModel compute(in->model, in->profiles);
+  std::vector<std::string> algos = a.algos.empty() ? std::vector<std::string>{"uniform", "heteroauto", "hapt", "auto"} : a.algos;
+  struct Row {
+    std::string name;
+    std::optional<double> t;
+    double tokens = 0, mfu = 0, seconds = 0;
+    std::string note;
+  };
+  std::vector<Row> rows;
+  std::optional<double> uniform;
+  for (const auto& algo : algos) {
+    auto out = het::search::run(algo, in->model, in->cluster, compute, search_options(a));
+    Row r{algo, std::nullopt, 0, 0, 0, ""};
+    if (!out) {
+      r.note = out.errors().front().message;
+    } else {
+      const auto& p = *out->plans.front().plan.predicted;
+      r.t = p.iteration_s, r.tokens = p.tokens_per_s, r.mfu = p.mfu, r.seconds = out->seconds;
+    }
+    if (algo == "uniform") uniform = r.t;
+    rows.push_back(r);
+  }
+  if (a.format == "json") {
+    nlohmann::ordered_json j = nlohmann::ordered_json::array();
+    for (const auto& r : rows)
+      j.push_back({{"algorithm", r.name}, {"iteration_s", r.t ? nlohmann::ordered_json(*r.t) : nlohmann::ordered_json()},
+                   {"tokens_per_s", r.tokens}, {"mfu", r.mfu}, {"speedup_over_uniform", uniform && r.t ? *uniform / *r.t : 0.0},
+                   {"search_s", r.seconds}, {"note", r.note}});
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "algorithm    iteration_s     tokens/s    MFU  vs_uniform  search_s\n";
+  for (const auto& r : rows) {
+    std::cout << r.name << std::string(13 - std::min<std::size_t>(12, r.name.size()), ' ');
+    if (!r.t) {
+      std::cout << "          -  " << r.note << "\n";
+      continue;
+    }
+    std::cout << fmt("%11.4f", *r.t) << "  " << fmt("%11.0f", r.tokens) << "  " << fmt("%4.1f%%", 100 * r.mfu) << "  "
+              << (uniform ? fmt("%9.2fx", *uniform / *r.t) : std::string("        -")) << "  " << fmt("%8.2f", r.seconds)
+              << "\n";
+  }
+  return 0;
+}
+
 struct ImportArgs {
   std::string from, dir, model, output;
   std::optional<std::string> device, llm_info;
@@ -191,6 +338,34 @@ int main(int argc, char** argv) {
   auto* show = app.add_subcommand("show", "Print a plan's stage table and predicted summary");
   add_plan_inputs(show);
 
+  SearchArgs search_args;
+  auto add_search_inputs = [&](CLI::App* cmd) {
+    cmd->add_option("--model", search_args.model, "model.yaml")->required();
+    cmd->add_option("--cluster", search_args.cluster, "cluster.yaml")->required();
+    cmd->add_option("--profile", search_args.profiles, "profile.yaml (repeatable); analytic costs without");
+    cmd->add_option("--catalog", search_args.catalog, "device catalog (default: built in)");
+    cmd->add_option("--schedule", search_args.schedule, "auto (1f1b and h-1f1b) or one schedule")
+        ->check(CLI::IsMember({"auto", "gpipe", "1f1b", "eager-1f1b", "h-1f1b", "virtual-1f1b"}));
+    cmd->add_option("--time-budget", search_args.time_budget, "seconds for the whole search (default 60)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--threads", search_args.threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--seed", search_args.seed, "seed for sampling algorithms");
+    cmd->add_option("--granularity", search_args.granularity, "layer or sublayer (attn/mlp units, HAPT §5.1)")
+        ->check(CLI::IsMember({"layer", "sublayer"}));
+    cmd->add_option("--format", search_args.format, "table (default) or json")->check(CLI::IsMember({"table", "json"}));
+  };
+  auto* search = app.add_subcommand("search", "Find the best plan for a model on a cluster");
+  add_search_inputs(search);
+  search->add_option("--algo", search_args.algo, "auto (default), uniform, exhaustive, hapt or heteroauto")
+      ->check(CLI::IsMember(het::search::algorithm_names()));
+  search->add_option("--top", search_args.top, "candidates per algorithm re-ranked by the simulator (default 4)")
+      ->check(CLI::PositiveNumber);
+  search->add_option("-o,--output", search_args.output, "write the plan to this file");
+  auto* compare = app.add_subcommand("compare", "Run several search algorithms on the same inputs and tabulate them");
+  add_search_inputs(compare);
+  compare->add_option("--algos", search_args.algos, "algorithms (default: uniform heteroauto hapt auto)")
+      ->check(CLI::IsMember(het::search::algorithm_names()));
+
   ImportArgs import_args;
   auto* profile = app.add_subcommand("profile", "Work with profiles of measured costs");
   profile->require_subcommand(1);
@@ -212,5 +387,7 @@ int main(int argc, char** argv) {
   if (simulate->parsed()) return run_simulate(sim_args, false);
   if (show->parsed()) return run_simulate(sim_args, true);
   if (import->parsed()) return run_import(import_args);
+  if (search->parsed()) return run_search(search_args);
+  if (compare->parsed()) return run_compare(search_args);
   return kInvalid;
 }

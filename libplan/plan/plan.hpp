@@ -68,11 +68,20 @@ struct Pipeline {
   int line = 0;
 };
 
-struct AlgorithmInfo {
+struct AlgorithmResult {
   std::string name;
+  double iteration_s = 0;  // 0: found nothing
   double seconds = 0;
   std::int64_t candidates_evaluated = 0;
-  double lower_bound_s = 0;
+};
+
+struct AlgorithmInfo {
+  std::string name;                     // the algorithm asked for (auto, hapt, ...)
+  double seconds = 0;
+  std::int64_t candidates_evaluated = 0;
+  double lower_bound_s = 0;             // total work / total effective throughput
+  double gap = 0;                       // predicted iteration / lower bound - 1
+  std::vector<AlgorithmResult> results; // every algorithm that ran, with its best plan's time
 };
 
 struct ProfileDigest {

@@ -163,10 +163,26 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
         plan.profiles.push_back({f.string("device", Need::required).value_or(""), f.string("sha256", Need::required).value_or("")});
     }
   }
-  if (auto a = top.map("algorithm", Need::optional, {"name", "seconds", "candidates_evaluated", "lower_bound_s"}))
-    plan.algorithm = AlgorithmInfo{a->string("name", Need::required).value_or(""), number(*a, "seconds", Need::optional),
-                                   a->integer("candidates_evaluated", Need::optional, 0, INT64_MAX).value_or(0),
-                                   number(*a, "lower_bound_s", Need::optional)};
+  if (auto a = top.map("algorithm", Need::optional,
+                       {"name", "seconds", "candidates_evaluated", "lower_bound_s", "gap", "results"})) {
+    AlgorithmInfo info;
+    info.name = a->string("name", Need::required).value_or("");
+    info.seconds = number(*a, "seconds", Need::optional);
+    info.candidates_evaluated = a->integer("candidates_evaluated", Need::optional, 0, INT64_MAX).value_or(0);
+    info.lower_bound_s = number(*a, "lower_bound_s", Need::optional);
+    info.gap = a->number("gap", Need::optional, -1, 1e300).value_or(0);
+    if (auto list = a->list("results", Need::optional)) {
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        input::Fields r(ctx, (*list)[i], input::index("algorithm.results", i),
+                        {"name", "iteration_s", "seconds", "candidates_evaluated"});
+        if (!r.is_map()) continue;
+        info.results.push_back({r.string("name", Need::required).value_or(""), number(r, "iteration_s", Need::optional),
+                                number(r, "seconds", Need::optional),
+                                r.integer("candidates_evaluated", Need::optional, 0, INT64_MAX).value_or(0)});
+      }
+    }
+    plan.algorithm = std::move(info);
+  }
   if (auto s = top.map("schedule", Need::required, {"kind"}))
     plan.schedule = s->choice<ScheduleKind>("kind", Need::required, kScheduleChoices).value_or(ScheduleKind::one_f_one_b);
   plan.granularity = top.choice<Granularity>("granularity", Need::optional,
@@ -207,11 +223,16 @@ nlohmann::ordered_json to_json(const Plan& plan) {
   J profiles = J::array();
   for (const auto& p : plan.profiles) profiles.push_back({{"device", p.device}, {"sha256", p.sha256}});
   out["profiles"] = profiles;
-  if (plan.algorithm)
-    out["algorithm"] = {{"name", plan.algorithm->name},
-                        {"seconds", plan.algorithm->seconds},
-                        {"candidates_evaluated", plan.algorithm->candidates_evaluated},
-                        {"lower_bound_s", plan.algorithm->lower_bound_s}};
+  if (plan.algorithm) {
+    const auto& a = *plan.algorithm;
+    J results = J::array();
+    for (const auto& r : a.results)
+      results.push_back({{"name", r.name}, {"iteration_s", r.iteration_s}, {"seconds", r.seconds},
+                         {"candidates_evaluated", r.candidates_evaluated}});
+    out["algorithm"] = {{"name", a.name},           {"seconds", a.seconds},
+                        {"candidates_evaluated", a.candidates_evaluated}, {"lower_bound_s", a.lower_bound_s},
+                        {"gap", a.gap},             {"results", results}};
+  }
   out["schedule"] = {{"kind", to_string(plan.schedule)}};
   out["granularity"] = to_string(plan.granularity);
   J pipelines = J::array();

@@ -14,18 +14,6 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 }
 
-// Per-unit prefix sums of one stage shape at one placement: time per micro-batch
-// (forward + backward, and backward alone), parameters and activation bytes per micro-batch.
-struct Evaluator::Table {
-  std::vector<double> time, backward, params, act;  // prefix sums, size units + 1
-  double bytes_per_param = 0;  // model state per parameter on a device (ZeRO applied)
-  double logits = 0;           // head's logits buffer
-  double capacity = 0;
-  double mem_bandwidth = 0;
-  double grad_bytes = 0;
-  double sum(const std::vector<double>& v, int a, int e) const { return v[e + 1] - v[a]; }
-};
-
 struct Evaluator::Prepared {
   Layout layout;
   int microbatches = 0;
@@ -45,6 +33,9 @@ Evaluator::Evaluator(const ModelSpec& model, const ClusterSpec& cluster, const c
       granularity_(granularity),
       predict_(predict),
       units_(het::num_units(model, granularity)) {
+  // Cheapest first: the DP takes the first option that fits.
+  std::sort(recompute_.begin(), recompute_.end());
+  recompute_.erase(std::unique(recompute_.begin(), recompute_.end()), recompute_.end());
   if (recompute_.empty()) recompute_ = {Recompute::none};
 }
 
@@ -211,9 +202,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
             const Table& t = *p.tables[i][r];
             const double time = t.sum(t.time, k, e);
             if (time > tau) continue;
-            double mem = t.sum(t.params, k, e) / l.stages[i].tp * t.bytes_per_param + N[i] * t.sum(t.act, k, e);
-            if (e == U - 1) mem += t.logits;
-            if (mem > t.capacity) continue;
+            if (t.memory(k, e, l.stages[i].tp, N[i], e == U - 1) > t.capacity) continue;
             if (time + rest < best) best = time + rest, end[at(i, k)] = e, pick[at(i, k)] = r;
             break;  // options are ordered by cost: the first that fits is the fastest
           }
@@ -300,6 +289,20 @@ std::optional<Candidate> Evaluator::with_split(const Layout& layout, const std::
   auto p = prepare(layout);
   if (!p) return std::nullopt;
   return solve(*p, &first_unit);
+}
+
+double Evaluator::lower_bound(const Layout& l) const {
+  auto p = prepare(l);
+  if (!p) return kInf;
+  double rate = 0;  // layers per second of all stages together
+  for (const auto& by_r : p->tables) {
+    const Table& t = *by_r[0];  // the cheapest recomputation option
+    double layer = kInf;
+    for (int u = 1; u + 1 < units_; ++u) layer = std::min(layer, t.sum(t.time, u, u));
+    if (layer > 0 && layer < kInf) rate += 1 / layer;
+  }
+  const double layers = units_ - 2;
+  return rate > 0 ? (p->microbatches - 1) * layers / rate : 0;
 }
 
 Plan Evaluator::to_plan(const Candidate& c) const {

@@ -42,6 +42,22 @@ struct Layout {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
 };
 
+// Per-unit prefix sums of one stage shape at one placement: time per micro-batch (forward +
+// backward, and backward alone), parameters, and activation bytes per micro-batch.
+struct StageTable {
+  std::vector<double> time, backward, params, act;  // prefix sums, size units + 1
+  double bytes_per_param = 0;  // model state per parameter on a device (ZeRO applied)
+  double logits = 0;           // the head's logits buffer
+  double capacity = 0;
+  double mem_bandwidth = 0;
+  double grad_bytes = 0;
+  double sum(const std::vector<double>& v, int a, int e) const { return v[e + 1] - v[a]; }
+  // Memory of units a..e holding `in_flight` micro-batches (tp: the stage's TP degree).
+  double memory(int a, int e, int tp, int in_flight, bool has_head) const {
+    return sum(params, a, e) / tp * bytes_per_param + in_flight * sum(act, a, e) + (has_head ? logits : 0);
+  }
+};
+
 struct Candidate {
   Layout layout;
   std::vector<int> first_unit;      // stage i holds units [first_unit[i], first_unit[i+1]) (last: to the end)
@@ -67,11 +83,17 @@ class Evaluator {
   std::int64_t evaluations() const { return evaluations_.load(); }
   // Whether a layout's devices fit the cluster and its micro-batching the global batch.
   bool admissible(const Layout& layout) const;
+  // A lower bound of the layout's estimate: (m − 1) · L / Σ_i 1/layer_time_i, the steady
+  // phase of a perfectly balanced split without recomputation. +inf when inadmissible.
+  double lower_bound(const Layout& layout) const;
+  // The table of stage `stage` of `layout` placed from device `offset` of its subcluster.
+  const StageTable& table(const Layout& layout, int stage, int offset, Recompute r) const;
+  const std::vector<Recompute>& recompute_options() const { return recompute_; }
+  const predict::Options& predict_options() const { return predict_; }
 
  private:
-  struct Table;                // per-unit times and memory of one stage shape and placement
+  using Table = StageTable;
   struct Prepared;             // a layout with its stage tables, hops and warm-up inputs
-  const Table& table(const Layout& layout, int stage, int offset, Recompute r) const;
   std::optional<Prepared> prepare(const Layout& layout) const;
   std::optional<Candidate> solve(const Prepared& p, const std::vector<int>* fixed_split) const;
 

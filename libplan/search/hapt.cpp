@@ -1,0 +1,278 @@
+// HAPT's inter-op planner (HAPT §5.2), generalised to any number of subclusters.
+//
+// One pipeline. Each stage runs on a submesh of one subcluster of size (1,1),(1,2),(1,4)..
+// (1,M),(2,M)..(N,M) (M devices per node; on subclusters of four or more nodes only whole
+// nodes, to keep the state space of large clusters small), with the best intra-op option
+// (dp × tp = the submesh) for its units. Stages of one subcluster are contiguous; the
+// subcluster order is enumerated (all orders up to three subclusters; beyond, the orders by
+// memory and by compute, descending). For a candidate t_max a DP from the last unit backwards
+// over (first unit covered, subcluster, devices used there) minimises Σ (t_i + 2 c_i) subject
+// to t_i ≤ t_max and the schedule's memory constraint (eq. 14-24): the warm-up count of a new
+// stage is the next stage's plus δ of their hop (h-1f1b), +1 (1f1b), as HAPT keeps N(s, k, ..)
+// along the optimal substructure. t_max is searched from the smallest feasible value upward
+// (bidirectional pruning, §5.2); the stage shapes found go through the common evaluator for
+// the final split and estimate. Candidate t_max values are evaluated in parallel (oneTBB).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include <tbb/parallel_for.h>
+
+#include "predict/stage_cost.hpp"
+#include "search/algorithms.hpp"
+
+namespace het::search {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Mesh {
+  int devices;
+  int dp, tp;
+};
+
+std::vector<Mesh> meshes(const Evaluator& eval, int sub, int mbs) {
+  const SubclusterSpec& s = eval.cluster().subclusters[sub];
+  const ModelSpec& m = eval.model();
+  const int M = s.devices_per_node, N = s.nodes;
+  std::vector<int> sizes;
+  if (N < 4)
+    for (int g = 1; g < M; g *= 2) sizes.push_back(g);
+  for (int n = 1; n <= N; ++n) sizes.push_back(n * M);
+  std::vector<Mesh> out;
+  for (int g : sizes)
+    for (int tp = 1; tp <= std::min(g, M); tp *= 2) {
+      if (g % tp || M % tp || m.num_attention_heads % tp || m.num_kv_heads % tp) continue;
+      if (mbs % (g / tp)) continue;
+      out.push_back({g, g / tp, tp});
+    }
+  return out;
+}
+
+struct Cell {
+  double cost = kInf;  // Σ (t_i + 2 c_i) of the suffix
+  int warmup = 0;      // warm-up count of the suffix's first stage
+  int first_mesh = -1, first_offset = 0, first_sub = -1, first_end = -1;  // the suffix's first stage
+  int next = -1;       // index of the successor cell (the rest of the suffix)
+};
+
+class HaptDp {
+ public:
+  HaptDp(Work& w, std::vector<int> order, int mbs, ScheduleKind kind)
+      : w_(w), order_(std::move(order)), mbs_(mbs), kind_(kind), U_(w.eval.num_units()) {
+    const ClusterSpec& c = w.eval.cluster();
+    m_ = w.eval.model().training.global_batch_size / mbs;
+    for (int j : order_) {
+      meshes_.push_back(meshes(w.eval, j, mbs));
+      capacity_.push_back(c.subclusters[j].num_devices());
+    }
+    base_.assign(order_.size() + 1, 0);
+    for (std::size_t q = 0; q < order_.size(); ++q) base_[q + 1] = base_[q] + capacity_[q] + 1;
+    bytes_ = mbs * double(w.eval.model().seq_length) * w.eval.model().hidden_size * dtype_bytes(w.eval.model().dtype);
+  }
+
+  // Stage shapes of the best pipeline under t_max = tau, or empty.
+  std::vector<StageShape> solve(double tau) {
+    w_.count();
+    const std::size_t states = static_cast<std::size_t>(U_ + 1) * base_.back();
+    std::vector<Cell> cell(states);
+    auto id = [&](int k, std::size_t q, int used) { return static_cast<std::size_t>(k) * base_.back() + base_[q] + used; };
+    for (std::size_t q = 0; q < order_.size(); ++q) cell[id(U_, q, 0)].cost = 0;
+    // Cells in order of decreasing k; within a k any order (transitions lower k).
+    for (int k = U_; k > 0; --k) {
+      for (std::size_t q = 0; q < order_.size(); ++q) {
+        for (int used = 0; used <= capacity_[q]; ++used) {
+          const Cell& from = cell[id(k, q, used)];
+          if (from.cost == kInf) continue;
+          // A new stage before this suffix: on subcluster q (after `used`) or an earlier one.
+          for (std::size_t q2 = 0; q2 <= q; ++q2) {
+            const int sub = order_[q2];
+            const int already = q2 == q ? used : 0;
+            if (q2 < q && from.first_sub < 0) continue;  // an empty suffix starts in its own subcluster
+            for (std::size_t mi = 0; mi < meshes_[q2].size(); ++mi) {
+              const Mesh& mesh = meshes_[q2][mi];
+              if (already + mesh.devices > capacity_[q2]) continue;
+              const int offset = capacity_[q2] - already - mesh.devices;  // allocated from the back
+              extend(cell, id(k, q, used), k, sub, mesh, offset, tau, [&](int k2) { return id(k2, q2, already + mesh.devices); });
+            }
+          }
+        }
+      }
+    }
+    // Best complete pipeline.
+    std::size_t best = states;
+    for (std::size_t q = 0; q < order_.size(); ++q)
+      for (int used = 1; used <= capacity_[q]; ++used)
+        if (cell[id(0, q, used)].cost < (best == states ? kInf : cell[best].cost)) best = id(0, q, used);
+    std::vector<StageShape> out;
+    for (std::size_t at = best; at != states && cell[at].first_sub >= 0; at = static_cast<std::size_t>(cell[at].next)) {
+      const Cell& c = cell[at];
+      const Mesh& mesh = meshes_[position(c.first_sub)][static_cast<std::size_t>(c.first_mesh)];
+      out.push_back({c.first_sub, mesh.dp, 1, mesh.tp});
+    }
+    return out;
+  }
+
+ private:
+  std::size_t position(int sub) const {
+    return static_cast<std::size_t>(std::find(order_.begin(), order_.end(), sub) - order_.begin());
+  }
+
+  template <class To>
+  void extend(std::vector<Cell>& cell, std::size_t from_id, int k, int sub, const Mesh& mesh, int offset, double tau,
+              To to_id) {
+    const Cell& from = cell[from_id];
+    Layout one;
+    one.pipelines = 1;
+    one.micro_batch_size = mbs_;
+    one.stages = {{sub, mesh.dp, 1, mesh.tp}};
+    // Hop to the suffix's first stage, and the new stage's warm-up count.
+    double c = 0;
+    int warmup = 1;
+    if (from.first_sub >= 0) {
+      c = hop(sub, mesh, offset, from);
+      const bool cross = sub != from.first_sub;
+      int delta = 1;
+      if (kind_ == ScheduleKind::h_1f1b) {
+        const double eps = w_.eval.predict_options().epsilon;
+        delta = c <= eps * tau ? 1 : c <= tau / 2 ? 2 : c <= tau ? 3 : static_cast<int>(std::ceil(1 + 2 * c / tau));
+      } else if (kind_ == ScheduleKind::eager_1f1b) {
+        delta = 2;
+      } else if (kind_ == ScheduleKind::virtual_1f1b) {
+        delta = cross ? 2 : 1;
+      } else if (kind_ == ScheduleKind::gpipe) {
+        delta = 0;
+      }
+      warmup = kind_ == ScheduleKind::gpipe ? m_ : std::min(m_, from.warmup + delta);
+    }
+    for (Recompute r : w_.eval.recompute_options()) {
+      const StageTable& t = w_.eval.table(one, 0, offset, r);
+      bool any = false;
+      for (int k2 = k - 1; k2 >= 0; --k2) {  // the new stage holds units k2 .. k-1
+        const double time = t.sum(t.time, k2, k - 1);
+        if (time > tau) break;
+        if (t.memory(k2, k - 1, mesh.tp, warmup, k == U_) > t.capacity) break;
+        any = true;
+        Cell& to = cell[to_id(k2)];
+        const double cost = from.cost + time + 2 * c;
+        if (cost < to.cost) {
+          to.cost = cost;
+          to.warmup = warmup;
+          to.first_sub = sub;
+          to.first_mesh = static_cast<int>(&mesh - meshes_[position(sub)].data());
+          to.first_offset = offset;
+          to.first_end = k - 1;
+          to.next = static_cast<int>(from_id);
+        }
+      }
+      if (any) break;  // the cheaper recomputation option fits: the costlier ones cannot do better
+    }
+  }
+
+  double hop(int sub, const Mesh& mesh, int offset, const Cell& next) {
+    const ClusterSpec& c = w_.eval.cluster();
+    const Mesh& nm = meshes_[position(next.first_sub)][static_cast<std::size_t>(next.first_mesh)];
+    const auto key = std::make_tuple(sub, mesh.devices, mesh.tp, offset, next.first_sub, nm.devices, nm.tp, next.first_offset);
+    if (auto it = hops_.find(key); it != hops_.end()) return it->second;
+    auto stage = [&](int s, const Mesh& me, int off) {
+      Stage st;
+      st.subcluster = c.subclusters[s].name;
+      st.dp = me.dp, st.tp = me.tp;
+      const int M = c.subclusters[s].devices_per_node;
+      for (int d = off; d < off + me.devices; ++d) st.devices.push_back({d / M, d % M});
+      return st;
+    };
+    Stage a = stage(sub, mesh, offset), b = stage(next.first_sub, nm, next.first_offset);
+    const double t = predict::hop(a, b, predict::place(a, c), predict::place(b, c), c, bytes_, w_.eval.predict_options()).seconds;
+    hops_.emplace(key, t);
+    return t;
+  }
+
+  Work& w_;
+  std::vector<int> order_;
+  int mbs_;
+  ScheduleKind kind_;
+  int U_;
+  int m_ = 1;
+  double bytes_ = 0;
+  std::vector<std::vector<Mesh>> meshes_;
+  std::vector<int> capacity_;
+  std::vector<std::size_t> base_;
+  std::map<std::tuple<int, int, int, int, int, int, int, int>, double> hops_;
+};
+
+std::vector<std::vector<int>> orders(const ClusterSpec& c) {
+  const int C = static_cast<int>(c.subclusters.size());
+  std::vector<int> all(C);
+  for (int j = 0; j < C; ++j) all[j] = j;
+  std::vector<std::vector<int>> out;
+  if (C <= 3) {
+    do out.push_back(all);
+    while (std::next_permutation(all.begin(), all.end()));
+    return out;
+  }
+  auto by = [&](auto key) {
+    std::vector<int> o = all;
+    std::stable_sort(o.begin(), o.end(), [&](int a, int b) { return key(a) > key(b); });
+    return o;
+  };
+  out.push_back(by([&](int j) { return c.subclusters[j].device.memory; }));
+  out.push_back(by([&](int j) { return c.subclusters[j].device.peak; }));
+  if (out[1] == out[0]) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+void run_hapt(Work& w) {
+  for (const auto& order : orders(w.eval.cluster())) {
+    for (int mbs : w.micro_batch_sizes) {
+      if (w.eval.model().training.global_batch_size % mbs) continue;
+      for (ScheduleKind kind : w.schedules) {
+        if (w.expired()) return;
+        HaptDp dp(w, order, mbs, kind);
+        auto evaluate = [&](const std::vector<StageShape>& shapes) {
+          if (shapes.empty()) return;
+          Layout l;
+          l.stages = shapes;
+          l.micro_batch_size = mbs;
+          l.schedule = kind;
+          if (auto c = w.eval.best_split(l)) w.offer(*c);
+        };
+        // The smallest feasible t_max by bisection between 0 and "everything on one stage".
+        double hi = 0;
+        {
+          Layout probe;
+          probe.micro_batch_size = mbs;
+          for (int j : order) {
+            probe.stages = {{j, 1, 1, 1}};
+            const StageTable& t = w.eval.table(probe, 0, 0, Recompute::none);
+            hi = std::max(hi, t.time.back());
+          }
+        }
+        if (dp.solve(hi * 1.000001).empty()) continue;
+        double lo = 0;
+        for (int it = 0; it < 30 && hi - lo > 1e-4 * hi; ++it) {
+          const double mid = (lo + hi) / 2;
+          if (dp.solve(mid).empty()) lo = mid;
+          else hi = mid;
+          if (w.expired()) return;
+        }
+        // Upward from the smallest feasible t_max (HAPT's t_S .. t_E), in parallel.
+        const std::vector<double> ladder = {1.0, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5};
+        std::vector<std::vector<StageShape>> found(ladder.size());
+        tbb::parallel_for(std::size_t(0), ladder.size(), [&](std::size_t i) {
+          if (w.expired()) return;
+          HaptDp local(w, order, mbs, kind);
+          found[i] = local.solve(hi * ladder[i]);
+        });
+        for (const auto& shapes : found) evaluate(shapes);
+        w.note_progress("hapt order " + std::to_string(order.front()) + ", micro-batch " + std::to_string(mbs));
+      }
+    }
+  }
+}
+
+}  // namespace het::search

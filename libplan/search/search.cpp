@@ -1,0 +1,173 @@
+#include "search/search.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include <tbb/global_control.h>
+#include <tbb/task_group.h>
+
+#include "cost/memory.hpp"
+#include "plan/validate.hpp"
+#include "search/algorithms.hpp"
+
+namespace het::search {
+
+const std::vector<std::string>& algorithm_names() {
+  static const std::vector<std::string> names = {"auto", "uniform", "exhaustive", "hapt", "heteroauto"};
+  return names;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Instances small enough for the exhaustive oracle.
+bool small_instance(const Evaluator& eval) {
+  return eval.cluster().num_devices() <= 16 && eval.num_units() <= 18 && eval.cluster().subclusters.size() <= 3;
+}
+
+// Total work / total effective throughput: the layers of the global batch over Σ devices'
+// layer rates (the fastest per-sequence layer time over the micro-batch sizes, tp = 1).
+double lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
+  const ModelSpec& m = eval.model();
+  const ClusterSpec& c = eval.cluster();
+  double rate = 0;
+  for (std::size_t j = 0; j < c.subclusters.size(); ++j) {
+    double best = 1e300;
+    for (int mbs : mbs_list) {
+      Layout l;
+      l.micro_batch_size = mbs;
+      l.stages = {{int(j), 1, 1, 1}};
+      const StageTable& t = eval.table(l, 0, 0, Recompute::none);
+      best = std::min(best, t.sum(t.time, 1, 1) / mbs);
+    }
+    rate += c.subclusters[j].num_devices() / best;
+  }
+  const double layers = eval.num_units() - 2;  // sublayer units count as themselves
+  return layers * m.training.global_batch_size / rate;
+}
+
+// Why nothing fits: the smallest memory any one-layer stage needs on each subcluster.
+std::string binding_constraint(const Evaluator& eval) {
+  const ModelSpec& m = eval.model();
+  std::string worst;
+  double worst_ratio = 0;
+  for (std::size_t j = 0; j < eval.cluster().subclusters.size(); ++j) {
+    const SubclusterSpec& s = eval.cluster().subclusters[j];
+    cost::StageShape st;
+    st.parameters = static_cast<double>(layer_parameter_count(m));
+    st.layers = 1;
+    st.tp = 1;
+    for (int tp = s.devices_per_node; tp >= 1; tp /= 2)
+      if (m.num_attention_heads % tp == 0 && m.num_kv_heads % tp == 0) {
+        st.tp = tp;
+        break;
+      }
+    st.zero_dp = s.num_devices() / st.tp;
+    st.sequences = 1;
+    st.in_flight = 1;
+    st.recompute = Recompute::full;
+    const double need = cost::stage_memory(m, st).total();
+    if (need / s.device.memory > worst_ratio) {
+      worst_ratio = need / s.device.memory;
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "%.1f GiB on %s (%.0f GiB)", need / (1 << 30), s.name.c_str(),
+                    s.device.memory / (1 << 30));
+      worst = buf;
+    }
+  }
+  return "no plan fits memory: even one layer per stage with the widest tp, full recomputation and ZeRO over the "
+         "subcluster needs " + worst + " per device at least; add devices, enable recomputation or ZeRO (zero_stage), "
+         "use a smaller micro-batch, or check the schedule options";
+}
+
+}  // namespace
+
+Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, const ClusterSpec& cluster,
+                         const cost::ComputeModel& compute, const Options& opt) {
+  const auto& names = algorithm_names();
+  if (std::find(names.begin(), names.end(), algorithm) == names.end())
+    return Diagnostic{"", 0, 0, "--algo", "unknown algorithm '" + algorithm + "' (auto, uniform, exhaustive, hapt, heteroauto)"};
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.time_budget_s));
+  std::unique_ptr<tbb::global_control> threads;
+  if (opt.threads > 0)
+    threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, opt.threads);
+
+  const std::vector<Recompute> recompute = opt.recompute.empty() ? model.training.recompute : opt.recompute;
+  Evaluator eval(model, cluster, compute, recompute, opt.granularity, opt.predict);
+
+  std::vector<std::string> chosen;
+  if (algorithm != "auto") {
+    chosen = {algorithm};
+  } else if (!opt.auto_algorithms.empty()) {
+    chosen = opt.auto_algorithms;
+  } else {
+    chosen = {"uniform", "hapt", "heteroauto"};
+    if (small_instance(eval)) chosen.push_back("exhaustive");
+  }
+  SearchOutput out;
+  std::vector<std::unique_ptr<Work>> works;
+  for (const auto& name : chosen) works.push_back(std::make_unique<Work>(eval, opt, deadline, name));
+  std::vector<double> seconds(works.size(), 0);
+  {
+    tbb::task_group group;
+    for (std::size_t i = 0; i < works.size(); ++i) {
+      group.run([&, i] {
+        const auto t0 = Clock::now();
+        Work& w = *works[i];
+        if (w.name == "uniform") run_uniform(w);
+        else if (w.name == "exhaustive") run_exhaustive(w);
+        else if (w.name == "hapt") run_hapt(w);
+        else if (w.name == "heteroauto") run_heteroauto(w);
+        seconds[i] = std::chrono::duration<double>(Clock::now() - t0).count();
+      });
+    }
+    group.wait();
+  }
+
+  // Re-rank each algorithm's best candidates with the simulator.
+  std::vector<std::pair<double, predict::Outcome>> ranked;
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < works.size(); ++i) {
+    Work& w = *works[i];
+    AlgorithmReport report{w.name, seconds[i], w.layouts(), std::nullopt, w.timed_out(), ""};
+    total += w.layouts();
+    for (const Candidate& c : w.take()) {
+      Plan plan = eval.to_plan(c);
+      if (auto problems = validate_plan(plan, "search"); !problems.empty()) continue;  // never expected
+      auto outcome = predict::predict(plan, compute, opt.predict);
+      if (!outcome) continue;
+      bool fits = true;
+      for (const auto& p : outcome->stages)
+        for (const auto& d : p) fits &= d.memory.total() <= d.capacity;
+      if (!fits) continue;
+      const double t = outcome->plan.predicted->iteration_s;
+      if (!report.iteration_s || t < *report.iteration_s) report.iteration_s = t;
+      ranked.emplace_back(t, std::move(*outcome));
+    }
+    if (!report.iteration_s) report.note = w.timed_out() ? "ran out of time before finding a plan" : "found no plan that fits";
+    out.algorithms.push_back(std::move(report));
+  }
+  if (ranked.empty()) return Diagnostic{"", 0, 0, "", binding_constraint(eval)};
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  out.lower_bound_s = lower_bound(eval, opt.micro_batch_sizes.empty() ? model.training.micro_batch_sizes : opt.micro_batch_sizes);
+  for (auto& [t, outcome] : ranked) {
+    AlgorithmInfo info;
+    info.name = algorithm;
+    info.seconds = out.seconds;
+    info.candidates_evaluated = total;
+    info.lower_bound_s = out.lower_bound_s;
+    info.gap = out.lower_bound_s > 0 ? t / out.lower_bound_s - 1 : 0;
+    for (const auto& r : out.algorithms)
+      info.results.push_back({r.name, r.iteration_s.value_or(0), r.seconds, r.candidates});
+    outcome.plan.algorithm = std::move(info);
+    out.plans.push_back(std::move(outcome));
+  }
+  return out;
+}
+
+}  // namespace het::search

@@ -1,0 +1,70 @@
+#pragma once
+// Searching for the best plan (DESIGN.md §8): one interface over several algorithms so that
+// they are compared on the same inputs and cost model.
+//
+//   uniform     Megatron-like baseline: one (tp, dp) for all stages over every device in the
+//               cluster's order, layers split equally.
+//   exhaustive  every layout of identical pipelines in which each used subcluster holds a run
+//               of stages of one (dp, cp, tp), in every subcluster order, with the best unit
+//               split and recomputation for each — the oracle for small instances.
+//   hapt        HAPT §5.2: one pipeline; stages on submeshes (1,1),(1,2)..(1,M),(2,M)..(N,M)
+//               of each subcluster, each with its best intra-op option; a DP over units and
+//               submeshes for each candidate t_max under the schedule's memory constraint.
+//   heteroauto  H2 §4.3: DFS over dp | global batch, tp per device type, pipeline stages per
+//               type (types ordered by memory, descending), the split equalising compute under
+//               memory; then the refinement that splits a type's stages into two groups.
+//   auto        the applicable algorithms in parallel under one time budget; the best wins.
+// Candidates are ranked by the analytic estimate (search/evaluator.hpp); the best top_k of
+// each algorithm are re-ranked by the simulator. Every returned plan is complete (derived
+// fields filled by predict()), validates, and fits memory by the memory model.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cost/compute.hpp"
+#include "plan/plan.hpp"
+#include "predict/predict.hpp"
+
+namespace het::search {
+
+struct Options {
+  double time_budget_s = 60;
+  int threads = 0;                        // 0: all cores
+  std::uint64_t seed = 1;                 // for algorithms that sample (none is random yet)
+  std::vector<ScheduleKind> schedules;    // empty: 1f1b and h-1f1b
+  std::vector<int> micro_batch_sizes;     // empty: the model's training.micro_batch_sizes
+  std::vector<Recompute> recompute;       // empty: the model's training.recompute
+  int top_k = 4;                          // candidates per algorithm re-ranked by the simulator
+  Granularity granularity = Granularity::layer;
+  predict::Options predict;
+  std::vector<std::string> auto_algorithms;  // empty: all that apply
+  // Progress for people: called from any thread, at most a few times per second.
+  std::function<void(const std::string&)> progress;
+};
+
+struct AlgorithmReport {
+  std::string name;
+  double seconds = 0;
+  std::int64_t candidates = 0;         // layouts evaluated
+  std::optional<double> iteration_s;   // its best plan, simulated; none when it found nothing
+  bool timed_out = false;
+  std::string note;                    // why it did not apply or found nothing
+};
+
+struct SearchOutput {
+  std::vector<predict::Outcome> plans;  // best first
+  std::vector<AlgorithmReport> algorithms;
+  double lower_bound_s = 0;             // total work / total effective throughput
+  double seconds = 0;
+};
+
+// Names: "auto", "uniform", "exhaustive", "hapt", "heteroauto".
+const std::vector<std::string>& algorithm_names();
+
+// Errors: an unknown algorithm; nothing fits (naming the binding constraint).
+Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, const ClusterSpec& cluster,
+                         const cost::ComputeModel& compute, const Options& options);
+
+}  // namespace het::search

@@ -1,0 +1,96 @@
+#include <algorithm>
+#include <cstdio>
+
+#include "search/algorithms.hpp"
+
+namespace het::search {
+
+Work::Work(const Evaluator& e, const Options& o, std::chrono::steady_clock::time_point deadline, std::string n)
+    : eval(e), opt(o), name(std::move(n)), deadline_(deadline) {
+  micro_batch_sizes = o.micro_batch_sizes.empty() ? e.model().training.micro_batch_sizes : o.micro_batch_sizes;
+  schedules = o.schedules.empty() ? std::vector<ScheduleKind>{ScheduleKind::one_f_one_b, ScheduleKind::h_1f1b} : o.schedules;
+}
+
+bool Work::expired() const {
+  if (std::chrono::steady_clock::now() < deadline_) return false;
+  timed_out_ = true;
+  return true;
+}
+
+void Work::offer(const Candidate& c) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  top_.push_back(c);
+  std::sort(top_.begin(), top_.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
+  if (static_cast<int>(top_.size()) > std::max(1, opt.top_k)) top_.resize(std::max(1, opt.top_k));
+}
+
+double Work::best() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A candidate must beat the worst kept one to enter the top k.
+  if (static_cast<int>(top_.size()) < std::max(1, opt.top_k)) return 1e300;
+  return top_.back().estimate_s;
+}
+
+std::vector<Candidate> Work::take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::move(top_);
+}
+
+void Work::consider(Layout layout) {
+  for (int mbs : micro_batch_sizes) {
+    layout.micro_batch_size = mbs;
+    if (!eval.admissible(layout)) continue;
+    if (eval.lower_bound(layout) >= best()) continue;  // cannot enter the top k
+    for (ScheduleKind kind : schedules) {
+      if (expired()) return;
+      layout.schedule = kind;
+      ++layouts_;
+      if (auto c = eval.best_split(layout)) offer(*c);
+    }
+  }
+}
+
+void Work::consider_split(Layout layout, const std::vector<int>& first_unit) {
+  for (int mbs : micro_batch_sizes) {
+    layout.micro_batch_size = mbs;
+    if (!eval.admissible(layout)) continue;
+    for (ScheduleKind kind : schedules) {
+      if (expired()) return;
+      layout.schedule = kind;
+      ++layouts_;
+      if (auto c = eval.with_split(layout, first_unit)) offer(*c);
+    }
+  }
+}
+
+void Work::note_progress(const std::string& what) const {
+  if (!opt.progress) return;
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (now - last_progress_ < std::chrono::milliseconds(500)) return;
+    last_progress_ = now;
+  }
+  const double b = best();
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%s: %lld layouts, %s", name.c_str(), static_cast<long long>(layouts()),
+                b < 1e300 ? ("best estimate " + std::to_string(b).substr(0, 8) + " s").c_str() : "none fits yet");
+  opt.progress(std::string(buf) + (what.empty() ? "" : ", " + what));
+}
+
+std::vector<Shape3> factorisations(const Evaluator& eval, int sub, int devices) {
+  const ModelSpec& m = eval.model();
+  const SubclusterSpec& s = eval.cluster().subclusters[sub];
+  std::vector<Shape3> out;
+  for (int tp = 1; tp <= devices && tp <= s.devices_per_node; tp *= 2) {
+    if (devices % tp || m.num_attention_heads % tp || m.num_kv_heads % tp || s.devices_per_node % tp) continue;
+    for (int cp = 1; cp * tp <= devices; cp *= 2) {
+      if ((devices / tp) % cp || m.seq_length % cp) continue;
+      if (cp > 1 && m.seq_length < 8192) break;  // context parallelism pays off only for long sequences
+      out.push_back({devices / (tp * cp), cp, tp});
+    }
+  }
+  return out;
+}
+
+}  // namespace het::search
