@@ -66,6 +66,25 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
     for (int id : members) replicas_of[index[id].first][index[id].second] = replicas;
   }
 
+  // Pipelines whose stages send off a node at the same time share its NIC: count, per
+  // (subcluster, node), the pipelines with a stage there whose next stage is elsewhere.
+  std::map<std::pair<std::string, int>, std::set<std::size_t>> senders;
+  for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
+    const auto& st = plan.pipelines[pi].stages;
+    for (std::size_t si = 0; si + 1 < st.size(); ++si) {
+      const bool leaves = st[si].subcluster != st[si + 1].subcluster || place(st[si], plan.cluster).nodes > 1 ||
+                          place(st[si + 1], plan.cluster).nodes > 1 || st[si].devices[0].node != st[si + 1].devices[0].node;
+      if (!leaves) continue;
+      for (const auto& d : st[si].devices) senders[{st[si].subcluster, d.node}].insert(pi);
+    }
+  }
+  auto sharers_of = [&](const Stage& s) {
+    std::size_t n = 1;
+    for (const auto& d : s.devices)
+      if (auto it = senders.find({s.subcluster, d.node}); it != senders.end()) n = std::max(n, it->second.size());
+    return double(n);
+  };
+
   sim::SimInput sin;
   sin.overlap_sync = opt.overlap_sync;
   sin.trace = opt.trace;
@@ -112,7 +131,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       // Transfer to the next stage.
       if (si + 1 < S) {
         const Stage& next = p.stages[si + 1];
-        Hop h = hop(s, next, pl, places[si + 1], plan.cluster, p.micro_batch_size * act_bytes_per_seq, opt);
+        Hop h = hop(s, next, pl, places[si + 1], plan.cluster, p.micro_batch_size * act_bytes_per_seq, opt, sharers_of(s));
         d.send_forward_s = d.send_backward_s = h.seconds;
         d.send_bytes = h.cross_bytes;
         d.resharding = h.strategy;

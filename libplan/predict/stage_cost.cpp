@@ -64,7 +64,7 @@ cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, i
 }
 
 Hop hop(const Stage& a, const Stage& b, const Placement& pa, const Placement& pb, const ClusterSpec& cluster,
-        double bytes, const Options& opt) {
+        double bytes, const Options& opt, double sharers) {
   const bool cross = a.subcluster != b.subcluster;
   const int da = static_cast<int>(a.devices.size()), db = static_cast<int>(b.devices.size());
   // The link and how many independent paths it offers.
@@ -72,13 +72,13 @@ Hop hop(const Stage& a, const Stage& b, const Placement& pa, const Placement& pb
   int paths = 1;
   bool same_node = !cross && pa.nodes == 1 && pb.nodes == 1 && a.devices[0].node == b.devices[0].node;
   if (cross) {
-    link = cluster.link_between(a.subcluster, b.subcluster);
+    link = cost::shared(cluster.link_between(a.subcluster, b.subcluster), sharers);
     paths = std::min(pa.nodes, pb.nodes);  // the link bandwidth is per node
   } else if (same_node) {
     link = pa.sub->intra_node;
     paths = std::min(da, db);  // each device has its own intra-node link
   } else {
-    link = pa.sub->inter_node.value_or(pa.sub->intra_node);
+    link = cost::shared(pa.sub->inter_node.value_or(pa.sub->intra_node), sharers);
     paths = std::min(pa.nodes, pb.nodes);
   }
   const double host = cross ? 2 * bytes / std::min(da, db) / opt.host_bandwidth : 0;  // D2H + H2D

@@ -43,13 +43,15 @@ UnitTimes unit_times(const ModelSpec& m, const cost::ComputeModel& compute, Unit
                      int cp, Recompute recompute, double sequences);
 int source_rank(cost::Source s);  // profile 0 .. analytic 3
 
-// One stage-to-stage hop of `bytes` (a whole micro-batch's activation).
+// One stage-to-stage hop of `bytes` (a whole micro-batch's activation). `sharers`: how many
+// pipelines send over the same node NICs at once (identical pipelines side by side); they
+// divide the inter-node and cross-subcluster bandwidth.
 struct Hop {
   double seconds = 0;
   double cross_bytes = 0;  // bytes that cross the link between the stages
   Resharding strategy = Resharding::send_recv_allgather;
 };
 Hop hop(const Stage& a, const Stage& b, const Placement& pa, const Placement& pb, const ClusterSpec& cluster,
-        double bytes, const Options& opt);
+        double bytes, const Options& opt, double sharers = 1);
 
 }  // namespace het::predict

@@ -25,7 +25,9 @@ class Work {
 
   bool expired() const;
   // Evaluates the layout for every micro-batch size and schedule (the layout's own are
-  // ignored) unless its lower bound cannot beat the current best; keeps the top_k.
+  // ignored) unless its lower bound cannot beat the current best; keeps the top_k. The
+  // model's micro_batch_sizes are sequences per data-parallel replica: the pipeline's
+  // micro-batch is that times the lcm of its stages' dp.
   void consider(Layout layout);
   // The same for a fixed unit split (first unit of each stage).
   void consider_split(Layout layout, const std::vector<int>& first_unit);

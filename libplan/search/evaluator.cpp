@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "cost/comm.hpp"
 #include "predict/stage_cost.hpp"
@@ -12,6 +13,7 @@ namespace het::search {
 
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kLadderTop = 64;  // the ladder's last rung before jumping to t_E
 }
 
 struct Evaluator::Prepared {
@@ -157,7 +159,17 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
   const double bytes = l.micro_batch_size * double(model_.seq_length) * model_.hidden_size * dtype_bytes(model_.dtype);
   for (int i = 0; i + 1 < S; ++i) {
     const predict::Placement a = predict::place(stages[i], cluster_), b = predict::place(stages[i + 1], cluster_);
-    p.hop.push_back(predict::hop(stages[i], stages[i + 1], a, b, cluster_, bytes, predict_).seconds);
+    // The k pipelines' copies of stage i lie side by side: those on one node share its NIC.
+    const int M = cluster_.subclusters[l.stages[i].sub].devices_per_node, g = l.stages[i].devices();
+    std::map<int, int> per_node;
+    for (int k = 0; k < l.pipelines; ++k) {
+      std::set<int> nodes;
+      for (int d = p.offset[i] + k * g; d < p.offset[i] + (k + 1) * g; ++d) nodes.insert(d / M);
+      for (int n : nodes) ++per_node[n];
+    }
+    int sharers = 1;
+    for (auto [n, c] : per_node) sharers = std::max(sharers, c);
+    p.hop.push_back(predict::hop(stages[i], stages[i + 1], a, b, cluster_, bytes, predict_, sharers).seconds);
     p.cross.push_back(l.stages[i].sub != l.stages[i + 1].sub);
   }
   return p;
@@ -236,8 +248,10 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       tail = std::max(tail, std::max(0.0, sync - (predict_.overlap_sync ? last_b : 0)) + opt);
       k = e + 1;
     }
+    // Each link direction carries one micro-batch per c_i: it paces the pipeline too.
     double steady = t_max;
-    for (int i = 0; i + 1 < S; ++i) steady = std::max(steady, (N[i + 1] * t_max + t_max + 2 * p.hop[i]) / N[i]);
+    for (int i = 0; i + 1 < S; ++i)
+      steady = std::max({steady, p.hop[i], (N[i + 1] * t_max + t_max + 2 * p.hop[i]) / N[i]});
     c.estimate_s = sum + (m - 1) * steady + tail;
   };
 
@@ -266,12 +280,10 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     else lo = mid;
   }
   try_tau(hi);
-  // Upward from the smallest feasible t_max while (m-1)·t_max can still beat the best.
-  for (double f : {1.01, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5, 2.0}) {
-    const double tau = hi * f;
-    if ((m - 1) * tau >= best.estimate_s) break;
-    try_tau(tau);
-  }
+  // Upward from the smallest feasible t_max while (m-1)·t_max can still beat the best (HAPT
+  // §5.2's t_E = T(t_S)/B), on a geometric ladder.
+  for (double tau = hi * 1.01; (m - 1) * tau < best.estimate_s && tau <= kLadderTop * hi; tau *= 1.05) try_tau(tau);
+  if (m > 1 && (m - 1) * hi * kLadderTop < best.estimate_s) try_tau(best.estimate_s / (m - 1));
   if (best.estimate_s == kInf) return std::nullopt;
   return best;
 }

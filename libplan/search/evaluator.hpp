@@ -5,10 +5,11 @@
 // analytic estimate, and the plan it becomes.
 //
 // Estimate (HAPT §5.2 eq. 13, with eq. 12 for transfers the warm-ups cannot hide):
-//   T ≈ Σ_i (t_i + 2c_i) + (m − 1)·max(t_max, max_i (N_{i+1}·t_max + t_max + 2c_i) / N_i)
+//   T ≈ Σ_i (t_i + 2c_i) + (m − 1)·max(t_max, max_i c_i, max_i (N_{i+1}·t_max + t_max + 2c_i) / N_i)
 //       + the gradient sync not hidden by the last backward + the optimizer step
 // with t_i = f_i + b_i of stage i per micro-batch, c_i its hop to stage i+1, N_i the
-// schedule's warm-up counts and m the micro-batches per pipeline. Every stage must hold its
+// schedule's warm-up counts and m the micro-batches per pipeline (a link direction carries one
+// micro-batch at a time, so c_i paces the pipeline as a stage would). Every stage must hold its
 // parameters, optimizer state and N_i micro-batches of activations.
 //
 // best_split() is exact under this estimate for a given layout: for each candidate t_max

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 
 #include <tbb/parallel_for.h>
 
@@ -133,6 +134,7 @@ class HaptDp {
     int warmup = 1;
     if (from.first_sub >= 0) {
       c = hop(sub, mesh, offset, from);
+      if (c > tau) return;  // the H-1F1B communication constraint, C(i) <= t_max (§5.2)
       const bool cross = sub != from.first_sub;
       int delta = 1;
       if (kind_ == ScheduleKind::h_1f1b) {
@@ -227,9 +229,15 @@ std::vector<std::vector<int>> orders(const ClusterSpec& c) {
 }  // namespace
 
 void run_hapt(Work& w) {
+  // Pipeline micro-batches: b sequences per replica times a power of two (a stage of dp d
+  // splits the micro-batch d ways), dividing the global batch.
+  const int B = w.eval.model().training.global_batch_size;
+  std::set<int> sizes;
+  for (int b : w.micro_batch_sizes)
+    for (int d = 1; b * d <= B; d *= 2)
+      if (B % (b * d) == 0) sizes.insert(b * d);
   for (const auto& order : orders(w.eval.cluster())) {
-    for (int mbs : w.micro_batch_sizes) {
-      if (w.eval.model().training.global_batch_size % mbs) continue;
+    for (int mbs : sizes) {
       for (ScheduleKind kind : w.schedules) {
         if (w.expired()) return;
         HaptDp dp(w, order, mbs, kind);
@@ -260,15 +268,37 @@ void run_hapt(Work& w) {
           else hi = mid;
           if (w.expired()) return;
         }
-        // Upward from the smallest feasible t_max (HAPT's t_S .. t_E), in parallel.
-        const std::vector<double> ladder = {1.0, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5};
-        std::vector<std::vector<StageShape>> found(ladder.size());
-        tbb::parallel_for(std::size_t(0), ladder.size(), [&](std::size_t i) {
-          if (w.expired()) return;
+        // Upward from the smallest feasible t_max t_S while (B-1)·t_max can beat the best plan
+        // found, i.e. up to t_E = T(t_S)/B (bidirectional pruning), in parallel batches.
+        const int m = w.eval.model().training.global_batch_size / mbs;
+        double best_T = std::numeric_limits<double>::infinity();
+        double tau = hi;
+        for (int batch = 0; batch < 8 && (m - 1) * tau < best_T && !w.expired(); ++batch) {
+          std::vector<double> taus;
+          for (int i = 0; i < 6; ++i, tau *= 1.08) taus.push_back(tau);
+          std::vector<std::vector<StageShape>> found(taus.size());
+          tbb::parallel_for(std::size_t(0), taus.size(), [&](std::size_t i) {
+            if (w.expired() || (m - 1) * taus[i] >= best_T) return;
+            HaptDp local(w, order, mbs, kind);
+            found[i] = local.solve(taus[i]);
+          });
+          for (const auto& shapes : found) {
+            if (shapes.empty()) continue;
+            Layout l;
+            l.stages = shapes;
+            l.micro_batch_size = mbs;
+            l.schedule = kind;
+            if (auto c = w.eval.best_split(l)) {
+              best_T = std::min(best_T, c->estimate_s);
+              w.offer(*c);
+            }
+          }
+        }
+        // The last resort of few micro-batches: t_max = t_E itself.
+        if (m > 1 && best_T < std::numeric_limits<double>::infinity()) {
           HaptDp local(w, order, mbs, kind);
-          found[i] = local.solve(hi * ladder[i]);
-        });
-        for (const auto& shapes : found) evaluate(shapes);
+          evaluate(local.solve(best_T / (m - 1)));
+        }
         w.note_progress("hapt order " + std::to_string(order.front()) + ", micro-batch " + std::to_string(mbs));
       }
     }

@@ -49,8 +49,9 @@ double lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
   return layers * m.training.global_batch_size / rate;
 }
 
-// Why nothing fits: the smallest memory any one-layer stage needs on each subcluster.
-std::string binding_constraint(const Evaluator& eval) {
+// Why nothing was found: memory when even the leanest one-layer stage does not fit anywhere,
+// else the algorithm's own space.
+std::string binding_constraint(const Evaluator& eval, const std::string& algorithm) {
   const ModelSpec& m = eval.model();
   std::string worst;
   double worst_ratio = 0;
@@ -70,7 +71,7 @@ std::string binding_constraint(const Evaluator& eval) {
     st.in_flight = 1;
     st.recompute = Recompute::full;
     const double need = cost::stage_memory(m, st).total();
-    if (need / s.device.memory > worst_ratio) {
+    if (worst.empty() || need / s.device.memory < worst_ratio) {  // the most promising subcluster
       worst_ratio = need / s.device.memory;
       char buf[256];
       std::snprintf(buf, sizeof buf, "%.1f GiB on %s (%.0f GiB)", need / (1 << 30), s.name.c_str(),
@@ -78,8 +79,11 @@ std::string binding_constraint(const Evaluator& eval) {
       worst = buf;
     }
   }
+  if (worst_ratio <= 1)
+    return "'" + algorithm + "' found no plan that fits within its search space (and time budget); try --algo auto, "
+           "more micro-batch sizes or recomputation options";
   return "no plan fits memory: even one layer per stage with the widest tp, full recomputation and ZeRO over the "
-         "subcluster needs " + worst + " per device at least; add devices, enable recomputation or ZeRO (zero_stage), "
+         "subcluster needs at least " + worst + " per device, on the roomiest subcluster; add devices, enable recomputation or ZeRO (zero_stage), "
          "use a smaller micro-batch, or check the schedule options";
 }
 
@@ -151,7 +155,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     if (!report.iteration_s) report.note = w.timed_out() ? "ran out of time before finding a plan" : "found no plan that fits";
     out.algorithms.push_back(std::move(report));
   }
-  if (ranked.empty()) return Diagnostic{"", 0, 0, "", binding_constraint(eval)};
+  if (ranked.empty()) return Diagnostic{"", 0, 0, "", binding_constraint(eval, algorithm)};
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   out.lower_bound_s = lower_bound(eval, opt.micro_batch_sizes.empty() ? model.training.micro_batch_sizes : opt.micro_batch_sizes);

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 
 #include "search/algorithms.hpp"
 
@@ -36,9 +37,18 @@ std::vector<Candidate> Work::take() {
   return std::move(top_);
 }
 
+namespace {
+// The pipeline micro-batch for `b` sequences per data-parallel replica of every stage.
+int pipeline_microbatch(const Layout& l, int b) {
+  int d = 1;
+  for (const auto& s : l.stages) d = std::lcm(d, s.dp);
+  return b * d;
+}
+}  // namespace
+
 void Work::consider(Layout layout) {
-  for (int mbs : micro_batch_sizes) {
-    layout.micro_batch_size = mbs;
+  for (int b : micro_batch_sizes) {
+    layout.micro_batch_size = pipeline_microbatch(layout, b);
     if (!eval.admissible(layout)) continue;
     if (eval.lower_bound(layout) >= best()) continue;  // cannot enter the top k
     for (ScheduleKind kind : schedules) {
@@ -51,8 +61,8 @@ void Work::consider(Layout layout) {
 }
 
 void Work::consider_split(Layout layout, const std::vector<int>& first_unit) {
-  for (int mbs : micro_batch_sizes) {
-    layout.micro_batch_size = mbs;
+  for (int b : micro_batch_sizes) {
+    layout.micro_batch_size = pipeline_microbatch(layout, b);
     if (!eval.admissible(layout)) continue;
     for (ScheduleKind kind : schedules) {
       if (expired()) return;

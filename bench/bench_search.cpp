@@ -1,0 +1,73 @@
+// Search quality and speed on random instances: each algorithm's gap to the exhaustive
+// oracle (same cost model), and search seconds. Prints a table, or JSON with --format json.
+//   build/bench/bench_search [--instances N] [--format json]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "instances.hpp"
+#include "search/search.hpp"
+
+using namespace het;
+
+int main(int argc, char** argv) {
+  int n = 200;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--instances") && i + 1 < argc) n = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--format") && i + 1 < argc) json = !std::strcmp(argv[++i], "json");
+  }
+  auto catalog = builtin_catalog();
+  const std::vector<std::string> algos = {"uniform", "heteroauto", "hapt", "portfolio"};
+  std::map<std::string, std::vector<double>> gaps, secs;
+  int compared = 0, infeasible = 0;
+  for (int k = 0; k < n; ++k) {
+    auto in = bench::random_instance(1000 + k, *catalog);
+    cost::ComputeModel cm(in.model, {});
+    search::Options o;
+    o.time_budget_s = 60;
+    auto oracle = search::run("exhaustive", in.model, in.cluster, cm, o);
+    if (!oracle) {
+      ++infeasible;
+      continue;
+    }
+    ++compared;
+    const double best = oracle->plans.front().plan.predicted->iteration_s;
+    for (const auto& a : algos) {
+      search::Options oa = o;
+      if (a == "portfolio") oa.auto_algorithms = {"uniform", "heteroauto", "hapt"};
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = search::run(a == "portfolio" ? "auto" : a, in.model, in.cluster, cm, oa);
+      secs[a].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      gaps[a].push_back(r ? r->plans.front().plan.predicted->iteration_s / best - 1 : 1e9);
+    }
+  }
+  if (!json) std::printf("%d instances (%d where nothing fits)\n%-12s %10s %10s %10s %12s %10s\n", compared, infeasible,
+                         "algorithm", "mean_gap", "worst_gap", "<=1%", "found", "mean_s");
+  else std::printf("{\"instances\": %d, \"infeasible\": %d, \"algorithms\": [", compared, infeasible);
+  bool first = true;
+  for (const auto& a : algos) {
+    auto& g = gaps[a];
+    std::vector<double> found;
+    for (double x : g)
+      if (x < 1e8) found.push_back(x);
+    double mean = 0, worst = 0;
+    int within = 0;
+    for (double x : found) mean += x, worst = std::max(worst, x), within += x <= 0.01;
+    mean = found.empty() ? 0 : mean / found.size();
+    double s = 0;
+    for (double x : secs[a]) s += x;
+    s = secs[a].empty() ? 0 : s / secs[a].size();
+    if (json)
+      std::printf("%s{\"name\": \"%s\", \"mean_gap\": %.5f, \"worst_gap\": %.5f, \"within_1pct\": %d, \"found\": %zu, \"mean_s\": %.4f}",
+                  first ? "" : ", ", a.c_str(), mean, worst, within, found.size(), s);
+    else
+      std::printf("%-12s %9.2f%% %9.2f%% %6d/%-3zu %8zu/%-3zu %10.4f\n", a.c_str(), 100 * mean, 100 * worst, within,
+                  g.size(), found.size(), g.size(), s);
+    first = false;
+  }
+  if (json) std::printf("]}\n");
+}

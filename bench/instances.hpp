@@ -1,0 +1,68 @@
+#pragma once
+// Random search instances for tests and benchmarks (fixed seeds): 2-3 subclusters of catalog
+// devices with varied memories and links, up to 16 devices in all, models of 2-12 layers.
+#include <random>
+#include <string>
+
+#include "spec/catalog.hpp"
+#include "spec/cluster.hpp"
+#include "spec/model.hpp"
+
+namespace het::bench {
+
+struct Instance {
+  ModelSpec model;
+  ClusterSpec cluster;
+  std::string description;
+};
+
+inline Instance random_instance(std::uint64_t seed, const DeviceCatalog& catalog) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](auto... v) {
+    const std::array<std::common_type_t<decltype(v)...>, sizeof...(v)> a{v...};
+    return a[std::uniform_int_distribution<std::size_t>(0, a.size() - 1)(rng)];
+  };
+  Instance in;
+  ModelSpec& m = in.model;
+  m.name = "random-" + std::to_string(seed);
+  m.architecture = pick(0, 1) ? Architecture::gpt : Architecture::llama;
+  m.num_layers = std::uniform_int_distribution<int>(2, 12)(rng);
+  m.hidden_size = pick(512, 1024, 2048);
+  m.num_attention_heads = pick(8, 16);
+  m.num_kv_heads = m.architecture == Architecture::llama ? pick(m.num_attention_heads, m.num_attention_heads / 4) : m.num_attention_heads;
+  m.ffn_hidden_size = m.architecture == Architecture::gpt ? 4 * m.hidden_size : (8 * m.hidden_size / 3 + 255) / 256 * 256;
+  m.vocab_size = pick(1024, 8192, 32000);
+  m.seq_length = pick(512, 1024, 2048);
+  m.dtype = DType::bf16;
+  m.training.global_batch_size = pick(16, 32, 64);
+  m.training.micro_batch_sizes = {1, 2, 4};
+  m.training.zero_stage = pick(0, 1);
+  m.training.recompute = {Recompute::none, Recompute::selective, Recompute::full};
+
+  ClusterSpec& c = in.cluster;
+  c.name = "random-" + std::to_string(seed);
+  const int C = pick(2, 3);
+  int budget = 16;
+  const char* types[] = {"A100-40GB", "A100-80GB", "V100-16GB", "V100-32GB", "H100-SXM-80GB", "RTX-3090", "H20-96GB"};
+  for (int j = 0; j < C; ++j) {
+    SubclusterSpec s;
+    s.name = "s" + std::to_string(j);
+    const CatalogDevice* d = catalog.find(types[std::uniform_int_distribution<int>(0, 6)(rng)]);
+    s.device = d->device;
+    s.device.memory = pick(8.0, 16.0, 24.0, 40.0, 80.0) * (1 << 30);
+    const int left = budget - (C - j - 1);  // keep at least one device for the others
+    do {
+      s.devices_per_node = pick(1, 2, 4);
+      s.nodes = pick(1, 1, 2);
+    } while (s.num_devices() > left);
+    budget -= s.num_devices();
+    s.intra_node = {pick(25e9, 300e9), 2e-6};
+    if (s.nodes > 1) s.inter_node = LinkSpec{pick(25e9, 100e9, 200e9) / 8, 5e-6};
+    c.subclusters.push_back(s);
+  }
+  c.default_link = LinkSpec{pick(1e9, 5e9, 10e9, 100e9) / 8, 1e-3};
+  in.description = m.name + ": " + std::to_string(m.num_layers) + " layers, " + std::to_string(c.num_devices()) + " devices";
+  return in;
+}
+
+}  // namespace het::bench
