@@ -159,7 +159,7 @@ het::search::Options search_options(const SearchArgs& a) {
   o.time_budget_s = a.time_budget;
   o.threads = a.threads;
   o.seed = a.seed;
-  o.top_k = std::max(4, a.top);
+  o.top_k = std::max(16, a.top);
   o.granularity = a.granularity == "sublayer" ? het::Granularity::sublayer : het::Granularity::layer;
   if (a.schedule != "auto")
     for (auto k : {het::ScheduleKind::gpipe, het::ScheduleKind::one_f_one_b, het::ScheduleKind::eager_1f1b,
@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
   add_search_inputs(search);
   search->add_option("--algo", search_args.algo, "auto (default), uniform, exhaustive, hapt or heteroauto")
       ->check(CLI::IsMember(het::search::algorithm_names()));
-  search->add_option("--top", search_args.top, "candidates per algorithm re-ranked by the simulator (default 4)")
+  search->add_option("--top", search_args.top, "candidates per algorithm re-ranked by the simulator (default 16)")
       ->check(CLI::PositiveNumber);
   search->add_option("-o,--output", search_args.output, "write the plan to this file");
   auto* compare = app.add_subcommand("compare", "Run several search algorithms on the same inputs and tabulate them");

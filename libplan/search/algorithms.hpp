@@ -52,6 +52,8 @@ void run_uniform(Work& w);
 void run_exhaustive(Work& w);
 void run_hapt(Work& w);
 void run_heteroauto(Work& w);
+// Best-first search from the given candidates over neighbouring layouts (refine.cpp).
+void run_refine(Work& w, const std::vector<Candidate>& seeds);
 
 // (dp, cp, tp) factorisations of `devices` for one stage of a subcluster: tp divides the
 // heads and the node size, cp divides the sequence (and is 1 below 8192 tokens).

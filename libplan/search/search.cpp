@@ -131,6 +131,20 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     }
     group.wait();
   }
+  // auto: refine the portfolio's best candidates across the algorithms' spaces, in what is
+  // left of the time budget.
+  if (algorithm == "auto") {
+    std::vector<Candidate> seeds;
+    for (auto& w : works)
+      for (const auto& c : w->take()) seeds.push_back(c), w->offer(c);
+    std::sort(seeds.begin(), seeds.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
+    if (seeds.size() > 4) seeds.resize(4);
+    works.push_back(std::make_unique<Work>(eval, opt, deadline, "refine"));
+    seconds.push_back(0);
+    const auto t0 = Clock::now();
+    run_refine(*works.back(), seeds);
+    seconds.back() = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
 
   // Re-rank each algorithm's best candidates with the simulator.
   std::vector<std::pair<double, predict::Outcome>> ranked;

@@ -36,7 +36,7 @@ struct Options {
   std::vector<ScheduleKind> schedules;    // empty: 1f1b and h-1f1b
   std::vector<int> micro_batch_sizes;     // empty: the model's training.micro_batch_sizes
   std::vector<Recompute> recompute;       // empty: the model's training.recompute
-  int top_k = 4;                          // candidates per algorithm re-ranked by the simulator
+  int top_k = 16;                         // candidates per algorithm re-ranked by the simulator
   Granularity granularity = Granularity::layer;
   predict::Options predict;
   std::vector<std::string> auto_algorithms;  // empty: all that apply

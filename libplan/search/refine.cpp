@@ -1,0 +1,143 @@
+// Local refinement of the portfolio's best plans: best-first search over neighbouring layouts,
+// each evaluated like any other (best split, every micro-batch size and schedule). It
+// crosses the boundaries between the seed algorithms' spaces: it trades stage data
+// parallelism for identical pipelines and back, refactors a stage's (dp, cp, tp), splits,
+// merges, drops and adds stages, and swaps the order of subclusters.
+#include <algorithm>
+#include <set>
+
+#include "search/algorithms.hpp"
+
+namespace het::search {
+
+namespace {
+
+using Key = std::vector<int>;
+
+Key key_of(const Layout& l) {
+  Key k = {l.pipelines};
+  for (const auto& s : l.stages) k.insert(k.end(), {s.sub, s.dp, s.cp, s.tp});
+  return k;
+}
+
+std::vector<Layout> neighbours(const Evaluator& eval, const Layout& l) {
+  std::vector<Layout> out;
+  const int S = static_cast<int>(l.stages.size());
+  const ClusterSpec& c = eval.cluster();
+  // Identical pipelines <-> stage data parallelism.
+  if (std::all_of(l.stages.begin(), l.stages.end(), [](const StageShape& s) { return s.dp % 2 == 0; })) {
+    Layout n = l;
+    n.pipelines *= 2;
+    for (auto& s : n.stages) s.dp /= 2;
+    out.push_back(n);
+  }
+  if (l.pipelines % 2 == 0) {
+    Layout n = l;
+    n.pipelines /= 2;
+    for (auto& s : n.stages) s.dp *= 2;
+    out.push_back(n);
+  }
+  for (int i = 0; i < S; ++i) {
+    const StageShape& s = l.stages[i];
+    // Another (dp, cp, tp) for the same devices.
+    for (const Shape3& f : factorisations(eval, s.sub, s.devices())) {
+      if (f.dp == s.dp && f.cp == s.cp && f.tp == s.tp) continue;
+      Layout n = l;
+      n.stages[i] = {s.sub, f.dp, f.cp, f.tp};
+      out.push_back(n);
+    }
+    // Split into two stages of half the devices each.
+    if (s.devices() % 2 == 0)
+      for (const Shape3& f : factorisations(eval, s.sub, s.devices() / 2)) {
+        Layout n = l;
+        n.stages[i] = {s.sub, f.dp, f.cp, f.tp};
+        n.stages.insert(n.stages.begin() + i, n.stages[i]);
+        out.push_back(n);
+      }
+    // Merge with the next stage of the same subcluster.
+    if (i + 1 < S && l.stages[i + 1].sub == s.sub)
+      for (const Shape3& f : factorisations(eval, s.sub, s.devices() + l.stages[i + 1].devices())) {
+        Layout n = l;
+        n.stages[i] = {s.sub, f.dp, f.cp, f.tp};
+        n.stages.erase(n.stages.begin() + i + 1);
+        out.push_back(n);
+      }
+    // Drop the stage.
+    if (S > 1) {
+      Layout n = l;
+      n.stages.erase(n.stages.begin() + i);
+      out.push_back(n);
+    }
+  }
+  // Add a stage of the free devices of a subcluster, after its last stage (or at either end).
+  std::vector<int> used(c.subclusters.size(), 0);
+  for (const auto& s : l.stages) used[s.sub] += l.pipelines * s.devices();
+  for (std::size_t j = 0; j < c.subclusters.size(); ++j) {
+    const int free = (c.subclusters[j].num_devices() - used[j]) / l.pipelines;
+    if (free < 1) continue;
+    for (int g = free; g >= 1; g /= 2) {
+      const auto fs = factorisations(eval, int(j), g);
+      if (fs.empty()) continue;
+      const StageShape add{int(j), fs.front().dp, fs.front().cp, fs.front().tp};
+      int last = -1;
+      for (int i = 0; i < S; ++i)
+        if (l.stages[i].sub == int(j)) last = i;
+      for (int at : {last + 1, 0, S}) {
+        if (at < 0) continue;
+        Layout n = l;
+        n.stages.insert(n.stages.begin() + at, add);
+        out.push_back(n);
+      }
+      break;
+    }
+  }
+  // Swap two neighbouring runs of subclusters.
+  for (int i = 0; i + 1 < S; ++i) {
+    if (l.stages[i].sub == l.stages[i + 1].sub) continue;
+    int a = i, b = i + 1;
+    while (a > 0 && l.stages[a - 1].sub == l.stages[i].sub) --a;
+    int e = b;
+    while (e + 1 < S && l.stages[e + 1].sub == l.stages[b].sub) ++e;
+    Layout n = l;
+    std::rotate(n.stages.begin() + a, n.stages.begin() + b, n.stages.begin() + e + 1);
+    out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+void run_refine(Work& w, const std::vector<Candidate>& seeds) {
+  // Best-first over layouts: expand the best unexpanded one (all its neighbours), up to a
+  // number of expansions, so that a step that is no better by itself (adding a stage before
+  // splitting it) can still lead somewhere better.
+  constexpr int kExpansions = 128;
+  std::set<Key> seen, expanded;
+  std::vector<Candidate> frontier;
+  for (const auto& s : seeds) {
+    w.offer(s);
+    if (seen.insert(key_of(s.layout)).second) frontier.push_back(s);
+  }
+  for (int step = 0; step < kExpansions && !frontier.empty() && !w.expired(); ++step) {
+    auto it = std::min_element(frontier.begin(), frontier.end(),
+                               [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
+    const Layout at = it->layout;
+    frontier.erase(it);
+    for (const Layout& n : neighbours(w.eval, at)) {
+      if (!seen.insert(key_of(n)).second) continue;
+      Work probe(w.eval, w.opt, std::chrono::steady_clock::now() + std::chrono::seconds(3600), "probe");
+      probe.micro_batch_sizes = w.micro_batch_sizes;
+      probe.schedules = w.schedules;
+      probe.consider(n);
+      w.count(probe.layouts());
+      auto found = probe.take();
+      if (found.empty()) continue;
+      for (const auto& c : found) w.offer(c);
+      frontier.push_back(found.front());  // the layout's best micro-batch size and schedule
+      if (w.expired()) return;
+    }
+    w.note_progress("refining");
+  }
+}
+
+}  // namespace het::search
