@@ -273,7 +273,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     for (int r = 0; r < R; ++r) hi = std::max(hi, p.tables[i][r]->time[U]);
   if (!try_tau(hi * 1.0000001)) return std::nullopt;
   double lo = 0;
-  for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; ++it) {
+  for (int it = 0; it < 40 && hi - lo > 1e-4 * hi; ++it) {
     const double mid = (lo + hi) / 2;
     const std::vector<int> N = warmups(mid);
     if (run_dp(mid, N) < kInf) hi = mid;

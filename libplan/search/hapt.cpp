@@ -17,6 +17,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include <tbb/parallel_for.h>
 
@@ -125,10 +126,6 @@ class HaptDp {
   void extend(std::vector<Cell>& cell, std::size_t from_id, int k, int sub, const Mesh& mesh, int offset, double tau,
               To to_id) {
     const Cell& from = cell[from_id];
-    Layout one;
-    one.pipelines = 1;
-    one.micro_batch_size = mbs_;
-    one.stages = {{sub, mesh.dp, 1, mesh.tp}};
     // Hop to the suffix's first stage, and the new stage's warm-up count.
     double c = 0;
     int warmup = 1;
@@ -149,8 +146,9 @@ class HaptDp {
       }
       warmup = kind_ == ScheduleKind::gpipe ? m_ : std::min(m_, from.warmup + delta);
     }
-    for (Recompute r : w_.eval.recompute_options()) {
-      const StageTable& t = w_.eval.table(one, 0, offset, r);
+    const auto& options = w_.eval.recompute_options();
+    for (std::size_t ri = 0; ri < options.size(); ++ri) {
+      const StageTable& t = table(sub, mesh, offset, ri);
       bool any = false;
       for (int k2 = k - 1; k2 >= 0; --k2) {  // the new stage holds units k2 .. k-1
         const double time = t.sum(t.time, k2, k - 1);
@@ -171,6 +169,19 @@ class HaptDp {
       }
       if (any) break;  // the cheaper recomputation option fits: the costlier ones cannot do better
     }
+  }
+
+  // The evaluator's table, remembered here without the evaluator's lock (one DP, one thread).
+  const StageTable& table(int sub, const Mesh& mesh, int offset, std::size_t r) {
+    const std::int64_t key = ((std::int64_t(sub) * 4096 + mesh.devices) * 64 + mesh.tp) * 65536 * 8 + std::int64_t(offset) * 8 + std::int64_t(r);
+    auto [it, fresh] = tables_.emplace(key, nullptr);
+    if (fresh) {
+      Layout one;
+      one.micro_batch_size = mbs_;
+      one.stages = {{sub, mesh.dp, 1, mesh.tp}};
+      it->second = &w_.eval.table(one, 0, offset, w_.eval.recompute_options()[r]);
+    }
+    return *it->second;
   }
 
   double hop(int sub, const Mesh& mesh, int offset, const Cell& next) {
@@ -203,6 +214,7 @@ class HaptDp {
   std::vector<int> capacity_;
   std::vector<std::size_t> base_;
   std::map<std::tuple<int, int, int, int, int, int, int, int>, double> hops_;
+  std::unordered_map<std::int64_t, const StageTable*> tables_;
 };
 
 std::vector<std::vector<int>> orders(const ClusterSpec& c) {
@@ -229,6 +241,7 @@ std::vector<std::vector<int>> orders(const ClusterSpec& c) {
 }  // namespace
 
 void run_hapt(Work& w) {
+  std::set<std::vector<int>> evaluated;  // stage shapes already split and estimated, per micro-batch and schedule
   // Pipeline micro-batches: b sequences per replica times a power of two (a stage of dp d
   // splits the micro-batch d ways), dividing the global batch.
   const int B = w.eval.model().training.global_batch_size;
@@ -241,8 +254,13 @@ void run_hapt(Work& w) {
       for (ScheduleKind kind : w.schedules) {
         if (w.expired()) return;
         HaptDp dp(w, order, mbs, kind);
+        auto fresh = [&](const std::vector<StageShape>& shapes) {
+          std::vector<int> key = {mbs, static_cast<int>(kind)};
+          for (const auto& sh : shapes) key.insert(key.end(), {sh.sub, sh.dp, sh.tp});
+          return evaluated.insert(key).second;
+        };
         auto evaluate = [&](const std::vector<StageShape>& shapes) {
-          if (shapes.empty()) return;
+          if (shapes.empty() || !fresh(shapes)) return;
           Layout l;
           l.stages = shapes;
           l.micro_batch_size = mbs;
@@ -283,7 +301,7 @@ void run_hapt(Work& w) {
             found[i] = local.solve(taus[i]);
           });
           for (const auto& shapes : found) {
-            if (shapes.empty()) continue;
+            if (shapes.empty() || !fresh(shapes)) continue;
             Layout l;
             l.stages = shapes;
             l.micro_batch_size = mbs;

@@ -114,7 +114,11 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   }
   SearchOutput out;
   std::vector<std::unique_ptr<Work>> works;
-  for (const auto& name : chosen) works.push_back(std::make_unique<Work>(eval, opt, deadline, name));
+  // auto keeps a fifth of the budget for refining the portfolio's best plans.
+  const auto algorithms_deadline =
+      algorithm == "auto" ? start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(0.8 * opt.time_budget_s))
+                          : deadline;
+  for (const auto& name : chosen) works.push_back(std::make_unique<Work>(eval, opt, algorithms_deadline, name));
   std::vector<double> seconds(works.size(), 0);
   {
     tbb::task_group group;

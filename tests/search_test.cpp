@@ -1,0 +1,140 @@
+#include <catch2/catch.hpp>
+
+#include <chrono>
+
+#include "../bench/instances.hpp"
+#include "plan/plan_io.hpp"
+#include "plan/validate.hpp"
+#include "search/search.hpp"
+#include "test_util.hpp"
+
+using namespace het;
+
+namespace {
+
+// Every plan a search returns must validate, fit memory, and simulate to its own prediction.
+void check_plan(const predict::Outcome& o, const cost::ComputeModel& cm) {
+  INFO(write_plan(o.plan));
+  REQUIRE(validate_plan(o.plan, "search").empty());
+  for (const auto& p : o.stages)
+    for (const auto& d : p) CHECK(d.memory.total() <= d.capacity);
+  REQUIRE(o.plan.algorithm.has_value());
+  // The written plan, read back and simulated again, predicts the same iteration time.
+  auto back = read_plan(test::doc(write_plan(o.plan), "p.json"), {nullptr, nullptr, &test::catalog()});
+  REQUIRE(back.ok());
+  auto again = predict::predict(*back, cm, {});
+  REQUIRE(again.ok());
+  CHECK(again->plan.predicted->iteration_s == Approx(o.plan.predicted->iteration_s).epsilon(1e-9));
+}
+
+}  // namespace
+
+TEST_CASE("search on random instances: valid plans, auto never worse than the exhaustive oracle") {
+  const int n = 40;
+  int within_1pct = 0, compared = 0;
+  double worst = 0;
+  for (int k = 0; k < n; ++k) {
+    auto in = bench::random_instance(5000 + k, test::catalog());
+    INFO(in.description);
+    cost::ComputeModel cm(in.model, {});
+    search::Options o;
+    auto oracle = search::run("exhaustive", in.model, in.cluster, cm, o);
+    for (const char* algo : {"uniform", "hapt", "heteroauto", "auto"}) {
+      INFO(algo);
+      auto r = search::run(algo, in.model, in.cluster, cm, o);
+      if (!r) {
+        CHECK(std::string(algo) != "auto");  // auto finds a plan whenever any algorithm does
+        continue;
+      }
+      for (const auto& plan : r->plans) check_plan(plan, cm);
+      CHECK(r->plans.front().plan.predicted->iteration_s >= r->lower_bound_s * (1 - 1e-9));
+      if (std::string(algo) == "auto" && oracle) {
+        // auto includes the oracle on small instances: it can only be better.
+        CHECK(r->plans.front().plan.predicted->iteration_s <= oracle->plans.front().plan.predicted->iteration_s * 1.01);
+      }
+    }
+    // The scalable portfolio alone (no exhaustive) against the oracle.
+    search::Options p = o;
+    p.auto_algorithms = {"uniform", "heteroauto", "hapt"};
+    auto portfolio = search::run("auto", in.model, in.cluster, cm, p);
+    if (oracle && portfolio) {
+      ++compared;
+      const double gap = portfolio->plans.front().plan.predicted->iteration_s / oracle->plans.front().plan.predicted->iteration_s - 1;
+      within_1pct += gap <= 0.01;
+      worst = std::max(worst, gap);
+    }
+  }
+  INFO("portfolio within 1% of the oracle on " << within_1pct << "/" << compared << ", worst gap " << worst);
+  CHECK(compared >= n * 9 / 10);
+  CHECK(within_1pct >= compared * 95 / 100);
+  CHECK(worst <= 0.10);
+}
+
+TEST_CASE("auto beats the uniform baseline on the heterogeneous seed configurations") {
+  const std::pair<const char*, const char*> seeds[] = {
+      {"hapt-gpt-15b", "hapt-4x8a100-4x8v100"},
+      {"hapt-gpt-39b", "hapt-4x8a100-4x8v100-10gbps"},
+      {"hetu-llama-32b", "hetu-16h800-16h20"},
+      {"hetauto-exp1-llama-48l", "hetauto-exp1-32a100-32a2"},
+      {"hexiscale-llama2-7b", "hexiscale-setting1"},
+      {"opt-350m", "demo-1x4a100-1x4v100"},
+  };
+  for (auto [model_name, cluster_name] : seeds) {
+    INFO(model_name << " on " << cluster_name);
+    auto m = load_model(std::string(HET_SOURCE_DIR "/configs/models/") + model_name + ".yaml");
+    auto c = load_cluster(std::string(HET_SOURCE_DIR "/configs/clusters/") + cluster_name + ".yaml", test::catalog());
+    REQUIRE(m.ok());
+    REQUIRE(c.ok());
+    cost::ComputeModel cm(*m, {});
+    search::Options o;
+    o.time_budget_s = 4;
+    auto uniform = search::run("uniform", *m, *c, cm, o);
+    auto best = search::run("auto", *m, *c, cm, o);
+    REQUIRE(best.ok());
+    check_plan(best->plans.front(), cm);
+    if (uniform) CHECK(best->plans.front().plan.predicted->iteration_s < uniform->plans.front().plan.predicted->iteration_s);
+  }
+}
+
+TEST_CASE("hapt and heteroauto plan HetAuto's exp3 (736 devices, 4 subclusters, 96 layers) in under 60 s") {
+  auto m = load_model(HET_SOURCE_DIR "/configs/models/hetauto-exp3-llama-96l.yaml");
+  auto c = load_cluster(HET_SOURCE_DIR "/configs/clusters/hetauto-exp3-32h20-64h800-128a100-512a2.yaml", test::catalog());
+  REQUIRE(m.ok());
+  REQUIRE(c.ok());
+  REQUIRE(c->num_devices() == 736);
+  cost::ComputeModel cm(*m, {});
+  for (const char* algo : {"hapt", "heteroauto"}) {
+    INFO(algo);
+    search::Options o;
+    o.time_budget_s = 120;  // the budget must not be what stops it
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = search::run(algo, *m, *c, cm, o);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    REQUIRE(r.ok());
+    CHECK(s < 60);
+    CHECK_FALSE(r->algorithms.front().timed_out);
+    check_plan(r->plans.front(), cm);
+  }
+}
+
+TEST_CASE("a search that cannot fit names the binding constraint") {
+  auto md = test::doc("name: big\narchitecture: gpt\nnum_layers: 4\nhidden_size: 16384\nnum_attention_heads: 128\n"
+                      "vocab_size: 50000\nseq_length: 4096\ntraining: {global_batch_size: 8, zero_stage: 0}\n",
+                      "m.yaml");
+  auto cd = test::doc(R"(name: tiny
+subclusters:
+  - {name: a, device: {type: A100-40GB, memory: 4GiB}, nodes: 1, devices_per_node: 1}
+  - {name: b, device: {type: V100-16GB, memory: 2GiB}, nodes: 1, devices_per_node: 1}
+links:
+  - {between: [a, b], bandwidth: 10Gbit/s, latency: 1ms}
+)",
+                      "c.yaml");
+  auto m = read_model(md.file, md.root, "");
+  auto c = read_cluster(cd.file, cd.root, "", test::catalog());
+  REQUIRE(m.ok());
+  REQUIRE(c.ok());
+  cost::ComputeModel cm(*m, {});
+  auto r = search::run("auto", *m, *c, cm, {});
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.errors()[0].message, Catch::Contains("no plan fits memory") && Catch::Contains("GiB on a (4 GiB)"));
+}
