@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The main job on shipped configs: checks a seed setup (HAPT's GPT-15B on 4x8 A100 +
-# 4x8 V100 at 5 Gbit/s) and the example plan (OPT-350M on 4 A100 + 4 V100), then
-# predicts that plan with the measured OPT-350M profiles and writes the completed plan
-# and a Chrome trace to build/demo/.
+# The main job on shipped configs: `hetplan search` for a seed setup (HAPT's GPT-15B on
+# 4x8 A100 + 4x8 V100 at 5 Gbit/s), then validation and a simulation of the plan it found,
+# with a Chrome trace; and the OPT-350M example plan predicted with measured profiles.
+# Outputs go to build/demo/.
 # Sets up first when a package or the build is missing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,12 +14,15 @@ else
 fi
 hetplan="$build_dir/apps/hetplan/hetplan"
 run() { printf '\n$ %s\n' "$*"; "$@"; }
-run "$hetplan" validate --model configs/models/hapt-gpt-15b.yaml --cluster configs/clusters/hapt-4x8a100-4x8v100.yaml
+mkdir -p "$build_dir/demo"
+run "$hetplan" search --model configs/models/hapt-gpt-15b.yaml --cluster configs/clusters/hapt-4x8a100-4x8v100.yaml \
+  --time-budget 20 -o "$build_dir/demo/hapt-gpt-15b.plan.json"
+run "$hetplan" validate --plan "$build_dir/demo/hapt-gpt-15b.plan.json"
+run "$hetplan" simulate "$build_dir/demo/hapt-gpt-15b.plan.json" --trace "$build_dir/demo/hapt-gpt-15b.trace.json"
 run "$hetplan" validate --model configs/models/opt-350m.yaml --cluster configs/clusters/demo-1x4a100-1x4v100.yaml \
   --plan docs/examples/opt-350m-demo.plan.json
-mkdir -p "$build_dir/demo"
 run "$hetplan" simulate docs/examples/opt-350m-demo.plan.json --schedule h-1f1b \
   --profile profiles/opt-350m/a100-40.profile.yaml --profile profiles/opt-350m/v100-16.profile.yaml \
   -o "$build_dir/demo/plan.json" --trace "$build_dir/demo/trace.json"
 echo
-echo "completed plan: $build_dir/demo/plan.json; trace (open in https://ui.perfetto.dev): $build_dir/demo/trace.json"
+echo "plans: $build_dir/demo/*.json; traces open in https://ui.perfetto.dev"

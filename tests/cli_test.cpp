@@ -166,3 +166,57 @@ TEST_CASE("hetplan simulate refuses an invalid plan with exit 2 and the problem"
   auto k = run_process({HETPLAN_BIN, "simulate", bad, "--schedule", "3f3b"});
   CHECK(k.exit_code == 2);
 }
+
+TEST_CASE("hetplan search writes a plan that validates and simulates to its own prediction") {
+  het::test::TempDir dir;
+  const std::string out = dir.path() + "/plan.json";
+  auto r = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", kCluster, "--time-budget", "5", "-o", out});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("algorithm") && Catch::Contains("uniform") && Catch::Contains("hapt") &&
+                        Catch::Contains("heteroauto") && Catch::Contains("lower bound"));
+  auto v = run_process({HETPLAN_BIN, "validate", "--plan", out});
+  CHECK(v.exit_code == 0);
+  std::ifstream in(out);
+  auto plan = nlohmann::json::parse(in);
+  CHECK(plan["algorithm"]["name"] == "auto");
+  CHECK(plan["algorithm"]["results"].size() >= 3);
+  CHECK(plan["algorithm"]["lower_bound_s"].get<double>() > 0);
+  CHECK(plan["algorithm"]["lower_bound_s"].get<double>() <= plan["predicted"]["iteration_s"].get<double>());
+  auto s = run_process({HETPLAN_BIN, "simulate", out, "--format", "json"});
+  REQUIRE(s.exit_code == 0);
+  CHECK(nlohmann::json::parse(s.out)["predicted"]["iteration_s"].get<double>() ==
+        Approx(plan["predicted"]["iteration_s"].get<double>()).epsilon(1e-9));
+}
+
+TEST_CASE("hetplan search --format json prints the plan; compare tabulates the algorithms") {
+  auto r = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", kCluster, "--algo", "heteroauto",
+                        "--format", "json"});
+  REQUIRE(r.exit_code == 0);
+  auto plan = nlohmann::json::parse(r.out);
+  CHECK(plan["algorithm"]["name"] == "heteroauto");
+  auto c = run_process({HETPLAN_BIN, "compare", "--model", kModel, "--cluster", kCluster, "--time-budget", "3"});
+  INFO(c.err);
+  REQUIRE(c.exit_code == 0);
+  CHECK_THAT(c.out, Catch::Contains("vs_uniform") && Catch::Contains("heteroauto") && Catch::Contains("auto"));
+  auto cj = run_process({HETPLAN_BIN, "compare", "--model", kModel, "--cluster", kCluster, "--time-budget", "3",
+                         "--algos", "uniform", "hapt", "--format", "json"});
+  REQUIRE(cj.exit_code == 0);
+  CHECK(nlohmann::json::parse(cj.out).size() == 2);
+}
+
+TEST_CASE("hetplan search refuses bad input and impossible instances with exit 2") {
+  het::test::TempDir dir;
+  auto bad = dir.write("m.yaml", "name: x\n");
+  auto r = run_process({HETPLAN_BIN, "search", "--model", bad, "--cluster", kCluster});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("m.yaml:1:1: architecture: missing required field"));
+  auto big = dir.write("big.yaml",
+                       "name: big\narchitecture: gpt\nnum_layers: 4\nhidden_size: 32768\nnum_attention_heads: 128\n"
+                       "vocab_size: 50000\nseq_length: 4096\ntraining: {global_batch_size: 8, zero_stage: 0}\n");
+  auto n = run_process({HETPLAN_BIN, "search", "--model", big, "--cluster", kCluster, "--time-budget", "5"});
+  CHECK(n.exit_code == 2);
+  CHECK_THAT(n.err, Catch::Contains("no plan fits memory"));
+  auto u = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", kCluster, "--algo", "magic"});
+  CHECK(u.exit_code == 2);
+}
