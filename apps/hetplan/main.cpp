@@ -5,7 +5,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -165,10 +168,18 @@ het::search::Options search_options(const SearchArgs& a) {
     for (auto k : {het::ScheduleKind::gpipe, het::ScheduleKind::one_f_one_b, het::ScheduleKind::eager_1f1b,
                    het::ScheduleKind::h_1f1b, het::ScheduleKind::virtual_1f1b})
       if (a.schedule == het::to_string(k)) o.schedules = {k};
-  // Progress for people on stderr once a search has run for a second.
+  // Progress for people on stderr once a search has run for a second: one line rewritten in
+  // place on a terminal, a line every few seconds in a log.
   auto start = std::chrono::steady_clock::now();
-  o.progress = [start](const std::string& line) {
-    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1)) std::cerr << "search: " << line << "\n";
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>(start);
+  const bool tty = isatty(2);
+  o.progress = [start, last, tty](const std::string& line) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start < std::chrono::seconds(1) || (!tty && now - *last < std::chrono::seconds(5))) return;
+    *last = now;
+    const int elapsed = static_cast<int>(std::chrono::duration<double>(now - start).count());
+    if (tty) std::cerr << "\r\033[Ksearch " << elapsed << " s: " << line << std::flush;
+    else std::cerr << "search " << elapsed << " s: " << line << "\n";
   };
   return o;
 }
@@ -187,6 +198,7 @@ int run_search(const SearchArgs& a) {
   }
   het::cost::ComputeModel compute(in->model, in->profiles);
   auto out = het::search::run(a.algo, in->model, in->cluster, compute, search_options(a));
+  if (isatty(2)) std::cerr << "\r\033[K" << std::flush;
   if (!out) {
     print_errors(out.errors());
     return kInvalid;

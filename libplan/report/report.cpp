@@ -41,15 +41,29 @@ std::string stage_table(const predict::Outcome& o) {
   std::vector<std::vector<std::string>> rows = {{"pipe", "stage", "subcluster", "devices", "units", "tp/cp/dp",
                                                  "recompute", "warmup", "fwd_ms", "bwd_ms", "send_ms", "memory_GiB",
                                                  "busy%", "source"}};
+  // Identical pipelines (data-parallel replicas of one layout) are printed once, as "0-3".
+  auto same = [&](std::size_t a, std::size_t b) {
+    const auto& x = plan.pipelines[a].stages;
+    const auto& y = plan.pipelines[b].stages;
+    if (x.size() != y.size() || plan.pipelines[a].micro_batch_size != plan.pipelines[b].micro_batch_size) return false;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (x[i].subcluster != y[i].subcluster || x[i].first != y[i].first || x[i].last != y[i].last || x[i].tp != y[i].tp ||
+          x[i].cp != y[i].cp || x[i].dp != y[i].dp || x[i].recompute != y[i].recompute || x[i].warmup != y[i].warmup)
+        return false;
+    return true;
+  };
   for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
     const auto& p = plan.pipelines[pi];
     const double makespan = o.sim.pipelines[pi].makespan_s;
+    std::size_t last_same = pi;
+    while (last_same + 1 < plan.pipelines.size() && same(pi, last_same + 1)) ++last_same;
+    const std::string pipe = last_same == pi ? std::to_string(pi) : std::to_string(pi) + "-" + std::to_string(last_same);
     for (std::size_t si = 0; si < p.stages.size(); ++si) {
       const Stage& s = p.stages[si];
       const auto& d = o.stages[pi][si];
       std::string units = unit_name(plan.model, plan.granularity, s.first);
       if (s.last != s.first) units += " .. " + unit_name(plan.model, plan.granularity, s.last);
-      rows.push_back({std::to_string(pi), std::to_string(si), s.subcluster, std::to_string(s.devices.size()), units,
+      rows.push_back({pipe, std::to_string(si), s.subcluster, std::to_string(s.devices.size()), units,
                       std::to_string(s.tp) + "/" + std::to_string(s.cp) + "/" + std::to_string(s.dp),
                       to_string(s.recompute), std::to_string(d.warmup), fmt("%.2f", d.forward_s * 1e3),
                       fmt("%.2f", d.backward_s * 1e3), si + 1 < p.stages.size() ? fmt("%.2f", d.send_forward_s * 1e3) : "-",
@@ -57,6 +71,7 @@ std::string stage_table(const predict::Outcome& o) {
                       fmt("%.0f", makespan > 0 ? 100 * o.sim.pipelines[pi].stages[si].compute_s / makespan : 0),
                       cost::to_string(d.source)});
     }
+    pi = last_same;
   }
   return table(rows, {true, true, false, true, false, false, false, true, true, true, true, true, true, false});
 }

@@ -81,8 +81,12 @@ void Work::note_progress(const std::string& what) const {
     if (now - last_progress_ < std::chrono::milliseconds(500)) return;
     last_progress_ = now;
   }
-  const double b = best();
-  char buf[128];
+  double b = 1e300;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!top_.empty()) b = top_.front().estimate_s;
+  }
+  char buf[160];
   std::snprintf(buf, sizeof buf, "%s: %lld layouts, %s", name.c_str(), static_cast<long long>(layouts()),
                 b < 1e300 ? ("best estimate " + std::to_string(b).substr(0, 8) + " s").c_str() : "none fits yet");
   opt.progress(std::string(buf) + (what.empty() ? "" : ", " + what));
