@@ -1,0 +1,158 @@
+#include "model/block.hpp"
+
+#include "model/ops.hpp"
+
+namespace het::model {
+
+Shape Shape::of(const ModelSpec& m) {
+  return {m.architecture,       m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.hidden_size / m.num_attention_heads,
+          m.ffn_hidden_size,    m.vocab_size,  m.seq_length,          m.num_layers};
+}
+
+template <class T>
+Block<T>::Block(const Shape& s, int layer, int rank, int tp, std::uint64_t seed)
+    : s_(s), Hs_(s.H / tp), KHs_(s.KH / tp), Fs_(s.F / tp), params_(count) {
+  const bool gpt = s.arch == Architecture::gpt;
+  const std::string prefix = "layer" + std::to_string(layer) + ".";
+  const std::int64_t C = s.C, D = s.D;
+  // name, local size, init, local -> global index.
+  auto make = [&](Index i, const char* name, std::int64_t size, Init init, std::function<std::int64_t(std::int64_t)> g) {
+    Param<T>& q = params_[i];
+    q.name = prefix + name;
+    q.value.assign(std::size_t(size), T(0));
+    initialise(q, seed, init, s.L, g);
+  };
+  auto same = [](std::int64_t i) { return i; };
+  // A block of rows [row0, row0 + rows) of a [*, cols] matrix.
+  auto rows = [](std::int64_t row0, std::int64_t cols) { return [=](std::int64_t i) { return row0 * cols + i; }; };
+  // Columns [col0, col0 + ncols) of a [rows, full_cols] matrix, stored [rows, ncols].
+  auto cols = [](std::int64_t col0, std::int64_t ncols, std::int64_t full) {
+    return [=](std::int64_t i) { return (i / ncols) * full + col0 + i % ncols; };
+  };
+  const std::int64_t q0 = rank * Hs_ * D, kv0 = rank * KHs_ * D, f0 = std::int64_t(rank) * Fs_;
+  make(ln1_w, "ln1_w", C, Init::ones, same);
+  make(wq, "wq", Hs_ * D * C, Init::normal, rows(q0, C));
+  make(wk, "wk", KHs_ * D * C, Init::normal, rows(kv0, C));
+  make(wv, "wv", KHs_ * D * C, Init::normal, rows(kv0, C));
+  make(wo, "wo", C * Hs_ * D, Init::normal_scaled_out, cols(q0, Hs_ * D, std::int64_t(s.H) * D));
+  make(ln2_w, "ln2_w", C, Init::ones, same);
+  make(w1, gpt ? "wfc" : "wgate", Fs_ * C, Init::normal, rows(f0, C));
+  make(w2, gpt ? "wproj" : "wdown", C * Fs_, Init::normal_scaled_out, cols(f0, Fs_, s.F));
+  if (gpt) {
+    make(ln1_b, "ln1_b", C, Init::zeros, same);
+    make(bq, "bq", Hs_ * D, Init::zeros, [=](std::int64_t i) { return q0 + i; });
+    make(bk, "bk", KHs_ * D, Init::zeros, [=](std::int64_t i) { return kv0 + i; });
+    make(bv, "bv", KHs_ * D, Init::zeros, [=](std::int64_t i) { return kv0 + i; });
+    make(bo, "bo", C, Init::zeros, same);
+    make(ln2_b, "ln2_b", C, Init::zeros, same);
+    make(b1, "bfc", Fs_, Init::zeros, [=](std::int64_t i) { return f0 + i; });
+    make(b2, "bproj", C, Init::zeros, same);
+  } else {
+    make(w3, "wup", Fs_ * C, Init::normal, rows(f0, C));
+  }
+}
+
+template <class T>
+void Block<T>::forward(const T* x, T* y, int B, BlockActs<T>& a, const AllReduce<T>& all_reduce) const {
+  const bool gpt = s_.arch == Architecture::gpt;
+  const int N = B * s_.T, C = s_.C, D = s_.D;
+  const int QD = Hs_ * D, KD = KHs_ * D;
+  auto size = [&](std::vector<T>& v, std::int64_t n) { v.assign(std::size_t(n), T(0)); };
+  a.B = B;
+  a.x.assign(x, x + std::int64_t(N) * C);
+  size(a.ln1, std::int64_t(N) * C), size(a.ln1_mean, N), size(a.ln1_rstd, N);
+  if (gpt) layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p(ln1_w).value.data(), p(ln1_b).value.data(), N, C);
+  else rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), x, p(ln1_w).value.data(), N, C);
+  size(a.q, std::int64_t(N) * QD), size(a.k, std::int64_t(N) * KD), size(a.v, std::int64_t(N) * KD);
+  const T* no_bias = nullptr;
+  matmul_forward(a.q.data(), a.ln1.data(), p(wq).value.data(), gpt ? p(bq).value.data() : no_bias, N, C, QD);
+  matmul_forward(a.k.data(), a.ln1.data(), p(wk).value.data(), gpt ? p(bk).value.data() : no_bias, N, C, KD);
+  matmul_forward(a.v.data(), a.ln1.data(), p(wv).value.data(), gpt ? p(bv).value.data() : no_bias, N, C, KD);
+  if (!gpt) {
+    rope_forward(a.q.data(), B, s_.T, Hs_, D);
+    rope_forward(a.k.data(), B, s_.T, KHs_, D);
+  }
+  size(a.att, std::int64_t(B) * Hs_ * s_.T * s_.T), size(a.att_out, std::int64_t(N) * QD);
+  attention_forward(a.att_out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, s_.T, Hs_, KHs_, D);
+  // Row-parallel output projection: partial sums, then the all-reduce, then the bias once.
+  size(a.x2, std::int64_t(N) * C);
+  matmul_forward(a.x2.data(), a.att_out.data(), p(wo).value.data(), no_bias, N, QD, C);
+  all_reduce(a.x2.data(), a.x2.size());
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) a.x2[std::size_t(n) * C + c] += x[std::int64_t(n) * C + c] + (gpt ? p(bo).value[c] : T(0));
+  size(a.ln2, std::int64_t(N) * C), size(a.ln2_mean, N), size(a.ln2_rstd, N);
+  if (gpt) layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x2.data(), p(ln2_w).value.data(), p(ln2_b).value.data(), N, C);
+  else rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.x2.data(), p(ln2_w).value.data(), N, C);
+  size(a.fc, std::int64_t(N) * Fs_), size(a.h, std::int64_t(N) * Fs_);
+  matmul_forward(a.fc.data(), a.ln2.data(), p(w1).value.data(), gpt ? p(b1).value.data() : no_bias, N, C, Fs_);
+  if (gpt) {
+    gelu_forward(a.h.data(), a.fc.data(), N * Fs_);
+  } else {
+    size(a.up, std::int64_t(N) * Fs_);
+    matmul_forward(a.up.data(), a.ln2.data(), p(w3).value.data(), no_bias, N, C, Fs_);
+    swiglu_forward(a.h.data(), a.fc.data(), a.up.data(), N * Fs_);
+  }
+  matmul_forward(y, a.h.data(), p(w2).value.data(), no_bias, N, Fs_, C);
+  all_reduce(y, std::size_t(N) * C);
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) y[std::int64_t(n) * C + c] += a.x2[std::size_t(n) * C + c] + (gpt ? p(b2).value[c] : T(0));
+}
+
+template <class T>
+void Block<T>::backward(const T* dy, T* dx, const BlockActs<T>& a, const AllReduce<T>& all_reduce) {
+  const bool gpt = s_.arch == Architecture::gpt;
+  const int B = a.B, N = B * s_.T, C = s_.C, D = s_.D;
+  const int QD = Hs_ * D, KD = KHs_ * D;
+  std::vector<T> dx2(dy, dy + std::int64_t(N) * C);  // residual path
+  // MLP: y = x2 + w2 · h (+ b2)
+  if (gpt)
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) p(b2).grad[c] += dy[std::int64_t(n) * C + c];
+  std::vector<T> dh(std::size_t(N) * Fs_, T(0)), dfc(std::size_t(N) * Fs_, T(0));
+  matmul_backward(dh.data(), p(w2).grad.data(), static_cast<T*>(nullptr), dy, a.h.data(), p(w2).value.data(), N, Fs_, C);
+  std::vector<T> dln2(std::size_t(N) * C, T(0));
+  if (gpt) {
+    gelu_backward(dfc.data(), a.fc.data(), dh.data(), N * Fs_);
+  } else {
+    std::vector<T> dup(std::size_t(N) * Fs_, T(0));
+    swiglu_backward(dfc.data(), dup.data(), dh.data(), a.fc.data(), a.up.data(), N * Fs_);
+    matmul_backward(dln2.data(), p(w3).grad.data(), static_cast<T*>(nullptr), dup.data(), a.ln2.data(), p(w3).value.data(), N, C, Fs_);
+  }
+  matmul_backward(dln2.data(), p(w1).grad.data(), gpt ? p(b1).grad.data() : static_cast<T*>(nullptr), dfc.data(),
+                  a.ln2.data(), p(w1).value.data(), N, C, Fs_);
+  all_reduce(dln2.data(), dln2.size());  // column-parallel input gradient
+  if (gpt)
+    layernorm_backward(dx2.data(), p(ln2_w).grad.data(), p(ln2_b).grad.data(), dln2.data(), a.x2.data(),
+                       p(ln2_w).value.data(), a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  else
+    rmsnorm_backward(dx2.data(), p(ln2_w).grad.data(), dln2.data(), a.x2.data(), p(ln2_w).value.data(), a.ln2_rstd.data(), N, C);
+  // Attention: x2 = x + wo · att_out (+ bo)
+  if (gpt)
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) p(bo).grad[c] += dx2[std::size_t(n) * C + c];
+  std::vector<T> datt_out(std::size_t(N) * QD, T(0));
+  matmul_backward(datt_out.data(), p(wo).grad.data(), static_cast<T*>(nullptr), dx2.data(), a.att_out.data(), p(wo).value.data(), N, QD, C);
+  std::vector<T> dq(std::size_t(N) * QD, T(0)), dk(std::size_t(N) * KD, T(0)), dv(std::size_t(N) * KD, T(0));
+  attention_backward(dq.data(), dk.data(), dv.data(), datt_out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
+                     s_.T, Hs_, KHs_, D);
+  if (!gpt) {
+    rope_backward(dq.data(), B, s_.T, Hs_, D);
+    rope_backward(dk.data(), B, s_.T, KHs_, D);
+  }
+  std::vector<T> dln1(std::size_t(N) * C, T(0));
+  matmul_backward(dln1.data(), p(wq).grad.data(), gpt ? p(bq).grad.data() : static_cast<T*>(nullptr), dq.data(), a.ln1.data(), p(wq).value.data(), N, C, QD);
+  matmul_backward(dln1.data(), p(wk).grad.data(), gpt ? p(bk).grad.data() : static_cast<T*>(nullptr), dk.data(), a.ln1.data(), p(wk).value.data(), N, C, KD);
+  matmul_backward(dln1.data(), p(wv).grad.data(), gpt ? p(bv).grad.data() : static_cast<T*>(nullptr), dv.data(), a.ln1.data(), p(wv).value.data(), N, C, KD);
+  all_reduce(dln1.data(), dln1.size());
+  std::copy(dx2.begin(), dx2.end(), dx);
+  if (gpt)
+    layernorm_backward(dx, p(ln1_w).grad.data(), p(ln1_b).grad.data(), dln1.data(), a.x.data(), p(ln1_w).value.data(),
+                       a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+  else
+    rmsnorm_backward(dx, p(ln1_w).grad.data(), dln1.data(), a.x.data(), p(ln1_w).value.data(), a.ln1_rstd.data(), N, C);
+}
+
+template class Block<float>;
+template class Block<double>;
+
+}  // namespace het::model

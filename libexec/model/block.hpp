@@ -1,0 +1,60 @@
+#pragma once
+// The transformer block, one tensor-parallel shard of it (Megatron: column-parallel
+// Q/K/V and MLP-up, row-parallel attention output and MLP-down, an all-reduce after each
+// row-parallel product forward and after each column-parallel input gradient backward).
+//   gpt:   y = x2 + proj(gelu(fc(LN2(x2)))),           x2 = x + out(attn(qkv(LN1(x))))
+//   llama: y = x2 + down(silu(gate(R2)) * up(R2)),     x2 = x + out(attn(rope(qkv(R1))))
+//          with R = RMSNorm, grouped-query attention, no biases.
+// x, y: [B, T, C]. A shard holds H/tp query heads, KH/tp key/value heads and F/tp MLP
+// channels. Activations of one micro-batch live in BlockActs, so several micro-batches can
+// be in flight (pipeline schedules) — forward fills one, backward consumes it.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/params.hpp"
+#include "spec/model.hpp"
+
+namespace het::model {
+
+// Sums n elements in place across the tensor-parallel group (identity when tp = 1).
+template <class T>
+using AllReduce = std::function<void(T* data, std::size_t n)>;
+
+struct Shape {
+  Architecture arch = Architecture::gpt;
+  int C = 0, H = 0, KH = 0, D = 0, F = 0, V = 0, T = 0, L = 0;
+  static Shape of(const ModelSpec& m);
+};
+
+template <class T>
+struct BlockActs {
+  int B = 0;
+  std::vector<T> x, ln1, ln1_mean, ln1_rstd, q, k, v, att, att_out, x2, ln2, ln2_mean, ln2_rstd, fc, h, up;
+};
+
+template <class T>
+class Block {
+ public:
+  // Layer `layer` (0-based) as TP shard `rank` of `tp`.
+  Block(const Shape& s, int layer, int rank, int tp, std::uint64_t seed);
+
+  // y[B,T,C] from x[B,T,C]; fills acts.
+  void forward(const T* x, T* y, int B, BlockActs<T>& acts, const AllReduce<T>& all_reduce) const;
+  // dx[B,T,C] (overwritten) from dy; accumulates the parameter gradients.
+  void backward(const T* dy, T* dx, const BlockActs<T>& acts, const AllReduce<T>& all_reduce);
+
+  std::vector<Param<T>>& params() { return params_; }
+  const std::vector<Param<T>>& params() const { return params_; }
+
+ private:
+  enum Index { ln1_w, ln1_b, wq, bq, wk, bk, wv, bv, wo, bo, ln2_w, ln2_b, w1, b1, w2, b2, w3, count };
+  const Param<T>& p(Index i) const { return params_[i]; }
+  Param<T>& p(Index i) { return params_[i]; }
+  Shape s_;
+  int Hs_, KHs_, Fs_;  // this shard's heads, kv heads, MLP channels
+  std::vector<Param<T>> params_;  // by Index; unused ones (llama biases, gpt w3) are empty
+};
+
+}  // namespace het::model
