@@ -220,3 +220,21 @@ TEST_CASE("hetplan search refuses bad input and impossible instances with exit 2
   auto u = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", kCluster, "--algo", "magic"});
   CHECK(u.exit_code == 2);
 }
+
+TEST_CASE("hetexec prepare-data writes an llm.c token file of the text's bytes") {
+  het::test::TempDir dir;
+  const std::string out = dir.path() + "/t.bin";
+  auto r = run_process({HETEXEC_BIN, "prepare-data", kSrc + "/configs/data/corpus.txt", "-o", out});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream in(out, std::ios::binary);
+  std::int32_t header[256];
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  CHECK(header[0] == 20240520);
+  CHECK(header[1] == 1);
+  std::ifstream text(kSrc + "/configs/data/corpus.txt", std::ios::binary | std::ios::ate);
+  CHECK(header[2] == static_cast<std::int32_t>(text.tellg()));
+  auto bad = run_process({HETEXEC_BIN, "prepare-data", "/nonexistent.txt", "-o", out});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("/nonexistent.txt: cannot open the file"));
+}

@@ -6,6 +6,10 @@
 #include <iostream>
 
 #include "het/version.hpp"
+#include <fstream>
+#include <sstream>
+
+#include "data/data.hpp"
 #include "node/node.hpp"
 
 namespace {
@@ -52,6 +56,27 @@ int run_devices(const std::string& format) {
   return 0;
 }
 
+int run_prepare_data(const std::string& text_file, const std::string& output) {
+  std::ifstream in(text_file, std::ios::binary);
+  if (!in) {
+    std::cerr << "error: " << text_file << ": cannot open the file\n";
+    return 2;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto tokens = het::data::byte_tokens(text.str());
+  if (tokens.size() < 2) {
+    std::cerr << "error: " << text_file << ": needs at least two bytes of text\n";
+    return 2;
+  }
+  if (auto err = het::data::write_tokens(output, tokens); !err.empty()) {
+    std::cerr << "error: " << err << "\n";
+    return 2;
+  }
+  std::cout << "wrote " << output << ": " << tokens.size() << " byte-level tokens (vocabulary 256, llm.c format)\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,6 +86,10 @@ int main(int argc, char** argv) {
   std::string format = "text";
   auto* devices = app.add_subcommand("devices", "List this node's CPU, CUDA GPUs and RDMA devices");
   devices->add_option("--format", format, "output: text or json")->check(CLI::IsMember({"text", "json"}));
+  std::string text_file, output;
+  auto* prepare = app.add_subcommand("prepare-data", "Byte-tokenize a text file into an llm.c token file");
+  prepare->add_option("text", text_file, "the text file")->required();
+  prepare->add_option("-o,--output", output, "the token file to write")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -68,5 +97,6 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   if (devices->parsed()) return run_devices(format);
+  if (prepare->parsed()) return run_prepare_data(text_file, output);
   return 2;
 }

@@ -1,0 +1,132 @@
+#include "model/stage.hpp"
+
+#include <stdexcept>
+
+#include "model/ops.hpp"
+
+namespace het::model {
+
+namespace {
+template <class T>
+Param<T> make(const std::string& name, std::int64_t size, Init init, std::uint64_t seed, int layers) {
+  Param<T> p;
+  p.name = name;
+  p.value.assign(std::size_t(size), T(0));
+  initialise(p, seed, init, layers, [](std::int64_t i) { return i; });
+  return p;
+}
+}  // namespace
+
+template <class T>
+StageModel<T>::StageModel(const ModelSpec& spec, int first, int last, int tp_rank, int tp, std::uint64_t seed)
+    : shape_(Shape::of(spec)), first_(first), last_(last) {
+  const Shape& s = shape_;
+  const bool gpt = s.arch == Architecture::gpt;
+  for (int u = std::max(first, 1); u <= std::min(last, s.L); ++u) blocks_.emplace_back(s, u - 1, tp_rank, tp, seed);
+  if (has_embedding() || (has_head() && gpt))  // gpt's head uses the (tied) token embedding
+    wte_ = make<T>("wte", std::int64_t(s.V) * s.C, Init::normal, seed, s.L);
+  if (has_embedding() && gpt) wpe_ = make<T>("wpe", std::int64_t(s.T) * s.C, Init::normal, seed, s.L);
+  if (has_head()) {
+    lnf_w_ = make<T>("lnf_w", s.C, Init::ones, seed, s.L);
+    if (gpt) lnf_b_ = make<T>("lnf_b", s.C, Init::zeros, seed, s.L);
+    else wout_ = make<T>("wout", std::int64_t(s.V) * s.C, Init::normal, seed, s.L);
+  }
+}
+
+template <class T>
+std::vector<T> StageModel<T>::forward(int mb, int B, const int* tokens, const T* x, const int* targets, double* loss_sum,
+                                      const AllReduce<T>& all_reduce) {
+  const Shape& s = shape_;
+  const int N = B * s.T;
+  Acts& a = in_flight_[mb];
+  a.B = B;
+  std::vector<T> cur;
+  if (has_embedding()) {
+    a.tokens.assign(tokens, tokens + N);
+    cur.assign(std::size_t(N) * s.C, T(0));
+    embedding_forward(cur.data(), tokens, wte_->value.data(), wpe_ ? wpe_->value.data() : static_cast<const T*>(nullptr), N,
+                      s.T, s.C);
+  } else {
+    cur.assign(x, x + std::int64_t(N) * s.C);
+  }
+  a.blocks.resize(blocks_.size());
+  std::vector<T> next(cur.size());
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    blocks_[i].forward(cur.data(), next.data(), B, a.blocks[i], all_reduce);
+    std::swap(cur, next);
+  }
+  if (!has_head()) return cur;
+  // Head: final norm, logits against wte (tied) or wout, cross-entropy.
+  a.targets.assign(targets, targets + N);
+  a.head_in = cur;
+  a.normed.assign(cur.size(), T(0)), a.mean.assign(N, T(0)), a.rstd.assign(N, T(0));
+  if (s.arch == Architecture::gpt)
+    layernorm_forward(a.normed.data(), a.mean.data(), a.rstd.data(), cur.data(), lnf_w_->value.data(), lnf_b_->value.data(), N, s.C);
+  else
+    rmsnorm_forward(a.normed.data(), a.rstd.data(), cur.data(), lnf_w_->value.data(), N, s.C);
+  const Param<T>& w = wout_ ? *wout_ : *wte_;
+  a.logits.assign(std::size_t(N) * s.V, T(0));
+  matmul_forward(a.logits.data(), a.normed.data(), w.value.data(), static_cast<const T*>(nullptr), N, s.C, s.V);
+  *loss_sum = crossentropy_forward_backward<T>(nullptr, a.logits.data(), targets, N, s.V, 0);
+  return {};
+}
+
+template <class T>
+std::vector<T> StageModel<T>::backward(int mb, const T* dy, double loss_scale, const AllReduce<T>& all_reduce) {
+  const Shape& s = shape_;
+  auto it = in_flight_.find(mb);
+  if (it == in_flight_.end()) throw std::logic_error("backward of micro-batch " + std::to_string(mb) + " without its forward");
+  Acts& a = it->second;
+  const int N = a.B * s.T;
+  std::vector<T> cur;
+  if (has_head()) {
+    std::vector<T> dlogits(std::size_t(N) * s.V, T(0));
+    crossentropy_forward_backward(dlogits.data(), a.logits.data(), a.targets.data(), N, s.V, loss_scale);
+    Param<T>& w = wout_ ? *wout_ : *wte_;
+    std::vector<T> dnormed(std::size_t(N) * s.C, T(0));
+    matmul_backward(dnormed.data(), w.grad.data(), static_cast<T*>(nullptr), dlogits.data(), a.normed.data(), w.value.data(),
+                    N, s.C, s.V);
+    cur.assign(std::size_t(N) * s.C, T(0));
+    if (s.arch == Architecture::gpt)
+      layernorm_backward(cur.data(), lnf_w_->grad.data(), lnf_b_->grad.data(), dnormed.data(), a.head_in.data(),
+                         lnf_w_->value.data(), a.mean.data(), a.rstd.data(), N, s.C);
+    else
+      rmsnorm_backward(cur.data(), lnf_w_->grad.data(), dnormed.data(), a.head_in.data(), lnf_w_->value.data(), a.rstd.data(),
+                       N, s.C);
+  } else {
+    cur.assign(dy, dy + std::int64_t(N) * s.C);
+  }
+  std::vector<T> prev(cur.size());
+  for (std::size_t i = blocks_.size(); i-- > 0;) {
+    blocks_[i].backward(cur.data(), prev.data(), a.blocks[i], all_reduce);
+    std::swap(cur, prev);
+  }
+  if (has_embedding()) {
+    embedding_backward(wte_->grad.data(), wpe_ ? wpe_->grad.data() : static_cast<T*>(nullptr), cur.data(), a.tokens.data(),
+                       N, s.T, s.C);
+    cur.clear();
+  }
+  in_flight_.erase(it);
+  return cur;
+}
+
+template <class T>
+std::vector<Param<T>*> StageModel<T>::params() {
+  std::vector<Param<T>*> out;
+  for (auto* p : {&wte_, &wpe_}) if (*p) out.push_back(&**p);
+  for (auto& b : blocks_)
+    for (auto& p : b.params())
+      if (!p.value.empty()) out.push_back(&p);
+  for (auto* p : {&lnf_w_, &lnf_b_, &wout_}) if (*p) out.push_back(&**p);
+  return out;
+}
+
+template <class T>
+void StageModel<T>::zero_grad() {
+  for (auto* p : params()) std::fill(p->grad.begin(), p->grad.end(), T(0));
+}
+
+template class StageModel<float>;
+template class StageModel<double>;
+
+}  // namespace het::model

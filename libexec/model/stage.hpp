@@ -1,0 +1,60 @@
+#pragma once
+// One pipeline stage's share of the model on one device: a contiguous range of units
+// (embedding, transformer layers, head; granularity `layer`) as tensor-parallel shard
+// `rank` of `tp`. Forward and backward run one micro-batch at a time and keep each
+// in-flight micro-batch's activations until its backward, as pipeline schedules need.
+//   embedding: tokens[B,T] -> x[B,T,C]        (wte, + wpe for gpt; replicated over TP)
+//   layers:    x[B,T,C] -> x[B,T,C]           (TP-sharded blocks)
+//   head:      x[B,T,C] -> loss over targets  (final norm, logits = x·Wᵀ with W = wte for gpt
+//              — tied; its copy on a head-only stage is kept equal by the runtime — or wout)
+// Weights come from (seed, name, index), so every plan starts from the same model.
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/block.hpp"
+#include "spec/model.hpp"
+
+namespace het::model {
+
+template <class T>
+class StageModel {
+ public:
+  // Units [first, last] of the layer-granular sequence: 0 embedding, 1..L layers, L+1 head.
+  StageModel(const ModelSpec& spec, int first, int last, int tp_rank, int tp, std::uint64_t seed);
+
+  bool has_embedding() const { return first_ == 0; }
+  bool has_head() const { return last_ == shape_.L + 1; }
+
+  // Forward of micro-batch `mb` of B sequences: from tokens (first stage) or activations
+  // x[B,T,C]; returns the output activations [B,T,C], or, on the last stage, nothing (the
+  // summed token losses are in `loss_sum`, the logits kept for backward).
+  std::vector<T> forward(int mb, int B, const int* tokens, const T* x, const int* targets, double* loss_sum,
+                         const AllReduce<T>& all_reduce);
+  // Backward of micro-batch `mb`: from the output gradient dy[B,T,C] (not on the last stage,
+  // where the loss gradient is scaled by `loss_scale`, 1 / the global batch's tokens);
+  // returns dx[B,T,C] (empty on the first stage). Accumulates parameter gradients.
+  std::vector<T> backward(int mb, const T* dy, double loss_scale, const AllReduce<T>& all_reduce);
+
+  // Every parameter of the stage (blocks' and embedding/head ones), for the optimizer,
+  // gradient sync and checkpoints. Order is deterministic.
+  std::vector<Param<T>*> params();
+  void zero_grad();
+
+ private:
+  struct Acts {
+    int B = 0;
+    std::vector<int> tokens, targets;
+    std::vector<T> embedded;                  // input of the first block
+    std::vector<BlockActs<T>> blocks;
+    std::vector<T> head_in, normed, mean, rstd, logits;
+  };
+  Shape shape_;
+  int first_, last_;
+  std::vector<Block<T>> blocks_;
+  std::optional<Param<T>> wte_, wpe_, lnf_w_, lnf_b_, wout_;  // as held by this stage
+  std::map<int, Acts> in_flight_;
+};
+
+}  // namespace het::model
