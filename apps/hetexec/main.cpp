@@ -10,6 +10,13 @@
 #include <sstream>
 
 #include "data/data.hpp"
+#include "launch/local.hpp"
+#include "runtime/runtime.hpp"
+#include "transport/tcp.hpp"
+#include "validation/inputs.hpp"
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <unistd.h>
 #include "node/node.hpp"
 
 namespace {
@@ -77,6 +84,113 @@ int run_prepare_data(const std::string& text_file, const std::string& output) {
   return 0;
 }
 
+struct JobArgs {
+  het::InputFiles files;  // plan (+ model, cluster)
+  int steps = 10;
+  std::uint64_t seed = 1;
+  double lr = 1e-3;
+  std::optional<std::string> data, metrics_out;
+  // worker only
+  int rank = 0, world = 1;
+  std::string rendezvous;
+};
+
+// The plan and the data every rank uses.
+struct Job {
+  het::Plan plan;
+  het::data::Batches batches;
+};
+
+het::Result<Job> load_job(const JobArgs& a) {
+  auto loaded = het::load_plan_inputs(a.files);
+  if (!loaded) return loaded.errors();
+  if (auto why = het::runtime::unsupported(loaded->plan); !why.empty()) return het::Diagnostic{*a.files.plan, 0, 0, "", why};
+  const auto& m = loaded->plan.model;
+  if (a.data) {
+    auto tokens = het::data::read_tokens(*a.data);
+    if (!tokens) return tokens.errors();
+    het::data::Batches b(std::move(*tokens), m.seq_length);
+    if (b.max_token() >= m.vocab_size)
+      return het::Diagnostic{*a.data, 0, 0, "", "token " + std::to_string(b.max_token()) + " is outside the model's vocabulary of " +
+                                                   std::to_string(m.vocab_size)};
+    return Job{loaded->plan, std::move(b)};
+  }
+  return Job{loaded->plan, het::data::Batches::synthetic(m.vocab_size, m.seq_length, a.seed)};
+}
+
+int run_worker(const JobArgs& a) {
+  auto job = load_job(a);
+  if (!job) {
+    for (const auto& e : job.errors()) std::cerr << "error: " << e.to_string() << "\n";
+    return 2;
+  }
+  auto peers = het::transport::Peers::connect(a.rank, a.world, a.rendezvous, 120);
+  if (!peers) {
+    for (const auto& e : peers.errors()) std::cerr << "error: " << e.to_string() << "\n";
+    return 1;
+  }
+  het::runtime::Options opt;
+  opt.steps = a.steps;
+  opt.seed = a.seed;
+  opt.optimizer.lr = a.lr;
+  const double tokens = double(job->plan.model.training.global_batch_size) * job->plan.model.seq_length;
+  auto reports = het::runtime::run_rank(job->plan, **peers, job->batches, opt, [&](const het::runtime::StepReport& r) {
+    if (a.rank != 0) return;
+    std::cout << nlohmann::json{{"step", r.step}, {"loss", r.loss}, {"step_s", r.seconds}, {"tokens_per_s", tokens / r.seconds}}.dump()
+              << std::endl;
+  });
+  if (!reports) {
+    for (const auto& e : reports.errors()) std::cerr << "error: " << e.to_string() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+int run_local(const JobArgs& a) {
+  auto job = load_job(a);
+  if (!job) {
+    for (const auto& e : job.errors()) std::cerr << "error: " << e.to_string() << "\n";
+    return 2;
+  }
+  het::launch::LocalJob lj;
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  lj.executable = n > 0 ? std::string(self, std::size_t(n)) : "hetexec";
+  lj.world = static_cast<int>(het::runtime::ranks_of(job->plan).size());
+  lj.worker_args = {"--plan", *a.files.plan, "--steps", std::to_string(a.steps), "--seed", std::to_string(a.seed),
+                    "--lr", std::to_string(a.lr)};
+  if (a.files.model) lj.worker_args.insert(lj.worker_args.end(), {"--model", *a.files.model});
+  if (a.files.cluster) lj.worker_args.insert(lj.worker_args.end(), {"--cluster", *a.files.cluster});
+  if (a.data) lj.worker_args.insert(lj.worker_args.end(), {"--data", *a.data});
+  std::ofstream metrics;
+  if (a.metrics_out) {
+    metrics.open(*a.metrics_out);
+    if (!metrics) {
+      std::cerr << "error: cannot write " << *a.metrics_out << "\n";
+      return 2;
+    }
+  }
+  std::cout << "running " << lj.world << " ranks of " << *a.files.plan << " for " << a.steps << " steps\n";
+  std::cout << " step        loss    step_s    tokens/s\n";
+  auto result = het::launch::run_local(lj, [&](const std::string& line) {
+    try {
+      auto j = nlohmann::json::parse(line);
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "%5d  %10.6f  %8.4f  %10.0f", j["step"].get<int>(), j["loss"].get<double>(),
+                    j["step_s"].get<double>(), j["tokens_per_s"].get<double>());
+      std::cout << buf << std::endl;
+      if (metrics) metrics << line << "\n" << std::flush;
+    } catch (const std::exception&) {
+      std::cout << line << std::endl;
+    }
+  });
+  if (!result) {
+    for (const auto& e : result.errors()) std::cerr << "error: " << e.to_string() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,6 +204,26 @@ int main(int argc, char** argv) {
   auto* prepare = app.add_subcommand("prepare-data", "Byte-tokenize a text file into an llm.c token file");
   prepare->add_option("text", text_file, "the text file")->required();
   prepare->add_option("-o,--output", output, "the token file to write")->required();
+  JobArgs job;
+  auto add_job = [&](CLI::App* cmd) {
+    cmd->add_option("--model", job.files.model, "model.yaml, replacing the plan's own");
+    cmd->add_option("--cluster", job.files.cluster, "cluster.yaml, replacing the plan's own");
+    cmd->add_option("--steps", job.steps, "training steps (default 10)")->check(CLI::PositiveNumber);
+    cmd->add_option("--seed", job.seed, "seed of the weights and of synthetic data (default 1)");
+    cmd->add_option("--lr", job.lr, "AdamW learning rate (default 1e-3)")->check(CLI::PositiveNumber);
+    cmd->add_option("--data", job.data, "llm.c token file (default: a synthetic stream)");
+  };
+  auto* local = app.add_subcommand("run-local", "Train with a plan, every rank a local process over TCP");
+  local->add_option("plan", job.files.plan, "plan.json")->required();
+  add_job(local);
+  local->add_option("--metrics-out", job.metrics_out, "write JSON lines {step, loss, step_s, tokens_per_s}");
+  auto* worker = app.add_subcommand("worker", "One rank of a job (started by run-local or an agent)");
+  worker->group("");  // not for people
+  worker->add_option("--plan", job.files.plan, "plan.json")->required();
+  worker->add_option("--rank", job.rank, "this rank")->required();
+  worker->add_option("--world", job.world, "number of ranks")->required();
+  worker->add_option("--rendezvous", job.rendezvous, "directory where ranks publish their endpoints")->required();
+  add_job(worker);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -98,5 +232,7 @@ int main(int argc, char** argv) {
   }
   if (devices->parsed()) return run_devices(format);
   if (prepare->parsed()) return run_prepare_data(text_file, output);
+  if (local->parsed()) return run_local(job);
+  if (worker->parsed()) return run_worker(job);
   return 2;
 }

@@ -1,0 +1,114 @@
+#include "launch/local.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace het::launch {
+
+namespace {
+std::string last_line(const std::string& file) {
+  std::ifstream in(file);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return last;
+}
+}  // namespace
+
+Result<LocalResult> run_local(const LocalJob& job, const std::function<void(const std::string&)>& on_line) {
+  namespace fs = std::filesystem;
+  std::string dir = (fs::temp_directory_path() / "hetexec-XXXXXX").string();
+  if (!mkdtemp(dir.data())) return Diagnostic{"", 0, 0, "", std::string("cannot create a rendezvous directory: ") + std::strerror(errno)};
+  int out_pipe[2];
+  if (pipe(out_pipe) != 0) return Diagnostic{"", 0, 0, "", "pipe failed"};
+  std::vector<pid_t> pids;
+  auto stop_all = [&] {
+    for (pid_t p : pids) kill(p, SIGTERM);
+  };
+  for (int r = 0; r < job.world; ++r) {
+    std::vector<std::string> argv = {job.executable, "worker", "--rank", std::to_string(r), "--world",
+                                     std::to_string(job.world), "--rendezvous", dir};
+    argv.insert(argv.end(), job.worker_args.begin(), job.worker_args.end());
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (r == 0) posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+    else posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    const std::string log = dir + "/rank-" + std::to_string(r) + ".log";
+    posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+      stop_all();
+      return Diagnostic{"", 0, 0, "", "cannot start the worker for rank " + std::to_string(r) + ": " + std::strerror(rc)};
+    }
+    pids.push_back(pid);
+  }
+  close(out_pipe[1]);
+
+  LocalResult result;
+  std::string pending, failure;
+  std::vector<bool> done(pids.size(), false);
+  std::size_t finished = 0;
+  bool stream_open = true;
+  while (finished < pids.size()) {
+    if (stream_open) {
+      pollfd pfd{out_pipe[0], POLLIN, 0};
+      if (poll(&pfd, 1, 100) > 0) {
+        char buf[4096];
+        ssize_t n = read(out_pipe[0], buf, sizeof buf);
+        if (n <= 0) {
+          stream_open = false;
+        } else {
+          pending.append(buf, std::size_t(n));
+          for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
+            result.lines.push_back(pending.substr(0, nl));
+            if (on_line) on_line(result.lines.back());
+          }
+        }
+      }
+    } else {
+      usleep(20000);
+    }
+    for (std::size_t r = 0; r < pids.size(); ++r) {
+      if (done[r]) continue;
+      int status = 0;
+      if (waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
+      done[r] = true;
+      ++finished;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && failure.empty()) {
+        std::string why = last_line(dir + "/rank-" + std::to_string(r) + ".log");
+        if (WIFSIGNALED(status)) why = "killed by signal " + std::to_string(WTERMSIG(status)) + (why.empty() ? "" : "; " + why);
+        failure = "rank " + std::to_string(r) + " failed: " + (why.empty() ? "exit status " + std::to_string(WEXITSTATUS(status)) : why);
+        for (std::size_t k = 0; k < pids.size(); ++k)
+          if (!done[k]) kill(pids[k], SIGTERM);
+      }
+    }
+  }
+  close(out_pipe[0]);
+  std::error_code ec;
+  if (failure.empty()) fs::remove_all(dir, ec);
+  else failure += " (logs in " + dir + ")";
+  if (!failure.empty()) return Diagnostic{"", 0, 0, "", failure};
+  return result;
+}
+
+}  // namespace het::launch

@@ -1,0 +1,27 @@
+#pragma once
+// `hetexec run-local`: every rank of a plan as its own process on this machine (the same
+// worker a node agent spawns), talking over loopback TCP. Rank 0's per-step reports are
+// relayed; when any rank fails, the others are stopped and the failure is named.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "diag/diag.hpp"
+
+namespace het::launch {
+
+struct LocalJob {
+  std::string executable;              // the hetexec binary (its `worker` command)
+  std::vector<std::string> worker_args; // passed to every worker, after `worker --rank R --world W --rendezvous DIR`
+  int world = 1;
+  double timeout_s = 600;
+};
+
+struct LocalResult {
+  std::vector<std::string> lines;  // rank 0's stdout lines (JSON per step)
+};
+
+// Runs the job; `on_line` sees each of rank 0's lines as it arrives.
+Result<LocalResult> run_local(const LocalJob& job, const std::function<void(const std::string&)>& on_line);
+
+}  // namespace het::launch

@@ -1,0 +1,235 @@
+#include "runtime/runtime.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "model/stage.hpp"
+#include "schedule/schedule.hpp"
+
+namespace het::runtime {
+
+namespace {
+
+enum Tag : std::uint32_t { kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5 };
+
+// Parameters split across TP shards; the others are whole on every shard.
+bool sharded(const std::string& name) {
+  const auto dot = name.rfind('.');
+  const std::string base = dot == std::string::npos ? name : name.substr(dot + 1);
+  static const std::set<std::string> names = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "wfc", "bfc", "wproj",
+                                              "wgate", "wup", "wdown"};
+  return names.count(base) > 0;
+}
+
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(const std::string& err) {
+  if (!err.empty()) throw Failure(err);
+}
+
+}  // namespace
+
+std::vector<RankPlace> ranks_of(const Plan& plan) {
+  std::vector<RankPlace> out;
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p)
+    for (std::size_t s = 0; s < plan.pipelines[p].stages.size(); ++s) {
+      const Stage& st = plan.pipelines[p].stages[s];
+      for (int d = 0; d < st.dp; ++d)
+        for (int t = 0; t < st.tp; ++t) out.push_back({int(p), int(s), d, t});
+    }
+  return out;
+}
+
+std::string unsupported(const Plan& plan) {
+  if (plan.granularity != Granularity::layer) return "the CPU runtime runs layer-granular plans only";
+  for (const auto& p : plan.pipelines)
+    for (const auto& s : p.stages)
+      if (s.cp != 1) return "context parallelism (cp > 1) is not supported by the CPU runtime yet";
+  // The same units must be sharded alike wherever they are held (no chunked sync yet).
+  std::map<int, int> tp_of_unit;
+  for (const auto& p : plan.pipelines)
+    for (const auto& s : p.stages)
+      for (int u = s.first; u <= s.last; ++u)
+        if (auto [it, fresh] = tp_of_unit.emplace(u, s.tp); !fresh && it->second != s.tp)
+          return "unit " + std::to_string(u) + " has tp " + std::to_string(it->second) + " in one pipeline and " +
+                 std::to_string(s.tp) + " in another; syncing gradients across different TP is not supported yet";
+  return "";
+}
+
+Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& peers, const data::Batches& batches,
+                                         const Options& opt, const std::function<void(const StepReport&)>& on_step) {
+  const auto places = ranks_of(plan);
+  const int me = peers.rank();
+  const RankPlace here = places[std::size_t(me)];
+  std::map<std::tuple<int, int, int, int>, int> rank_at;
+  for (std::size_t r = 0; r < places.size(); ++r)
+    rank_at[{places[r].pipeline, places[r].stage, places[r].replica, places[r].shard}] = int(r);
+  auto rank = [&](int p, int s, int d, int t) { return rank_at.at({p, s, d, t}); };
+
+  const Pipeline& pipe = plan.pipelines[std::size_t(here.pipeline)];
+  const Stage& st = pipe.stages[std::size_t(here.stage)];
+  const int S = static_cast<int>(pipe.stages.size());
+  const int Tn = plan.model.seq_length, C = plan.model.hidden_size;
+  const int G = plan.model.training.global_batch_size;
+  const int m = pipe.num_microbatches, mbs = pipe.micro_batch_size;
+  int offset = 0;  // first sequence of this pipeline in the global batch
+  for (int q = 0; q < here.pipeline; ++q) offset += plan.pipelines[std::size_t(q)].micro_batch_size * plan.pipelines[std::size_t(q)].num_microbatches;
+  const int b = mbs / st.dp;
+  const int row0 = here.replica * b;  // my sequences within a micro-batch: [row0, row0 + b)
+  const bool first = here.stage == 0, last = here.stage == S - 1;
+
+  model::StageModel<float> model(plan.model, st.first, st.last, here.shard, st.tp, opt.seed);
+  std::vector<int> tp_group;
+  for (int t = 0; t < st.tp; ++t) tp_group.push_back(rank(here.pipeline, here.stage, here.replica, t));
+  const model::AllReduce<float> tp_reduce = [&](float* data, std::size_t n) {
+    check(transport::all_reduce_sum(peers, tp_group, data, n, kTensorParallel));
+  };
+
+  // Neighbours' replicas overlapping my rows, and the rows of the overlap.
+  struct Overlap {
+    int replica, lo, hi;  // rows [lo, hi) of the micro-batch
+  };
+  auto overlaps = [&](int other_stage) {
+    std::vector<Overlap> out;
+    const Stage& o = pipe.stages[std::size_t(other_stage)];
+    const int ob = mbs / o.dp;
+    for (int d = 0; d < o.dp; ++d) {
+      const int lo = std::max(row0, d * ob), hi = std::min(row0 + b, (d + 1) * ob);
+      if (lo < hi) out.push_back({d, lo, hi});
+    }
+    return out;
+  };
+  const std::size_t row = std::size_t(Tn) * C;  // floats per sequence of activations
+
+  // Warm-ups: the plan's, else the schedule's own (1f1b).
+  std::vector<int> warmup(static_cast<std::size_t>(S));
+  for (int s = 0; s < S; ++s) warmup[std::size_t(s)] = pipe.stages[std::size_t(s)].warmup.value_or(S - s);
+  const auto ops = schedule::stage_ops(warmup[std::size_t(here.stage)], m);
+
+  // Gradient sync groups: for each of my parameters, the ranks holding the same slice.
+  std::vector<std::pair<std::vector<int>, model::Param<float>*>> sync;
+  for (auto* param : model.params()) {
+    std::vector<int> group;
+    const bool split = sharded(param->name);
+    for (std::size_t r = 0; r < places.size(); ++r) {
+      const auto& pl = places[r];
+      const Stage& o = plan.pipelines[std::size_t(pl.pipeline)].stages[std::size_t(pl.stage)];
+      // Does rank r hold this parameter? Layers by index; embedding/head parameters by role.
+      const std::string& n = param->name;
+      bool holds = false;
+      if (n.rfind("layer", 0) == 0) {
+        const int layer = std::stoi(n.substr(5, n.find('.') - 5));
+        holds = o.first <= layer + 1 && layer + 1 <= o.last;
+      } else if (n == "wte") {
+        holds = o.first == 0 || (o.last == plan.model.num_layers + 1 && plan.model.architecture == Architecture::gpt);
+      } else if (n == "wpe") {
+        holds = o.first == 0;
+      } else {  // lnf_w, lnf_b, wout
+        holds = o.last == plan.model.num_layers + 1;
+      }
+      if (holds && (!split || pl.shard == here.shard)) group.push_back(int(r));
+    }
+    sync.emplace_back(std::move(group), param);
+  }
+  std::sort(sync.begin(), sync.end(), [](const auto& a, const auto& b2) {
+    return a.first != b2.first ? a.first < b2.first : a.second->name < b2.second->name;
+  });
+  // Ranks that report loss partials to rank 0: TP shard 0 of every last-stage replica.
+  std::vector<int> loss_ranks;
+  for (std::size_t r = 0; r < places.size(); ++r) {
+    const auto& pl = places[r];
+    if (pl.shard == 0 && pl.stage == int(plan.pipelines[std::size_t(pl.pipeline)].stages.size()) - 1) loss_ranks.push_back(int(r));
+  }
+
+  std::vector<StepReport> reports;
+  try {
+    std::vector<int> in(std::size_t(b) * Tn), tg(in.size());
+    for (int step = 0; step < opt.steps; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      model.zero_grad();
+      double loss_sum = 0;
+      const double scale = 1.0 / (double(G) * Tn);
+      for (const auto& op : ops) {
+        const int j = op.microbatch;
+        if (op.kind == schedule::OpKind::forward) {
+          for (int k = 0; k < b; ++k)
+            batches.sequence(step, G, offset + j * mbs + row0 + k, &in[std::size_t(k) * Tn], &tg[std::size_t(k) * Tn]);
+          std::vector<float> x;
+          if (!first) {
+            x.resize(std::size_t(b) * row);
+            const int ptp = pipe.stages[std::size_t(here.stage - 1)].tp;
+            for (const auto& o : overlaps(here.stage - 1))
+              check(peers.recv(rank(here.pipeline, here.stage - 1, o.replica, here.shard % ptp), kActivation,
+                               x.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float)));
+          }
+          double loss = 0;
+          std::vector<float> y = model.forward(j, b, in.data(), x.data(), tg.data(), &loss, tp_reduce);
+          loss_sum += loss;
+          if (!last) {
+            const Stage& next = pipe.stages[std::size_t(here.stage + 1)];
+            for (const auto& o : overlaps(here.stage + 1))
+              for (int t = 0; t < next.tp; ++t)
+                if (t % st.tp == here.shard)
+                  peers.send(rank(here.pipeline, here.stage + 1, o.replica, t), kActivation,
+                             y.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float));
+          }
+        } else {
+          std::vector<float> dy;
+          if (!last) {
+            dy.resize(std::size_t(b) * row);
+            const int ntp = pipe.stages[std::size_t(here.stage + 1)].tp;
+            for (const auto& o : overlaps(here.stage + 1))
+              check(peers.recv(rank(here.pipeline, here.stage + 1, o.replica, here.shard % ntp), kGradient,
+                               dy.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float)));
+          }
+          std::vector<float> dx = model.backward(j, dy.data(), scale, tp_reduce);
+          if (!first) {
+            const Stage& prev = pipe.stages[std::size_t(here.stage - 1)];
+            for (const auto& o : overlaps(here.stage - 1))
+              for (int t = 0; t < prev.tp; ++t)
+                if (t % st.tp == here.shard)
+                  peers.send(rank(here.pipeline, here.stage - 1, o.replica, t), kGradient,
+                             dx.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float));
+          }
+        }
+      }
+      // Gradient sync; a TP-replicated copy counts 1/tp (powers of two divide exactly).
+      for (auto& [group, param] : sync) {
+        if (group.size() <= 1) continue;
+        if (!sharded(param->name) && st.tp > 1)
+          for (auto& g : param->grad) g /= float(st.tp);
+        check(transport::all_reduce_sum(peers, group, param->grad.data(), param->grad.size(), kSync));
+      }
+      for (auto* param : model.params()) model::adamw_step(*param, opt.optimizer, step + 1);
+      // Loss partials to rank 0.
+      StepReport report{step, 0, 0};
+      const bool reports_loss = std::find(loss_ranks.begin(), loss_ranks.end(), me) != loss_ranks.end();
+      if (me == 0) {
+        double total = reports_loss ? loss_sum : 0;
+        for (int r : loss_ranks) {
+          if (r == 0) continue;
+          double part = 0;
+          check(peers.recv(r, kLoss, &part, sizeof part));
+          total += part;
+        }
+        report.loss = total * scale;
+      } else if (reports_loss) {
+        peers.send(0, kLoss, &loss_sum, sizeof loss_sum);
+      }
+      check(peers.flush());
+      report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      reports.push_back(report);
+      if (on_step) on_step(report);
+    }
+  } catch (const Failure& f) {
+    return Diagnostic{"", 0, 0, "rank " + std::to_string(me), f.what()};
+  }
+  return reports;
+}
+
+}  // namespace het::runtime

@@ -1,0 +1,247 @@
+#include "transport/tcp.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace het::transport {
+
+namespace {
+
+constexpr std::uint32_t kMagic = 0x48455458;  // "HETX"
+struct Header {
+  std::uint32_t magic, tag;
+  std::uint64_t length;
+  std::uint32_t crc, pad;
+};
+static_assert(sizeof(Header) == 24);
+
+std::string sys(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+bool write_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w, n -= std::size_t(w);
+  }
+  return true;
+}
+
+// Reads exactly n bytes, waiting at most timeout_s for each chunk.
+std::string read_all(int fd, char* p, std::size_t n, double timeout_s, int peer) {
+  while (n > 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    int r = ::poll(&pfd, 1, static_cast<int>(timeout_s * 1000));
+    if (r == 0) return "no data from rank " + std::to_string(peer) + " for " + std::to_string(int(timeout_s)) + " s";
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return sys("poll");
+    }
+    ssize_t got = ::recv(fd, p, n, 0);
+    if (got == 0) return "rank " + std::to_string(peer) + " closed the connection";
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return sys("recv from rank " + std::to_string(peer));
+    }
+    p += got, n -= std::size_t(got);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::uint32_t crc32(const void* data, std::size_t n) {
+  static const auto table = [] {
+    std::array<std::uint32_t, 256> t{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  std::uint32_t c = 0xFFFFFFFFu;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, const std::string& dir, double timeout_s) {
+  namespace fs = std::filesystem;
+  auto fail = [&](std::string what) { return Diagnostic{"", 0, 0, "rank " + std::to_string(rank), std::move(what)}; };
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (listener < 0) return fail(sys("socket"));
+  int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 || ::listen(listener, world) < 0) {
+    ::close(listener);
+    return fail(sys("bind/listen"));
+  }
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  {
+    const fs::path tmp = fs::path(dir) / ("rank-" + std::to_string(rank) + ".tmp");
+    std::ofstream(tmp) << "127.0.0.1:" << ntohs(addr.sin_port) << "\n";
+    fs::rename(tmp, fs::path(dir) / ("rank-" + std::to_string(rank) + ".endpoint"));  // atomic publish
+  }
+  std::vector<int> fds(std::size_t(world), -1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  // Connect to every lower rank, announcing ourselves.
+  for (int peer = 0; peer < rank; ++peer) {
+    const fs::path file = fs::path(dir) / ("rank-" + std::to_string(peer) + ".endpoint");
+    int port = -1;
+    while (port < 0) {
+      std::ifstream in(file);
+      std::string text;
+      if (in >> text) port = std::stoi(text.substr(text.find(':') + 1));
+      else if (std::chrono::steady_clock::now() > deadline) return fail("rank " + std::to_string(peer) + " never published its endpoint in " + dir);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0) {
+      ::close(fd);
+      return fail(sys("connect to rank " + std::to_string(peer)));
+    }
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::int32_t me = rank;
+    if (!write_all(fd, reinterpret_cast<const char*>(&me), sizeof me)) return fail(sys("handshake"));
+    fds[std::size_t(peer)] = fd;
+  }
+  // Accept every higher rank.
+  for (int k = rank + 1; k < world; ++k) {
+    pollfd pfd{listener, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) <= 0)
+      return fail("timed out waiting for higher ranks to connect");
+    int fd = ::accept(listener, nullptr, nullptr);
+    if (fd < 0) return fail(sys("accept"));
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::int32_t who = -1;
+    if (auto err = read_all(fd, reinterpret_cast<char*>(&who), sizeof who, timeout_s, -1); !err.empty() || who <= rank ||
+                                                                                             who >= world)
+      return fail("bad handshake from a connecting peer");
+    fds[std::size_t(who)] = fd;
+  }
+  ::close(listener);
+  return std::unique_ptr<Peers>(new Peers(rank, world, std::move(fds), timeout_s));
+}
+
+Peers::Peers(int rank, int world, std::vector<int> fds, double timeout_s)
+    : rank_(rank), world_(world), fds_(std::move(fds)), timeout_s_(timeout_s), sender_([this] { sender_loop(); }) {}
+
+Peers::~Peers() {
+  flush();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  sender_.join();
+  for (int fd : fds_)
+    if (fd >= 0) ::close(fd);
+}
+
+void Peers::send(int peer, std::uint32_t tag, const void* data, std::size_t bytes) {
+  Frame f;
+  f.peer = peer;
+  f.bytes.resize(sizeof(Header) + bytes);
+  Header h{kMagic, tag, bytes, crc32(data, bytes), 0};
+  std::memcpy(f.bytes.data(), &h, sizeof h);
+  if (bytes) std::memcpy(f.bytes.data() + sizeof h, data, bytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(f));
+  }
+  cv_.notify_all();
+}
+
+void Peers::sender_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;
+    Frame f = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    const bool ok = write_all(fds_[std::size_t(f.peer)], f.bytes.data(), f.bytes.size());
+    lock.lock();
+    busy_ = false;
+    if (!ok && send_error_.empty()) send_error_ = sys("send to rank " + std::to_string(f.peer));
+    cv_.notify_all();
+  }
+}
+
+std::string Peers::flush() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return (queue_.empty() && !busy_) || stop_; });
+  return send_error_;
+}
+
+std::string Peers::recv(int peer, std::uint32_t tag, void* data, std::size_t bytes) {
+  Header h{};
+  const int fd = fds_[std::size_t(peer)];
+  if (auto err = read_all(fd, reinterpret_cast<char*>(&h), sizeof h, timeout_s_, peer); !err.empty()) return err;
+  if (h.magic != kMagic) return "garbage from rank " + std::to_string(peer) + " (not a hetexec frame)";
+  if (h.length != bytes || h.tag != tag)
+    return "rank " + std::to_string(peer) + " sent tag " + std::to_string(h.tag) + " of " + std::to_string(h.length) +
+           " bytes; expected tag " + std::to_string(tag) + " of " + std::to_string(bytes);
+  if (auto err = read_all(fd, static_cast<char*>(data), bytes, timeout_s_, peer); !err.empty()) return err;
+  if (crc32(data, bytes) != h.crc) return "corrupt message from rank " + std::to_string(peer) + " (CRC-32 mismatch)";
+  return "";
+}
+
+template <class T>
+std::string all_reduce_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
+  const int p = static_cast<int>(group.size());
+  if (p <= 1 || n == 0) return "";
+  const int me = static_cast<int>(std::find(group.begin(), group.end(), peers.rank()) - group.begin());
+  const int right = group[std::size_t((me + 1) % p)], left = group[std::size_t((me + p - 1) % p)];
+  auto chunk = [&](int c) {
+    c = ((c % p) + p) % p;
+    const std::size_t lo = n * std::size_t(c) / std::size_t(p), hi = n * std::size_t(c + 1) / std::size_t(p);
+    return std::pair<std::size_t, std::size_t>{lo, hi - lo};
+  };
+  std::vector<T> buf(n / std::size_t(p) + 1);
+  // Reduce-scatter: after p-1 steps member `me` holds the full sum of chunk me+1.
+  for (int s = 0; s < p - 1; ++s) {
+    auto [so, sn] = chunk(me - s);
+    auto [ro, rn] = chunk(me - s - 1);
+    peers.send(right, tag, data + so, sn * sizeof(T));
+    if (auto err = peers.recv(left, tag, buf.data(), rn * sizeof(T)); !err.empty()) return err;
+    for (std::size_t i = 0; i < rn; ++i) data[ro + i] += buf[i];
+  }
+  // All-gather the summed chunks.
+  for (int s = 0; s < p - 1; ++s) {
+    auto [so, sn] = chunk(me + 1 - s);
+    auto [ro, rn] = chunk(me - s);
+    peers.send(right, tag, data + so, sn * sizeof(T));
+    if (auto err = peers.recv(left, tag, data + ro, rn * sizeof(T)); !err.empty()) return err;
+  }
+  return "";
+}
+
+template std::string all_reduce_sum<float>(Peers&, const std::vector<int>&, float*, std::size_t, std::uint32_t);
+template std::string all_reduce_sum<double>(Peers&, const std::vector<int>&, double*, std::size_t, std::uint32_t);
+
+}  // namespace het::transport

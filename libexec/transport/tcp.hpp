@@ -1,0 +1,68 @@
+#pragma once
+// TCP between the ranks of a job (DESIGN.md §9): one connection per pair of ranks, framed
+// messages [magic, tag, length, CRC-32] + payload. Sends are queued and written by a sender
+// thread, so a rank never blocks on a send (rings and pipelines cannot deadlock on full
+// socket buffers); receives block until the frame is there, and report a closed peer, a
+// timeout, a tag out of order or a corrupt payload as an error value.
+// Rendezvous: each rank listens on an ephemeral port and publishes "host:port" as the file
+// DIR/rank-<r>.endpoint; ranks connect to lower ranks and accept higher ones.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "diag/diag.hpp"
+
+namespace het::transport {
+
+std::uint32_t crc32(const void* data, std::size_t n);
+
+class Peers {
+ public:
+  // Connects rank `rank` of `world` with all others through the rendezvous directory.
+  static Result<std::unique_ptr<Peers>> connect(int rank, int world, const std::string& rendezvous_dir, double timeout_s);
+  ~Peers();
+  Peers(const Peers&) = delete;
+  Peers& operator=(const Peers&) = delete;
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+
+  // Queues a message (copied); returns at once.
+  void send(int peer, std::uint32_t tag, const void* data, std::size_t bytes);
+  // Receives the next message from `peer`, which must carry `tag` and `bytes` bytes.
+  // Returns an empty string, or what went wrong.
+  std::string recv(int peer, std::uint32_t tag, void* data, std::size_t bytes);
+  // Waits until every queued message is written (or the first write error).
+  std::string flush();
+
+ private:
+  Peers(int rank, int world, std::vector<int> fds, double timeout_s);
+  void sender_loop();
+
+  int rank_, world_;
+  std::vector<int> fds_;
+  double timeout_s_;
+  struct Frame {
+    int peer;
+    std::vector<char> bytes;  // header + payload
+  };
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Frame> queue_;
+  bool stop_ = false;
+  bool busy_ = false;
+  std::string send_error_;
+  std::thread sender_;
+};
+
+// Sum of `n` floats over `group` (ranks in ring order; contains this rank), in place:
+// ring reduce-scatter then all-gather. Every member ends with the same bits.
+template <class T>
+std::string all_reduce_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag);
+
+}  // namespace het::transport

@@ -1,0 +1,113 @@
+// Plans executed for real: `hetexec run-local` starts one process per rank, they train over
+// loopback TCP, and every plan must reproduce single-device training's losses.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "data/data.hpp"
+#include "process.hpp"
+#include "spec/model.hpp"
+#include "train/reference.hpp"
+#include "transport/tcp.hpp"
+
+using het::test::run_process;
+
+namespace {
+
+const std::string kSrc = HET_SOURCE_DIR;
+const std::string kCluster = kSrc + "/configs/clusters/demo-1x4a100-1x4v100.yaml";
+
+std::vector<double> reference(const std::string& model, int steps) {
+  auto spec = het::load_model(model);
+  REQUIRE(spec.ok());
+  auto batches = het::data::Batches::synthetic(spec->vocab_size, spec->seq_length, 1);
+  het::train::Settings st;
+  st.steps = steps;
+  st.optimizer.lr = 1e-3;
+  return het::train::train_reference<float>(*spec, batches, st);
+}
+
+std::vector<double> run_local(const std::string& plan, const std::string& model, int steps) {
+  het::test::TempDir dir;
+  const std::string metrics = dir.path() + "/m.jsonl";
+  auto r = run_process({HETEXEC_BIN, "run-local", plan, "--model", model, "--cluster", kCluster, "--steps",
+                        std::to_string(steps), "--metrics-out", metrics},
+                       300);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream in(metrics);
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return losses;
+}
+
+void check_equal(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("step " << i);
+    CHECK(got[i] == Approx(want[i]).epsilon(1e-5));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("run-local reproduces single-device losses: pipeline, TP, DP, 3 stages over 2 subclusters, two pipelines") {
+  for (const char* model : {"tiny-gpt", "tiny-llama"}) {
+    const std::string m = kSrc + "/configs/models/" + model + ".yaml";
+    const auto want = reference(m, 10);
+    for (const char* plan : {"pipeline", "tensor", "data", "mixed", "two-pipelines"}) {
+      INFO(model << " with the " << plan << " plan");
+      check_equal(run_local(kSrc + "/tests/data/plans/" + plan + ".plan.json", m, 10), want);
+    }
+  }
+}
+
+TEST_CASE("run-local reproduces single-device losses under every schedule kind") {
+  const std::string m = kSrc + "/configs/models/tiny-gpt.yaml";
+  const auto want = reference(m, 6);
+  het::test::TempDir dir;
+  for (const char* kind : {"gpipe", "1f1b", "eager-1f1b", "h-1f1b", "virtual-1f1b"}) {
+    INFO(kind);
+    // The simulator fills in the schedule's warm-up counts; the runtime runs exactly those.
+    const std::string plan = dir.path() + "/" + kind + ".json";
+    auto s = run_process({HETPLAN_BIN, "simulate", kSrc + "/tests/data/plans/mixed.plan.json", "--model", m, "--cluster",
+                          kCluster, "--schedule", kind, "-o", plan});
+    REQUIRE(s.exit_code == 0);
+    check_equal(run_local(plan, m, 6), want);
+  }
+}
+
+TEST_CASE("run-local refuses what it cannot run, with exit 2") {
+  auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/pipeline.plan.json", "--model",
+                        kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--data", "/nonexistent.bin"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("/nonexistent.bin: cannot open the file"));
+}
+
+TEST_CASE("TCP peers: a ring all-reduce over four ranks sums exactly, and CRC-32 is the standard one") {
+  het::test::TempDir dir;
+  const int world = 4;
+  std::vector<std::vector<float>> data(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      auto peers = het::transport::Peers::connect(r, world, dir.path(), 30);
+      if (!peers) {
+        errors[r] = het::to_string(peers.errors());
+        return;
+      }
+      data[r].resize(1000);
+      for (std::size_t i = 0; i < data[r].size(); ++i) data[r][i] = float(r * 1000 + int(i));
+      errors[r] = het::transport::all_reduce_sum(**peers, {0, 1, 2, 3}, data[r].data(), data[r].size(), 7);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    REQUIRE(errors[r].empty());
+    for (std::size_t i = 0; i < 1000; i += 97) CHECK(data[r][i] == float(6000 + 4 * int(i)));
+  }
+  CHECK(het::transport::crc32("123456789", 9) == 0xCBF43926u);  // the standard check value
+}
