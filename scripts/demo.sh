@@ -26,3 +26,12 @@ run "$hetplan" simulate docs/examples/opt-350m-demo.plan.json --schedule h-1f1b 
   -o "$build_dir/demo/plan.json" --trace "$build_dir/demo/trace.json"
 echo
 echo "plans: $build_dir/demo/*.json; traces open in https://ui.perfetto.dev"
+
+# Execution: a plan for tiny-gpt on a cluster of CPU-class devices, trained for real (one
+# process per rank, loopback TCP, the CPU backend) on the shipped corpus.
+run "$build_dir/apps/hetexec/hetexec" prepare-data configs/data/corpus.txt -o "$build_dir/demo/corpus.bin"
+run "$hetplan" search --model configs/models/tiny-gpt.yaml --cluster configs/clusters/tiny-cpu.yaml \
+  --time-budget 5 -o "$build_dir/demo/tiny-gpt.plan.json" --format json > /dev/null
+run "$hetplan" show "$build_dir/demo/tiny-gpt.plan.json"
+run "$build_dir/apps/hetexec/hetexec" run-local "$build_dir/demo/tiny-gpt.plan.json" --steps 30 --lr 3e-3 \
+  --data "$build_dir/demo/corpus.bin"
