@@ -2,6 +2,11 @@
 // loopback TCP, and every plan must reproduce single-device training's losses.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -110,4 +115,46 @@ TEST_CASE("TCP peers: a ring all-reduce over four ranks sums exactly, and CRC-32
     for (std::size_t i = 0; i < 1000; i += 97) CHECK(data[r][i] == float(6000 + 4 * int(i)));
   }
   CHECK(het::transport::crc32("123456789", 9) == 0xCBF43926u);  // the standard check value
+}
+
+namespace {
+// Pids of processes whose command line holds every one of `words`.
+std::vector<int> find_processes(const std::vector<std::string>& words) {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (std::all_of(words.begin(), words.end(), [&](const std::string& w) { return cmd.find(w) != std::string::npos; }))
+      out.push_back(std::stoi(name));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("when a rank dies mid-run, run-local stops the others and names it") {
+  // A run long enough to be killed in the middle; its seed marks its workers.
+  const std::string seed = "424242";
+  std::thread killer([&] {
+    for (int i = 0; i < 200; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto pids = find_processes({"worker", "--rank 1 ", "--seed " + seed});
+      if (!pids.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let it train a little
+        ::kill(pids.front(), SIGKILL);
+        return;
+      }
+    }
+  });
+  auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/mixed.plan.json", "--model",
+                        kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--steps", "100000", "--seed", seed},
+                       120);
+  killer.join();
+  INFO(r.out << r.err);
+  CHECK(r.signal == 0);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("rank 1 failed: killed by signal 9"));
+  CHECK(find_processes({"worker", "--seed " + seed}).empty());  // no rank left behind
 }

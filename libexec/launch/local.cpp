@@ -65,6 +65,15 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
 
   LocalResult result;
   std::string pending, failure;
+  // Failed ranks; the root cause is chosen once all have exited: a rank killed by a signal we
+  // did not send, else one whose error is not a peer's disappearance, else the first.
+  struct Failed {
+    int rank;
+    std::string why;
+    int score;
+  };
+  std::vector<Failed> failed;
+  std::vector<bool> stopped_by_us(pids.size(), false);
   std::vector<bool> done(pids.size(), false);
   std::size_t finished = 0;
   bool stream_open = true;
@@ -94,16 +103,32 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
       done[r] = true;
       ++finished;
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && failure.empty()) {
-        std::string why = last_line(dir + "/rank-" + std::to_string(r) + ".log");
-        if (WIFSIGNALED(status)) why = "killed by signal " + std::to_string(WTERMSIG(status)) + (why.empty() ? "" : "; " + why);
-        failure = "rank " + std::to_string(r) + " failed: " + (why.empty() ? "exit status " + std::to_string(WEXITSTATUS(status)) : why);
+      if (ok || (stopped_by_us[r] && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)) continue;
+      std::string why = last_line(dir + "/rank-" + std::to_string(r) + ".log");
+      int score = 1;
+      if (WIFSIGNALED(status)) {
+        why = "killed by signal " + std::to_string(WTERMSIG(status)) + (why.empty() ? "" : "; " + why);
+        score = 3;
+      } else if (why.find("closed the connection") == std::string::npos && why.find("reset by") == std::string::npos &&
+                 why.find("no data from rank") == std::string::npos) {
+        score = 2;
+      }
+      if (why.empty()) why = "exit status " + std::to_string(WEXITSTATUS(status));
+      failed.push_back({int(r), why, score});
+      if (failed.size() == 1) {
+        usleep(200000);  // let the root cause exit too before stopping everyone
         for (std::size_t k = 0; k < pids.size(); ++k)
-          if (!done[k]) kill(pids[k], SIGTERM);
+          if (!done[k]) stopped_by_us[k] = true, kill(pids[k], SIGTERM);
       }
     }
   }
   close(out_pipe[0]);
+  if (!failed.empty()) {
+    const Failed* root = &failed.front();
+    for (const auto& f : failed)
+      if (f.score > root->score) root = &f;
+    failure = "rank " + std::to_string(root->rank) + " failed: " + root->why;
+  }
   std::error_code ec;
   if (failure.empty()) fs::remove_all(dir, ec);
   else failure += " (logs in " + dir + ")";
