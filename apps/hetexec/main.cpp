@@ -17,7 +17,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <unistd.h>
+#include "importer/importer.hpp"
 #include "node/node.hpp"
+#include "profiler/profiler.hpp"
 
 namespace {
 
@@ -91,6 +93,7 @@ struct JobArgs {
   double lr = 1e-3;
   std::optional<std::string> data, metrics_out;
   // worker only
+  bool emulate_links = false, emulate_devices = false;
   int rank = 0, world = 1;
   std::string rendezvous;
 };
@@ -133,6 +136,8 @@ int run_worker(const JobArgs& a) {
   opt.steps = a.steps;
   opt.seed = a.seed;
   opt.optimizer.lr = a.lr;
+  opt.emulate_links = a.emulate_links;
+  opt.emulate_devices = a.emulate_devices;
   const double tokens = double(job->plan.model.training.global_batch_size) * job->plan.model.seq_length;
   auto reports = het::runtime::run_rank(job->plan, **peers, job->batches, opt, [&](const het::runtime::StepReport& r) {
     if (a.rank != 0) return;
@@ -162,6 +167,8 @@ int run_local(const JobArgs& a) {
   if (a.files.model) lj.worker_args.insert(lj.worker_args.end(), {"--model", *a.files.model});
   if (a.files.cluster) lj.worker_args.insert(lj.worker_args.end(), {"--cluster", *a.files.cluster});
   if (a.data) lj.worker_args.insert(lj.worker_args.end(), {"--data", *a.data});
+  if (a.emulate_links) lj.worker_args.push_back("--emulate-links");
+  if (a.emulate_devices) lj.worker_args.push_back("--emulate-devices");
   std::ofstream metrics;
   if (a.metrics_out) {
     metrics.open(*a.metrics_out);
@@ -204,6 +211,19 @@ int main(int argc, char** argv) {
   auto* prepare = app.add_subcommand("prepare-data", "Byte-tokenize a text file into an llm.c token file");
   prepare->add_option("text", text_file, "the text file")->required();
   prepare->add_option("-o,--output", output, "the token file to write")->required();
+  std::string profile_model, profile_out, backend = "cpu";
+  het::profiler::Options profile_opt;
+  auto* profile = app.add_subcommand("profile", "Measure the unit costs of a model on this machine's backend");
+  profile->add_option("--backend", backend, "cpu (cuda comes with the CUDA backend)")->check(CLI::IsMember({"cpu"}));
+  profile->add_option("--model", profile_model, "model.yaml")->required();
+  profile->add_option("--micro-batch", profile_opt.micro_batch_sizes, "micro-batch sizes (default 1 2 4)");
+  profile->add_option("--repeats", profile_opt.repeats, "timed runs per point, after two warm-ups (default 15)")
+      ->check(CLI::PositiveNumber);
+  profile->add_option("--device", profile_opt.device, "device type the profile is for (as in the cluster)");
+  profile->add_option("--slowdown", profile_opt.slowdown, "multiply the times (an emulated slower device)")
+      ->check(CLI::PositiveNumber);
+  profile->add_option("-o,--output", profile_out, "profile.yaml to write")->required();
+
   JobArgs job;
   auto add_job = [&](CLI::App* cmd) {
     cmd->add_option("--model", job.files.model, "model.yaml, replacing the plan's own");
@@ -212,6 +232,9 @@ int main(int argc, char** argv) {
     cmd->add_option("--seed", job.seed, "seed of the weights and of synthetic data (default 1)");
     cmd->add_option("--lr", job.lr, "AdamW learning rate (default 1e-3)")->check(CLI::PositiveNumber);
     cmd->add_option("--data", job.data, "llm.c token file (default: a synthetic stream)");
+    cmd->add_flag("--emulate-links", job.emulate_links, "shape each connection to its link in the plan's cluster");
+    cmd->add_flag("--emulate-devices", job.emulate_devices,
+                  "slow each rank's compute by (fastest device peak / its device peak)");
   };
   auto* local = app.add_subcommand("run-local", "Train with a plan, every rank a local process over TCP");
   local->add_option("plan", job.files.plan, "plan.json")->required();
@@ -233,6 +256,25 @@ int main(int argc, char** argv) {
   if (devices->parsed()) return run_devices(format);
   if (prepare->parsed()) return run_prepare_data(text_file, output);
   if (local->parsed()) return run_local(job);
+  if (profile->parsed()) {
+    auto m = het::load_model(profile_model);
+    if (!m) {
+      for (const auto& e : m.errors()) std::cerr << "error: " << e.to_string() << "\n";
+      return 2;
+    }
+    const auto p = het::profiler::profile_cpu(*m, profile_opt);
+    std::ofstream out(profile_out);
+    out << het::importer::to_yaml(p, "Measured by `hetexec profile --backend cpu` (tp 1, median of " +
+                                         std::to_string(profile_opt.repeats) + " runs, slowdown " +
+                                         std::to_string(profile_opt.slowdown) + ") for " + m->name + ".");
+    out.close();
+    if (!out) {
+      std::cerr << "error: cannot write " << profile_out << "\n";
+      return 2;
+    }
+    std::cout << "wrote " << profile_out << ": " << p.device << ", " << p.units.size() << " rows\n";
+    return 0;
+  }
   if (worker->parsed()) return run_worker(job);
   return 2;
 }

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "model/stage.hpp"
 #include "schedule/schedule.hpp"
@@ -146,6 +147,38 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     if (pl.shard == 0 && pl.stage == int(plan.pipelines[std::size_t(pl.pipeline)].stages.size()) - 1) loss_ranks.push_back(int(r));
   }
 
+  // Emulation of the plan's cluster on this machine.
+  auto device_of = [&](int r) {
+    const auto& pl = places[std::size_t(r)];
+    const Stage& o = plan.pipelines[std::size_t(pl.pipeline)].stages[std::size_t(pl.stage)];
+    return std::pair<const Stage*, DeviceRef>{&o, o.devices[std::size_t(pl.replica * o.tp + pl.shard)]};
+  };
+  if (opt.emulate_links)
+    for (int r = 0; r < peers.world(); ++r) {
+      if (r == me) continue;
+      auto [sa, da] = device_of(me);
+      auto [sb, db] = device_of(r);
+      const SubclusterSpec* sub = plan.cluster.find(sa->subcluster);
+      LinkSpec link = sa->subcluster != sb->subcluster ? plan.cluster.link_between(sa->subcluster, sb->subcluster)
+                      : da.node == db.node             ? sub->intra_node
+                                                       : sub->inter_node.value_or(sub->intra_node);
+      peers.shape(r, link.bandwidth, link.latency);
+    }
+  double slowdown = 1;
+  if (opt.emulate_devices) {
+    double fastest = 0;
+    for (const auto& sc : plan.cluster.subclusters) fastest = std::max(fastest, sc.device.peak);
+    slowdown = fastest / plan.cluster.find(st.subcluster)->device.peak;
+  }
+  // Runs a compute step, stretched to the emulated device's speed.
+  auto emulate = [&](auto&& compute) {
+    const auto t0 = std::chrono::steady_clock::now();
+    compute();
+    if (slowdown > 1)
+      std::this_thread::sleep_for(std::chrono::duration<double>((slowdown - 1) *
+                                                                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  };
+
   std::vector<StepReport> reports;
   try {
     std::vector<int> in(std::size_t(b) * Tn), tg(in.size());
@@ -168,7 +201,8 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
                                x.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float)));
           }
           double loss = 0;
-          std::vector<float> y = model.forward(j, b, in.data(), x.data(), tg.data(), &loss, tp_reduce);
+          std::vector<float> y;
+          emulate([&] { y = model.forward(j, b, in.data(), x.data(), tg.data(), &loss, tp_reduce); });
           loss_sum += loss;
           if (!last) {
             const Stage& next = pipe.stages[std::size_t(here.stage + 1)];
@@ -187,7 +221,8 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
               check(peers.recv(rank(here.pipeline, here.stage + 1, o.replica, here.shard % ntp), kGradient,
                                dy.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float)));
           }
-          std::vector<float> dx = model.backward(j, dy.data(), scale, tp_reduce);
+          std::vector<float> dx;
+          emulate([&] { dx = model.backward(j, dy.data(), scale, tp_reduce); });
           if (!first) {
             const Stage& prev = pipe.stages[std::size_t(here.stage - 1)];
             for (const auto& o : overlaps(here.stage - 1))

@@ -38,6 +38,11 @@ struct Options {
   int steps = 10;
   std::uint64_t seed = 1;
   model::AdamW optimizer;
+  // Heterogeneity on one machine: shape every connection to the link class the plan's
+  // cluster gives the two ranks (intra-node, inter-node, between subclusters), and slow a
+  // rank's compute by (fastest device peak / its device peak).
+  bool emulate_links = false;
+  bool emulate_devices = false;
 };
 
 struct StepReport {

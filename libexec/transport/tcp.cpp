@@ -146,61 +146,103 @@ Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, const std::st
   return std::unique_ptr<Peers>(new Peers(rank, world, std::move(fds), timeout_s));
 }
 
+struct Peers::Link {
+  int peer = -1, fd = -1;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::vector<char>>> queue;  // (queued at, frame)
+  bool stop = false, busy = false;
+  std::string error;
+  double bandwidth = 0, latency = 0;    // shaping; 0: none
+  std::thread thread;
+};
+
 Peers::Peers(int rank, int world, std::vector<int> fds, double timeout_s)
-    : rank_(rank), world_(world), fds_(std::move(fds)), timeout_s_(timeout_s), sender_([this] { sender_loop(); }) {}
+    : rank_(rank), world_(world), timeout_s_(timeout_s), links_(fds.size()) {
+  for (std::size_t p = 0; p < fds.size(); ++p) {
+    if (fds[p] < 0) continue;
+    links_[p] = std::make_unique<Link>();
+    Link& l = *links_[p];
+    l.peer = int(p), l.fd = fds[p];
+    l.thread = std::thread([this, &l] { sender_loop(l); });
+  }
+}
 
 Peers::~Peers() {
   flush();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+  for (auto& l : links_) {
+    if (!l) continue;
+    {
+      std::lock_guard<std::mutex> lock(l->mutex);
+      l->stop = true;
+    }
+    l->cv.notify_all();
+    l->thread.join();
+    ::close(l->fd);
   }
-  cv_.notify_all();
-  sender_.join();
-  for (int fd : fds_)
-    if (fd >= 0) ::close(fd);
+}
+
+void Peers::shape(int peer, double bandwidth, double latency) {
+  Link& l = *links_[std::size_t(peer)];
+  std::lock_guard<std::mutex> lock(l.mutex);
+  l.bandwidth = bandwidth, l.latency = latency;
 }
 
 void Peers::send(int peer, std::uint32_t tag, const void* data, std::size_t bytes) {
-  Frame f;
-  f.peer = peer;
-  f.bytes.resize(sizeof(Header) + bytes);
+  std::vector<char> f(sizeof(Header) + bytes);
   Header h{kMagic, tag, bytes, crc32(data, bytes), 0};
-  std::memcpy(f.bytes.data(), &h, sizeof h);
-  if (bytes) std::memcpy(f.bytes.data() + sizeof h, data, bytes);
+  std::memcpy(f.data(), &h, sizeof h);
+  if (bytes) std::memcpy(f.data() + sizeof h, data, bytes);
+  Link& l = *links_[std::size_t(peer)];
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(f));
+    std::lock_guard<std::mutex> lock(l.mutex);
+    l.queue.emplace_back(std::chrono::steady_clock::now(), std::move(f));
   }
-  cv_.notify_all();
+  l.cv.notify_all();
 }
 
-void Peers::sender_loop() {
-  std::unique_lock<std::mutex> lock(mutex_);
+void Peers::sender_loop(Link& l) {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point link_free = Clock::now();
+  std::unique_lock<std::mutex> lock(l.mutex);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;
-    Frame f = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
+    l.cv.wait(lock, [&] { return l.stop || !l.queue.empty(); });
+    if (l.queue.empty()) return;
+    const auto queued = l.queue.front().first;
+    std::vector<char> f = std::move(l.queue.front().second);
+    l.queue.pop_front();
+    l.busy = true;
+    const double bandwidth = l.bandwidth, latency = l.latency;
     lock.unlock();
-    const bool ok = write_all(fds_[std::size_t(f.peer)], f.bytes.data(), f.bytes.size());
+    if (bandwidth > 0) {
+      // The frame enters the link when it was queued or when the link has carried the frames
+      // before it, occupies it for bytes/bandwidth, and arrives `latency` later; frames in
+      // flight overlap their latencies as on a wire.
+      const auto start = std::max(queued, link_free);
+      link_free = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(double(f.size()) / bandwidth));
+      std::this_thread::sleep_until(link_free + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(latency)));
+    }
+    const bool ok = write_all(l.fd, f.data(), f.size());
     lock.lock();
-    busy_ = false;
-    if (!ok && send_error_.empty()) send_error_ = sys("send to rank " + std::to_string(f.peer));
-    cv_.notify_all();
+    l.busy = false;
+    if (!ok && l.error.empty()) l.error = sys("send to rank " + std::to_string(l.peer));
+    l.cv.notify_all();
   }
 }
 
 std::string Peers::flush() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [&] { return (queue_.empty() && !busy_) || stop_; });
-  return send_error_;
+  for (auto& l : links_) {
+    if (!l) continue;
+    std::unique_lock<std::mutex> lock(l->mutex);
+    l->cv.wait(lock, [&] { return (l->queue.empty() && !l->busy) || l->stop; });
+    if (!l->error.empty()) return l->error;
+  }
+  return "";
 }
 
 std::string Peers::recv(int peer, std::uint32_t tag, void* data, std::size_t bytes) {
   Header h{};
-  const int fd = fds_[std::size_t(peer)];
+  const int fd = links_[std::size_t(peer)]->fd;
   if (auto err = read_all(fd, reinterpret_cast<char*>(&h), sizeof h, timeout_s_, peer); !err.empty()) return err;
   if (h.magic != kMagic) return "garbage from rank " + std::to_string(peer) + " (not a hetexec frame)";
   if (h.length != bytes || h.tag != tag)

@@ -1,9 +1,12 @@
 #pragma once
 // TCP between the ranks of a job (DESIGN.md §9): one connection per pair of ranks, framed
-// messages [magic, tag, length, CRC-32] + payload. Sends are queued and written by a sender
-// thread, so a rank never blocks on a send (rings and pipelines cannot deadlock on full
-// socket buffers); receives block until the frame is there, and report a closed peer, a
+// messages [magic, tag, length, CRC-32] + payload. Sends are queued and written by one sender
+// thread per peer, so a rank never blocks on a send (rings and pipelines cannot deadlock on
+// full socket buffers); receives block until the frame is there, and report a closed peer, a
 // timeout, a tag out of order or a corrupt payload as an error value.
+// Link emulation: a connection can be shaped to a bandwidth and latency (a token bucket: a
+// frame leaves when the link has carried the previous ones, and arrives `latency` later), so
+// a heterogeneous cluster's slow links can be reproduced on one machine.
 // Rendezvous: each rank listens on an ephemeral port and publishes "host:port" as the file
 // DIR/rank-<r>.endpoint; ranks connect to lower ranks and accept higher ones.
 #include <condition_variable>
@@ -39,25 +42,17 @@ class Peers {
   std::string recv(int peer, std::uint32_t tag, void* data, std::size_t bytes);
   // Waits until every queued message is written (or the first write error).
   std::string flush();
+  // Shapes the connection to `peer` (bytes per second, seconds); bandwidth 0: unshaped.
+  void shape(int peer, double bandwidth, double latency);
 
  private:
   Peers(int rank, int world, std::vector<int> fds, double timeout_s);
-  void sender_loop();
+  struct Link;
+  void sender_loop(Link& link);
 
   int rank_, world_;
-  std::vector<int> fds_;
   double timeout_s_;
-  struct Frame {
-    int peer;
-    std::vector<char> bytes;  // header + payload
-  };
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Frame> queue_;
-  bool stop_ = false;
-  bool busy_ = false;
-  std::string send_error_;
-  std::thread sender_;
+  std::vector<std::unique_ptr<Link>> links_;  // by peer; null for this rank
 };
 
 // Sum of `n` floats over `group` (ranks in ring order; contains this rank), in place:
