@@ -33,6 +33,12 @@ bool ComputeModel::has_profile(const std::string& device_type) const {
   return std::any_of(profiles_.begin(), profiles_.end(), [&](const ProfileSpec& p) { return p.device == device_type; });
 }
 
+std::optional<double> ComputeModel::optimizer_step(const std::string& device_type) const {
+  for (const auto& p : profiles_)
+    if (p.device == device_type && p.optimizer_step) return p.optimizer_step;
+  return std::nullopt;
+}
+
 UnitCost ComputeModel::analytic(UnitKind kind, const DeviceSpec& d, int tp, int cp, double b, int seq) const {
   UnitCost c;
   const double rate = d.peak * (d.efficiency > 0 ? d.efficiency : kDefaultEfficiency);

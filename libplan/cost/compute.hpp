@@ -9,6 +9,7 @@
 // embedding is memory-bound (2·b·s·h·dtype bytes / memory bandwidth).
 // Profiled times include the TP collectives of their measurement; analytic ones do not
 // (the stage costing adds them), which UnitCost.includes_tp_comm says.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ class ComputeModel {
   // `sequences`: sequences of the micro-batch on one device (micro_batch_size / dp).
   UnitCost unit(UnitKind kind, const DeviceSpec& device, int tp, int cp, double sequences) const;
   const std::vector<std::string>& notes() const { return notes_; }
+  // The profiled optimizer step per layer's parameters on this device type, if measured.
+  std::optional<double> optimizer_step(const std::string& device_type) const;
   bool has_profile(const std::string& device_type) const;
 
  private:

@@ -199,9 +199,11 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         cross_bytes += 2.0 * 2.0 * (replicas - 1) / replicas * params * grad_bytes * s.tp * s.cp;
 
       d.memory = cost::stage_memory(m, shape_of(plan, plan.pipelines[pi], s, replicas, d.warmup));
-      // Adam reads and writes about 28 bytes per parameter it owns (memory-bound).
-      const double owned = params / (m.training.zero_stage >= 1 ? replicas : 1);
-      d.optimizer_s = owned * 28 / pl.sub->device.mem_bandwidth;
+      const double shard = m.training.zero_stage >= 1 ? replicas : 1;
+      if (auto per_layer = compute.optimizer_step(pl.sub->device.type))  // measured
+        d.optimizer_s = *per_layer * std::max(1.0, units.layers) / shard;
+      else  // Adam reads and writes about 28 bytes per parameter it owns (memory-bound)
+        d.optimizer_s = params / shard * 28 / pl.sub->device.mem_bandwidth;
       sin.pipelines[pi].stages[si].optimizer_s = d.optimizer_s;
       if (d.memory.total() > d.capacity)
         out.notes.push_back("pipelines[" + std::to_string(pi) + "].stages[" + std::to_string(si) + "] on " +
