@@ -120,9 +120,10 @@ TEST_CASE("llm.c token files round-trip and bad headers are named") {
   CHECK_FALSE(data::read_tokens(dir.write("short.bin", "abc")).ok());
 }
 
-TEST_CASE("training tiny-gpt on the shipped corpus for 300 steps lowers the loss by over a third") {
+TEST_CASE("training tiny-gpt on the shipped text for 300 steps halves the loss") {
   auto spec = load_model(HET_SOURCE_DIR "/configs/models/tiny-gpt.yaml");
   REQUIRE(spec.ok());
+  spec->training.global_batch_size = 32;  // 32 sequences of 32 bytes per step
   std::ifstream f(HET_SOURCE_DIR "/configs/data/corpus.txt");
   std::stringstream text;
   text << f.rdbuf();
@@ -130,7 +131,7 @@ TEST_CASE("training tiny-gpt on the shipped corpus for 300 steps lowers the loss
   train::Settings st;
   st.steps = 300;
   st.micro_batch_size = 8;
-  st.optimizer.lr = 1e-2;
+  st.optimizer.lr = 6e-3;
   st.optimizer.weight_decay = 0;
   const auto t0 = std::chrono::steady_clock::now();
   auto losses = train::train_reference<float>(*spec, batches, st);
@@ -139,6 +140,6 @@ TEST_CASE("training tiny-gpt on the shipped corpus for 300 steps lowers the loss
   for (int i = 290; i < 300; ++i) last += losses[i] / 10;
   INFO("loss " << losses.front() << " -> " << last << " in " << s << " s");
   CHECK(losses.front() == Approx(std::log(256.0)).epsilon(0.05));  // uniform over bytes at the start
-  // Measured: 5.53 -> 3.38 (-39%). The issue's target, half, is not reached yet (see the note).
-  CHECK(last < losses.front() * 0.65);
+  // Measured on this machine: 5.54 -> 2.68 (-52%).
+  CHECK(last < losses.front() / 2);
 }
