@@ -58,11 +58,11 @@ void check_equal(const std::vector<double>& got, const std::vector<double>& want
 
 }  // namespace
 
-TEST_CASE("run-local reproduces single-device losses: pipeline, TP, DP, 3 stages over 2 subclusters, two pipelines") {
+TEST_CASE("run-local reproduces single-device losses: pipeline, TP, DP, 3 stages over 2 subclusters, two pipelines of different layouts and TP") {
   for (const char* model : {"tiny-gpt", "tiny-llama"}) {
     const std::string m = kSrc + "/configs/models/" + model + ".yaml";
     const auto want = reference(m, 10);
-    for (const char* plan : {"pipeline", "tensor", "data", "mixed", "two-pipelines"}) {
+    for (const char* plan : {"pipeline", "tensor", "data", "mixed", "two-pipelines", "two-pipelines-tp"}) {
       INFO(model << " with the " << plan << " plan");
       check_equal(run_local(kSrc + "/tests/data/plans/" + plan + ".plan.json", m, 10), want);
     }

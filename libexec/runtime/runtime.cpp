@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -51,14 +52,17 @@ std::string unsupported(const Plan& plan) {
   for (const auto& p : plan.pipelines)
     for (const auto& s : p.stages)
       if (s.cp != 1) return "context parallelism (cp > 1) is not supported by the CPU runtime yet";
-  // The same units must be sharded alike wherever they are held (no chunked sync yet).
-  std::map<int, int> tp_of_unit;
+  // Units held with different TP are synced in chunks of the finest sharding: its degree (the
+  // lcm of the TP degrees) must split the heads, kv heads and MLP channels.
+  std::map<int, int> finest;
   for (const auto& p : plan.pipelines)
     for (const auto& s : p.stages)
-      for (int u = s.first; u <= s.last; ++u)
-        if (auto [it, fresh] = tp_of_unit.emplace(u, s.tp); !fresh && it->second != s.tp)
-          return "unit " + std::to_string(u) + " has tp " + std::to_string(it->second) + " in one pipeline and " +
-                 std::to_string(s.tp) + " in another; syncing gradients across different TP is not supported yet";
+      for (int u = s.first; u <= s.last; ++u) finest[u] = std::lcm(finest.count(u) ? finest[u] : 1, s.tp);
+  const ModelSpec& m = plan.model;
+  for (auto [u, f] : finest)
+    if (m.num_attention_heads % f || m.num_kv_heads % f || m.ffn_hidden_size % f)
+      return "unit " + std::to_string(u) + " is held with TP degrees whose lcm " + std::to_string(f) +
+             " does not divide the heads, kv heads and MLP channels; the gradient sync cannot chunk it";
   return "";
 }
 
@@ -112,33 +116,68 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   for (int s = 0; s < S; ++s) warmup[std::size_t(s)] = pipe.stages[std::size_t(s)].warmup.value_or(S - s);
   const auto ops = schedule::stage_ops(warmup[std::size_t(here.stage)], m);
 
-  // Gradient sync groups: for each of my parameters, the ranks holding the same slice.
-  std::vector<std::pair<std::vector<int>, model::Param<float>*>> sync;
-  for (auto* param : model.params()) {
+  // Gradient sync: each parameter is summed over all ranks holding the same part of it. A
+  // TP-sharded parameter held with different TP degrees (pipelines of different TP) is synced
+  // in chunks of the finest sharding, F = lcm of the holders' tp (HexiScale §3.2; Hetu's
+  // SplitAR): chunk c is held by the shard c / (F / tp) of every holder.
+  struct SyncChunk {
     std::vector<int> group;
-    const bool split = sharded(param->name);
-    for (std::size_t r = 0; r < places.size(); ++r) {
-      const auto& pl = places[r];
-      const Stage& o = plan.pipelines[std::size_t(pl.pipeline)].stages[std::size_t(pl.stage)];
-      // Does rank r hold this parameter? Layers by index; embedding/head parameters by role.
-      const std::string& n = param->name;
-      bool holds = false;
-      if (n.rfind("layer", 0) == 0) {
-        const int layer = std::stoi(n.substr(5, n.find('.') - 5));
-        holds = o.first <= layer + 1 && layer + 1 <= o.last;
-      } else if (n == "wte") {
-        holds = o.first == 0 || (o.last == plan.model.num_layers + 1 && plan.model.architecture == Architecture::gpt);
-      } else if (n == "wpe") {
-        holds = o.first == 0;
-      } else {  // lnf_w, lnf_b, wout
-        holds = o.last == plan.model.num_layers + 1;
-      }
-      if (holds && (!split || pl.shard == here.shard)) group.push_back(int(r));
+    model::Param<float>* param;
+    int chunk;
+    std::vector<std::size_t> elements;  // local indices of the chunk in param->value
+  };
+  std::vector<SyncChunk> sync;
+  auto holds = [&](const Stage& o, const std::string& n) {
+    if (n.rfind("layer", 0) == 0) {
+      const int layer = std::stoi(n.substr(5, n.find('.') - 5));
+      return o.first <= layer + 1 && layer + 1 <= o.last;
     }
-    sync.emplace_back(std::move(group), param);
+    if (n == "wte") return o.first == 0 || (o.last == plan.model.num_layers + 1 && plan.model.architecture == Architecture::gpt);
+    if (n == "wpe") return o.first == 0;
+    return o.last == plan.model.num_layers + 1;  // lnf_w, lnf_b, wout
+  };
+  for (auto* param : model.params()) {
+    const std::string& n = param->name;
+    std::vector<int> holders;
+    int F = 1;
+    for (std::size_t r = 0; r < places.size(); ++r) {
+      const Stage& o = plan.pipelines[std::size_t(places[r].pipeline)].stages[std::size_t(places[r].stage)];
+      if (!holds(o, n)) continue;
+      holders.push_back(int(r));
+      F = std::lcm(F, o.tp);
+    }
+    std::vector<std::size_t> all(param->value.size());
+    std::iota(all.begin(), all.end(), std::size_t(0));
+    if (!sharded(n)) {
+      sync.push_back({holders, param, 0, std::move(all)});
+      continue;
+    }
+    const int per = F / st.tp;  // my chunks: [shard·per, (shard+1)·per)
+    const std::string base = n.substr(n.rfind('.') + 1);
+    const bool columns = base == "wo" || base == "wproj" || base == "wdown";  // [C, local cols]
+    const std::size_t local = param->value.size();
+    for (int k = 0; k < per; ++k) {
+      const int c = here.shard * per + k;
+      SyncChunk chunk{{}, param, c, {}};
+      for (int r : holders) {
+        const Stage& o = plan.pipelines[std::size_t(places[std::size_t(r)].pipeline)].stages[std::size_t(places[std::size_t(r)].stage)];
+        if (places[std::size_t(r)].shard == c / (F / o.tp)) chunk.group.push_back(r);
+      }
+      if (columns) {
+        const std::size_t rows = std::size_t(C), cols = local / rows, w = cols / std::size_t(per);
+        for (std::size_t i = 0; i < rows; ++i)
+          for (std::size_t j = 0; j < w; ++j) chunk.elements.push_back(i * cols + std::size_t(k) * w + j);
+      } else {
+        const std::size_t w = local / std::size_t(per);
+        for (std::size_t j = 0; j < w; ++j) chunk.elements.push_back(std::size_t(k) * w + j);
+      }
+      sync.push_back(std::move(chunk));
+    }
   }
-  std::sort(sync.begin(), sync.end(), [](const auto& a, const auto& b2) {
-    return a.first != b2.first ? a.first < b2.first : a.second->name < b2.second->name;
+  std::sort(sync.begin(), sync.end(), [](const SyncChunk& a, const SyncChunk& b2) {
+    if (a.group != b2.group) return a.group < b2.group;
+    if (a.param->name != b2.param->name) return a.param->name < b2.param->name;
+    return a.chunk < b2.chunk;
   });
   // Ranks that report loss partials to rank 0: TP shard 0 of every last-stage replica.
   std::vector<int> loss_ranks;
@@ -234,11 +273,16 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
         }
       }
       // Gradient sync; a TP-replicated copy counts 1/tp (powers of two divide exactly).
-      for (auto& [group, param] : sync) {
-        if (group.size() <= 1) continue;
-        if (!sharded(param->name) && st.tp > 1)
-          for (auto& g : param->grad) g /= float(st.tp);
-        check(transport::all_reduce_sum(peers, group, param->grad.data(), param->grad.size(), kSync));
+      std::vector<float> buffer;
+      for (auto& chunk : sync) {
+        if (chunk.group.size() <= 1) continue;
+        auto& grad = chunk.param->grad;
+        if (!sharded(chunk.param->name) && st.tp > 1)
+          for (auto& g : grad) g /= float(st.tp);
+        buffer.resize(chunk.elements.size());
+        for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = grad[chunk.elements[i]];
+        check(transport::all_reduce_sum(peers, chunk.group, buffer.data(), buffer.size(), kSync));
+        for (std::size_t i = 0; i < buffer.size(); ++i) grad[chunk.elements[i]] = buffer[i];
       }
       for (auto* param : model.params()) model::adamw_step(*param, opt.optimizer, step + 1);
       // Loss partials to rank 0.
