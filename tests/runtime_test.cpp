@@ -62,7 +62,7 @@ TEST_CASE("run-local reproduces single-device losses: pipeline, TP, DP, 3 stages
   for (const char* model : {"tiny-gpt", "tiny-llama"}) {
     const std::string m = kSrc + "/configs/models/" + model + ".yaml";
     const auto want = reference(m, 10);
-    for (const char* plan : {"pipeline", "tensor", "data", "mixed", "two-pipelines", "two-pipelines-tp"}) {
+    for (const char* plan : {"pipeline", "tensor", "data", "mixed", "two-pipelines", "two-pipelines-tp", "recompute"}) {
       INFO(model << " with the " << plan << " plan");
       check_equal(run_local(kSrc + "/tests/data/plans/" + plan + ".plan.json", m, 10), want);
     }

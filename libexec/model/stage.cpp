@@ -36,15 +36,32 @@ StageModel<T>::StageModel(const ModelSpec& spec, int first, int last, int tp_ran
 template <class T>
 std::vector<T> StageModel<T>::forward(int mb, int B, const int* tokens, const T* x, const int* targets, double* loss_sum,
                                       const AllReduce<T>& all_reduce) {
-  const Shape& s = shape_;
-  const int N = B * s.T;
+  const int N = B * shape_.T;
   Acts& a = in_flight_[mb];
+  a = Acts{};
   a.B = B;
+  if (has_embedding()) a.tokens.assign(tokens, tokens + N);
+  if (has_head()) a.targets.assign(targets, targets + N);
+  std::vector<T> out = run_forward(a, x, loss_sum, all_reduce);
+  if (recompute_ != Recompute::none) {
+    if (!has_embedding()) a.input.assign(x, x + std::int64_t(N) * shape_.C);
+    Acts kept;
+    kept.B = a.B, kept.dropped = true;
+    kept.input = std::move(a.input), kept.tokens = std::move(a.tokens), kept.targets = std::move(a.targets);
+    a = std::move(kept);
+  }
+  return out;
+}
+
+template <class T>
+std::vector<T> StageModel<T>::run_forward(Acts& a, const T* x, double* loss_sum, const AllReduce<T>& all_reduce) {
+  const Shape& s = shape_;
+  const int B = a.B, N = B * s.T;
+  const int* targets = a.targets.data();
   std::vector<T> cur;
   if (has_embedding()) {
-    a.tokens.assign(tokens, tokens + N);
     cur.assign(std::size_t(N) * s.C, T(0));
-    embedding_forward(cur.data(), tokens, wte_->value.data(), wpe_ ? wpe_->value.data() : static_cast<const T*>(nullptr), N,
+    embedding_forward(cur.data(), a.tokens.data(), wte_->value.data(), wpe_ ? wpe_->value.data() : static_cast<const T*>(nullptr), N,
                       s.T, s.C);
   } else {
     cur.assign(x, x + std::int64_t(N) * s.C);
@@ -57,7 +74,6 @@ std::vector<T> StageModel<T>::forward(int mb, int B, const int* tokens, const T*
   }
   if (!has_head()) return cur;
   // Head: final norm, logits against wte (tied) or wout, cross-entropy.
-  a.targets.assign(targets, targets + N);
   a.head_in = cur;
   a.normed.assign(cur.size(), T(0)), a.mean.assign(N, T(0)), a.rstd.assign(N, T(0));
   if (s.arch == Architecture::gpt)
@@ -78,6 +94,12 @@ std::vector<T> StageModel<T>::backward(int mb, const T* dy, double loss_scale, c
   if (it == in_flight_.end()) throw std::logic_error("backward of micro-batch " + std::to_string(mb) + " without its forward");
   Acts& a = it->second;
   const int N = a.B * s.T;
+  if (a.dropped) {  // recomputation: the forward again, from the kept input
+    double ignored = 0;
+    std::vector<T> input = std::move(a.input);
+    run_forward(a, input.data(), &ignored, all_reduce);
+    a.dropped = false;
+  }
   std::vector<T> cur;
   if (has_head()) {
     std::vector<T> dlogits(std::size_t(N) * s.V, T(0));

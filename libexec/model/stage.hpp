@@ -24,6 +24,11 @@ class StageModel {
   // Units [first, last] of the layer-granular sequence: 0 embedding, 1..L layers, L+1 head.
   StageModel(const ModelSpec& spec, int first, int last, int tp_rank, int tp, std::uint64_t seed);
 
+  // Activation recomputation: with anything but none, a micro-batch keeps only its input
+  // between forward and backward, and the backward first runs the forward again (the CPU
+  // runtime recomputes whole stages for `selective` too; the results are the same).
+  void set_recompute(Recompute r) { recompute_ = r; }
+
   bool has_embedding() const { return first_ == 0; }
   bool has_head() const { return last_ == shape_.L + 1; }
 
@@ -45,6 +50,8 @@ class StageModel {
  private:
   struct Acts {
     int B = 0;
+    bool dropped = false;                     // recomputation: only the input below is kept
+    std::vector<T> input;
     std::vector<int> tokens, targets;
     std::vector<T> embedded;                  // input of the first block
     std::vector<BlockActs<T>> blocks;
@@ -55,6 +62,9 @@ class StageModel {
   std::vector<Block<T>> blocks_;
   std::optional<Param<T>> wte_, wpe_, lnf_w_, lnf_b_, wout_;  // as held by this stage
   std::map<int, Acts> in_flight_;
+  Recompute recompute_ = Recompute::none;
+  // The forward proper, filling `a`; returns the output (empty on the last stage).
+  std::vector<T> run_forward(Acts& a, const T* x, double* loss_sum, const AllReduce<T>& all_reduce);
 };
 
 }  // namespace het::model

@@ -89,6 +89,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   const bool first = here.stage == 0, last = here.stage == S - 1;
 
   model::StageModel<float> model(plan.model, st.first, st.last, here.shard, st.tp, opt.seed);
+  model.set_recompute(st.recompute);
   std::vector<int> tp_group;
   for (int t = 0; t < st.tp; ++t) tp_group.push_back(rank(here.pipeline, here.stage, here.replica, t));
   const model::AllReduce<float> tp_reduce = [&](float* data, std::size_t n) {
