@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -169,4 +170,26 @@ TEST_CASE("hetexec profile measures a model on the CPU backend and writes a vali
   auto v = run_process({HETPLAN_BIN, "validate", "--model", kSrc + "/configs/models/tiny-gpt.yaml", "--profile", out});
   CHECK(v.exit_code == 0);
   CHECK_THAT(v.out, Catch::Contains("cpu-fast, 6 rows (embedding/head/layer)"));
+}
+
+TEST_CASE("run-local --trace writes every rank's timeline with the simulator's event names") {
+  het::test::TempDir dir;
+  const std::string trace = dir.path() + "/t.json";
+  auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/mixed.plan.json", "--model",
+                        kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--steps", "2", "--trace", trace},
+                       120);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream in(trace);
+  auto j = nlohmann::json::parse(in);
+  std::set<std::string> tracks, names;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "M") tracks.insert(e["args"]["name"].get<std::string>());
+    else names.insert(e["name"].get<std::string>());
+  }
+  // The same tracks and names as `hetplan simulate --trace` for the first replica and shard.
+  CHECK(tracks.count("p0 s0 compute"));
+  CHECK(tracks.count("p0 s2 compute"));
+  CHECK(tracks.count("p0 s1 d1 t0 compute"));  // the second replica of the dp-2 stage
+  for (const char* n : {"F0", "B0", "F7", "B7", "sync", "optimizer"}) CHECK(names.count(n));
 }

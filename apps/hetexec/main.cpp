@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "het/version.hpp"
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -92,7 +93,7 @@ struct JobArgs {
   int steps = 10;
   std::uint64_t seed = 1;
   double lr = 1e-3;
-  std::optional<std::string> data, metrics_out;
+  std::optional<std::string> data, metrics_out, trace;
   // worker only
   bool emulate_links = false, emulate_devices = false;
   int rank = 0, world = 1;
@@ -139,6 +140,8 @@ int run_worker(const JobArgs& a) {
   opt.optimizer.lr = a.lr;
   opt.emulate_links = a.emulate_links;
   opt.emulate_devices = a.emulate_devices;
+  std::vector<het::sim::TraceEvent> events;
+  if (a.trace) opt.trace = &events;
   const double tokens = double(job->plan.model.training.global_batch_size) * job->plan.model.seq_length;
   auto reports = het::runtime::run_rank(job->plan, **peers, job->batches, opt, [&](const het::runtime::StepReport& r) {
     if (a.rank != 0) return;
@@ -148,6 +151,11 @@ int run_worker(const JobArgs& a) {
   if (!reports) {
     for (const auto& e : reports.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
+  }
+  if (a.trace) {  // this rank's events, for run-local to merge
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& e : events) j.push_back({e.track, e.name, e.start_s, e.duration_s});
+    std::ofstream(*a.trace) << j.dump();
   }
   return 0;
 }
@@ -169,6 +177,15 @@ int run_local(const JobArgs& a) {
   if (a.files.cluster) lj.worker_args.insert(lj.worker_args.end(), {"--cluster", *a.files.cluster});
   if (a.data) lj.worker_args.insert(lj.worker_args.end(), {"--data", *a.data});
   if (a.emulate_links) lj.worker_args.push_back("--emulate-links");
+  std::string trace_dir;
+  if (a.trace) {
+    trace_dir = (std::filesystem::temp_directory_path() / "hetexec-trace-XXXXXX").string();
+    if (!mkdtemp(trace_dir.data())) {
+      std::cerr << "error: cannot create a directory for the trace\n";
+      return 2;
+    }
+    lj.worker_args.insert(lj.worker_args.end(), {"--trace-events", trace_dir + "/rank"});
+  }
   if (a.emulate_devices) lj.worker_args.push_back("--emulate-devices");
   std::ofstream metrics;
   if (a.metrics_out) {
@@ -195,6 +212,22 @@ int run_local(const JobArgs& a) {
   if (!result) {
     for (const auto& e : result.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
+  }
+  if (a.trace) {  // every rank's events in one Chrome trace, from the first event on
+    std::vector<het::sim::TraceEvent> all;
+    for (int r = 0; r < lj.world; ++r) {
+      std::ifstream in(trace_dir + "/rank." + std::to_string(r));
+      if (!in) continue;
+      for (const auto& e : nlohmann::json::parse(in))
+        all.push_back({e[0].get<std::string>(), e[1].get<std::string>(), e[2].get<double>(), e[3].get<double>()});
+    }
+    double t0 = all.empty() ? 0 : all.front().start_s;
+    for (const auto& e : all) t0 = std::min(t0, e.start_s);
+    for (auto& e : all) e.start_s -= t0;
+    std::ofstream(*a.trace) << het::sim::chrome_trace(all);
+    std::error_code ec;
+    std::filesystem::remove_all(trace_dir, ec);
+    std::cout << "trace: " << *a.trace << " (" << all.size() << " events; open in https://ui.perfetto.dev)\n";
   }
   return 0;
 }
@@ -247,6 +280,7 @@ int main(int argc, char** argv) {
   local->add_option("plan", job.files.plan, "plan.json")->required();
   add_job(local);
   local->add_option("--metrics-out", job.metrics_out, "write JSON lines {step, loss, step_s, tokens_per_s}");
+  local->add_option("--trace", job.trace, "write every rank's timeline as a Chrome trace (the simulator's event names)");
   auto* worker = app.add_subcommand("worker", "One rank of a job (started by run-local or an agent)");
   worker->group("");  // not for people
   worker->add_option("--plan", job.files.plan, "plan.json")->required();
@@ -254,6 +288,8 @@ int main(int argc, char** argv) {
   worker->add_option("--world", job.world, "number of ranks")->required();
   worker->add_option("--rendezvous", job.rendezvous, "directory where ranks publish their endpoints")->required();
   add_job(worker);
+  std::optional<std::string> trace_events;
+  worker->add_option("--trace-events", trace_events, "write this rank's events to FILE.<rank>");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -282,6 +318,9 @@ int main(int argc, char** argv) {
     std::cout << "wrote " << profile_out << ": " << p.device << ", " << p.units.size() << " rows\n";
     return 0;
   }
-  if (worker->parsed()) return run_worker(job);
+  if (worker->parsed()) {
+    if (trace_events) job.trace = *trace_events + "." + std::to_string(job.rank);
+    return run_worker(job);
+  }
   return 2;
 }

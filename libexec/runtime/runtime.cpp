@@ -210,13 +210,24 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     for (const auto& sc : plan.cluster.subclusters) fastest = std::max(fastest, sc.device.peak);
     slowdown = fastest / plan.cluster.find(st.subcluster)->device.peak;
   }
-  // Runs a compute step, stretched to the emulated device's speed.
-  auto emulate = [&](auto&& compute) {
+  // The rank's track in traces: the simulator's "p0 s1 compute" for the first shard of the
+  // first replica, with the replica and shard otherwise.
+  const std::string track = "p" + std::to_string(here.pipeline) + " s" + std::to_string(here.stage) +
+                            (here.replica || here.shard ? " d" + std::to_string(here.replica) + " t" + std::to_string(here.shard) : "") +
+                            " compute";
+  auto now_s = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  auto record = [&](const std::string& name, double start) {
+    if (opt.trace) opt.trace->push_back({track, name, start, now_s() - start});
+  };
+  // Runs a compute step, stretched to the emulated device's speed, and records it.
+  auto emulate = [&](const std::string& name, auto&& compute) {
+    const double start = now_s();
     const auto t0 = std::chrono::steady_clock::now();
     compute();
     if (slowdown > 1)
       std::this_thread::sleep_for(std::chrono::duration<double>((slowdown - 1) *
                                                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    record(name, start);
   };
 
   std::vector<StepReport> reports;
@@ -242,7 +253,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
           }
           double loss = 0;
           std::vector<float> y;
-          emulate([&] { y = model.forward(j, b, in.data(), x.data(), tg.data(), &loss, tp_reduce); });
+          emulate("F" + std::to_string(j), [&] { y = model.forward(j, b, in.data(), x.data(), tg.data(), &loss, tp_reduce); });
           loss_sum += loss;
           if (!last) {
             const Stage& next = pipe.stages[std::size_t(here.stage + 1)];
@@ -262,7 +273,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
                                dy.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float)));
           }
           std::vector<float> dx;
-          emulate([&] { dx = model.backward(j, dy.data(), scale, tp_reduce); });
+          emulate("B" + std::to_string(j), [&] { dx = model.backward(j, dy.data(), scale, tp_reduce); });
           if (!first) {
             const Stage& prev = pipe.stages[std::size_t(here.stage - 1)];
             for (const auto& o : overlaps(here.stage - 1))
@@ -274,6 +285,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
         }
       }
       // Gradient sync; a TP-replicated copy counts 1/tp (powers of two divide exactly).
+      const double sync_start = now_s();
       std::vector<float> buffer;
       for (auto& chunk : sync) {
         if (chunk.group.size() <= 1) continue;
@@ -285,7 +297,10 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
         check(transport::all_reduce_sum(peers, chunk.group, buffer.data(), buffer.size(), kSync));
         for (std::size_t i = 0; i < buffer.size(); ++i) grad[chunk.elements[i]] = buffer[i];
       }
+      record("sync", sync_start);
+      const double opt_start = now_s();
       for (auto* param : model.params()) model::adamw_step(*param, opt.optimizer, step + 1);
+      record("optimizer", opt_start);
       // Loss partials to rank 0.
       StepReport report{step, 0, 0};
       const bool reports_loss = std::find(loss_ranks.begin(), loss_ranks.end(), me) != loss_ranks.end();

@@ -21,6 +21,7 @@
 #include "diag/diag.hpp"
 #include "model/params.hpp"
 #include "plan/plan.hpp"
+#include "sim/sim.hpp"
 #include "transport/tcp.hpp"
 
 namespace het::runtime {
@@ -43,6 +44,9 @@ struct Options {
   // rank's compute by (fastest device peak / its device peak).
   bool emulate_links = false;
   bool emulate_devices = false;
+  // When set, every compute and communication step of this rank is recorded here (seconds on
+  // the machine's monotonic clock, shared by all processes), with the simulator's event names.
+  std::vector<sim::TraceEvent>* trace = nullptr;
 };
 
 struct StepReport {
