@@ -23,4 +23,7 @@ TEST_CASE("build info reports what this build links") {
   CHECK(b.ibverbs);
   if (b.nccl) CHECK(b.cuda);
   if (b.cuda) CHECK_FALSE(b.cuda_runtime.empty());
+  // What can run plans: the CPU backend over TCP (tests/runtime_test.cpp runs them).
+  CHECK(b.backends == std::vector<std::string>{"cpu"});
+  CHECK(b.transports == std::vector<std::string>{"tcp"});
 }

@@ -50,6 +50,10 @@ BuildInfo build_info(const std::string& version) {
   BuildInfo b;
   b.version = version;
   describe_cuda(b);
+  // What can run plans today: the CPU backend over TCP (libexec/runtime, transport/tcp). CUDA,
+  // NCCL and ibverbs are linked for device discovery; their backends come later.
+  b.backends = {"cpu"};
+  b.transports = {"tcp"};
   return b;
 }
 

@@ -49,8 +49,8 @@ struct BuildInfo {
   bool nccl = false;
   std::string nccl_version;
   bool ibverbs = true;       // always linked; RDMA devices may still be absent
-  std::vector<std::string> backends;    // compute backends that can run plans
-  std::vector<std::string> transports;  // transports that can carry a plan's traffic
+  std::vector<std::string> backends;    // compute backends that can run plans ("cpu")
+  std::vector<std::string> transports;  // transports that can carry a plan's traffic ("tcp")
 };
 
 NodeInfo describe_node();
