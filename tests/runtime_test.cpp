@@ -118,6 +118,41 @@ TEST_CASE("TCP peers: a ring all-reduce over four ranks sums exactly, and CRC-32
   CHECK(het::transport::crc32("123456789", 9) == 0xCBF43926u);  // the standard check value
 }
 
+TEST_CASE("TCP peers: reduce-scatter, all-gather and broadcast over three ranks") {
+  het::test::TempDir dir;
+  const int world = 3;
+  const std::vector<int> group = {2, 0, 1};  // ring order need not be rank order
+  std::vector<std::vector<double>> rs(world), ag(world), bc(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      auto peers = het::transport::Peers::connect(r, world, dir.path(), 30);
+      if (!peers) {
+        errors[r] = het::to_string(peers.errors());
+        return;
+      }
+      rs[r].assign(10, double(r + 1));  // sums to 6 everywhere
+      errors[r] += het::transport::reduce_scatter_sum(**peers, group, rs[r].data(), 10, 1);
+      ag[r].assign(10, -1.0);
+      const int c = het::transport::owned_chunk(group, r);
+      for (std::size_t i = 10 * std::size_t(c) / 3; i < 10 * std::size_t(c + 1) / 3; ++i) ag[r][i] = double(c);
+      errors[r] += het::transport::all_gather(**peers, group, ag[r].data(), 10, 2);
+      bc[r].assign(5, r == 1 ? 42.0 : 0.0);
+      errors[r] += het::transport::broadcast(**peers, group, 1, bc[r].data(), 5, 3);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    REQUIRE(errors[r].empty());
+    const int c = het::transport::owned_chunk(group, r);
+    for (std::size_t i = 10 * std::size_t(c) / 3; i < 10 * std::size_t(c + 1) / 3; ++i) CHECK(rs[r][i] == 6.0);
+    for (int k = 0; k < 3; ++k)  // every chunk k, from its owner
+      for (std::size_t i = 10 * std::size_t(k) / 3; i < 10 * std::size_t(k + 1) / 3; ++i) CHECK(ag[r][i] == double(k));
+    for (double v : bc[r]) CHECK(v == 42.0);
+  }
+}
+
 namespace {
 // Pids of processes whose command line holds every one of `words`.
 std::vector<int> find_processes(const std::vector<std::string>& words) {

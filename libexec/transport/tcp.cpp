@@ -253,35 +253,83 @@ std::string Peers::recv(int peer, std::uint32_t tag, void* data, std::size_t byt
   return "";
 }
 
-template <class T>
-std::string all_reduce_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
-  const int p = static_cast<int>(group.size());
-  if (p <= 1 || n == 0) return "";
-  const int me = static_cast<int>(std::find(group.begin(), group.end(), peers.rank()) - group.begin());
-  const int right = group[std::size_t((me + 1) % p)], left = group[std::size_t((me + p - 1) % p)];
-  auto chunk = [&](int c) {
+namespace {
+struct Ring {
+  int p, me, right, left;
+  std::size_t n;
+  Ring(const Peers& peers, const std::vector<int>& group, std::size_t count) : n(count) {
+    p = static_cast<int>(group.size());
+    me = static_cast<int>(std::find(group.begin(), group.end(), peers.rank()) - group.begin());
+    right = group[std::size_t((me + 1) % p)];
+    left = group[std::size_t((me + p - 1) % p)];
+  }
+  std::pair<std::size_t, std::size_t> chunk(int c) const {  // (offset, size)
     c = ((c % p) + p) % p;
     const std::size_t lo = n * std::size_t(c) / std::size_t(p), hi = n * std::size_t(c + 1) / std::size_t(p);
-    return std::pair<std::size_t, std::size_t>{lo, hi - lo};
-  };
-  std::vector<T> buf(n / std::size_t(p) + 1);
-  // Reduce-scatter: after p-1 steps member `me` holds the full sum of chunk me+1.
-  for (int s = 0; s < p - 1; ++s) {
-    auto [so, sn] = chunk(me - s);
-    auto [ro, rn] = chunk(me - s - 1);
-    peers.send(right, tag, data + so, sn * sizeof(T));
-    if (auto err = peers.recv(left, tag, buf.data(), rn * sizeof(T)); !err.empty()) return err;
-    for (std::size_t i = 0; i < rn; ++i) data[ro + i] += buf[i];
+    return {lo, hi - lo};
   }
-  // All-gather the summed chunks.
-  for (int s = 0; s < p - 1; ++s) {
-    auto [so, sn] = chunk(me + 1 - s);
-    auto [ro, rn] = chunk(me - s);
-    peers.send(right, tag, data + so, sn * sizeof(T));
-    if (auto err = peers.recv(left, tag, data + ro, rn * sizeof(T)); !err.empty()) return err;
+};
+}  // namespace
+
+int owned_chunk(const std::vector<int>& group, int rank) {
+  const int p = static_cast<int>(group.size());
+  const int me = static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
+  return (me + 1) % p;
+}
+
+template <class T>
+std::string reduce_scatter_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
+  if (group.size() <= 1 || n == 0) return "";
+  const Ring ring(peers, group, n);
+  std::vector<T> buf(n / std::size_t(ring.p) + 1);
+  // After p-1 steps member `me` holds the full sum of chunk me+1.
+  for (int s = 0; s < ring.p - 1; ++s) {
+    auto [so, sn] = ring.chunk(ring.me - s);
+    auto [ro, rn] = ring.chunk(ring.me - s - 1);
+    peers.send(ring.right, tag, data + so, sn * sizeof(T));
+    if (auto err = peers.recv(ring.left, tag, buf.data(), rn * sizeof(T)); !err.empty()) return err;
+    for (std::size_t i = 0; i < rn; ++i) data[ro + i] += buf[i];
   }
   return "";
 }
+
+template <class T>
+std::string all_gather(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
+  if (group.size() <= 1 || n == 0) return "";
+  const Ring ring(peers, group, n);
+  for (int s = 0; s < ring.p - 1; ++s) {
+    auto [so, sn] = ring.chunk(ring.me + 1 - s);
+    auto [ro, rn] = ring.chunk(ring.me - s);
+    peers.send(ring.right, tag, data + so, sn * sizeof(T));
+    if (auto err = peers.recv(ring.left, tag, data + ro, rn * sizeof(T)); !err.empty()) return err;
+  }
+  return "";
+}
+
+template <class T>
+std::string all_reduce_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
+  if (auto err = reduce_scatter_sum(peers, group, data, n, tag); !err.empty()) return err;
+  return all_gather(peers, group, data, n, tag);
+}
+
+template <class T>
+std::string broadcast(Peers& peers, const std::vector<int>& group, int root, T* data, std::size_t n, std::uint32_t tag) {
+  if (group.size() <= 1 || n == 0) return "";
+  const Ring ring(peers, group, n);
+  const int r = static_cast<int>(std::find(group.begin(), group.end(), root) - group.begin());
+  const int from_root = (ring.me - r + ring.p) % ring.p;  // hops from the root along the ring
+  if (from_root != 0)
+    if (auto err = peers.recv(ring.left, tag, data, n * sizeof(T)); !err.empty()) return err;
+  if (from_root != ring.p - 1) peers.send(ring.right, tag, data, n * sizeof(T));
+  return "";
+}
+
+#define HET_COLLECTIVES(T)                                                                                          \
+  template std::string reduce_scatter_sum<T>(Peers&, const std::vector<int>&, T*, std::size_t, std::uint32_t);      \
+  template std::string all_gather<T>(Peers&, const std::vector<int>&, T*, std::size_t, std::uint32_t);              \
+  template std::string broadcast<T>(Peers&, const std::vector<int>&, int, T*, std::size_t, std::uint32_t);
+HET_COLLECTIVES(float)
+HET_COLLECTIVES(double)
 
 template std::string all_reduce_sum<float>(Peers&, const std::vector<int>&, float*, std::size_t, std::uint32_t);
 template std::string all_reduce_sum<double>(Peers&, const std::vector<int>&, double*, std::size_t, std::uint32_t);

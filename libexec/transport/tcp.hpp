@@ -55,9 +55,21 @@ class Peers {
   std::vector<std::unique_ptr<Link>> links_;  // by peer; null for this rank
 };
 
-// Sum of `n` floats over `group` (ranks in ring order; contains this rank), in place:
-// ring reduce-scatter then all-gather. Every member ends with the same bits.
+// Collectives over `group` (ranks in ring order, containing this rank), on n elements in
+// place. The buffer is cut into |group| chunks; chunk c is [n·c/p, n·(c+1)/p).
+// Ring reduce-scatter: afterwards member i holds the sum of chunk (i+1) mod p (the others are
+// partial sums). Ring all-gather: member i contributes chunk (i+1) mod p; afterwards all hold
+// every chunk. All-reduce = reduce-scatter + all-gather; every member ends with the same bits.
+template <class T>
+std::string reduce_scatter_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag);
+template <class T>
+std::string all_gather(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag);
 template <class T>
 std::string all_reduce_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag);
+// The root's n elements to every member, along the ring.
+template <class T>
+std::string broadcast(Peers& peers, const std::vector<int>& group, int root, T* data, std::size_t n, std::uint32_t tag);
+// Member i's chunk index after reduce_scatter_sum (the chunk it owns in full).
+int owned_chunk(const std::vector<int>& group, int rank);
 
 }  // namespace het::transport
