@@ -31,7 +31,6 @@ echo "plans: $build_dir/demo/*.json; traces open in https://ui.perfetto.dev"
 # process per rank, loopback TCP, the CPU backend) on the shipped corpus.
 run "$build_dir/apps/hetexec/hetexec" prepare-data configs/data/corpus.txt -o "$build_dir/demo/corpus.bin"
 run "$hetplan" search --model configs/models/tiny-gpt.yaml --cluster configs/clusters/tiny-cpu.yaml \
-  --time-budget 5 -o "$build_dir/demo/tiny-gpt.plan.json" --format json > /dev/null
-run "$hetplan" show "$build_dir/demo/tiny-gpt.plan.json"
+  --time-budget 5 -o "$build_dir/demo/tiny-gpt.plan.json"
 run "$build_dir/apps/hetexec/hetexec" run-local "$build_dir/demo/tiny-gpt.plan.json" --steps 30 --lr 3e-3 \
   --data "$build_dir/demo/corpus.bin"
