@@ -29,7 +29,7 @@ class Work {
   // model's micro_batch_sizes are sequences per data-parallel replica: the pipeline's
   // micro-batch is that times the lcm of its stages' dp.
   void consider(Layout layout);
-  // The same for a fixed unit split (first unit of each stage).
+  // The same for a fixed unit split (first unit of each stage; empty: the best split).
   void consider_split(Layout layout, const std::vector<int>& first_unit);
   void offer(const Candidate& c);
   double best() const;

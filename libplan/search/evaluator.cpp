@@ -181,7 +181,6 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   const int U = units_;
   const int R = static_cast<int>(recompute_.size());
   const int m = p.microbatches;
-  ++evaluations_;
 
   // Warm-up counts for a t_max (h-1f1b depends on it through c/t_max).
   auto warmups = [&](double tau) {
@@ -288,33 +287,40 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   return best;
 }
 
+std::vector<Candidate> Evaluator::evaluate(const Layout& layout, const std::vector<ScheduleKind>& schedules,
+                                           const std::vector<int>* first_unit, double cutoff) const {
+  if (first_unit) {
+    const auto& f = *first_unit;
+    if (f.size() != layout.stages.size() || f.empty() || f[0] != 0) return {};
+    for (std::size_t i = 1; i < f.size(); ++i)
+      if (f[i] <= f[i - 1] || f[i] >= units_) return {};
+  }
+  auto p = prepare(layout);
+  if (!p || lower_bound(*p) >= cutoff) return {};
+  std::vector<Candidate> out;
+  for (ScheduleKind kind : schedules) {  // the schedule only changes the warm-ups
+    p->layout.schedule = kind;
+    if (auto c = solve(*p, first_unit)) out.push_back(std::move(*c));
+  }
+  return out;
+}
+
 std::optional<Candidate> Evaluator::best_split(const Layout& layout) const {
-  auto p = prepare(layout);
-  if (!p) return std::nullopt;
-  return solve(*p, nullptr);
+  auto found = evaluate(layout, {layout.schedule});
+  if (found.empty()) return std::nullopt;
+  return std::move(found.front());
 }
 
-std::optional<Candidate> Evaluator::with_split(const Layout& layout, const std::vector<int>& first_unit) const {
-  if (first_unit.size() != layout.stages.size() || first_unit.empty() || first_unit[0] != 0) return std::nullopt;
-  for (std::size_t i = 1; i < first_unit.size(); ++i)
-    if (first_unit[i] <= first_unit[i - 1] || first_unit[i] >= units_) return std::nullopt;
-  auto p = prepare(layout);
-  if (!p) return std::nullopt;
-  return solve(*p, &first_unit);
-}
-
-double Evaluator::lower_bound(const Layout& l) const {
-  auto p = prepare(l);
-  if (!p) return kInf;
+double Evaluator::lower_bound(const Prepared& p) const {
   double rate = 0;  // layers per second of all stages together
-  for (const auto& by_r : p->tables) {
+  for (const auto& by_r : p.tables) {
     const Table& t = *by_r[0];  // the cheapest recomputation option
     double layer = kInf;
     for (int u = 1; u + 1 < units_; ++u) layer = std::min(layer, t.sum(t.time, u, u));
     if (layer > 0 && layer < kInf) rate += 1 / layer;
   }
   const double layers = units_ - 2;
-  return rate > 0 ? (p->microbatches - 1) * layers / rate : 0;
+  return rate > 0 ? (p.microbatches - 1) * layers / rate : 0;
 }
 
 Plan Evaluator::to_plan(const Candidate& c) const {

@@ -17,7 +17,6 @@
 // still beat the best; HAPT §5.2's bidirectional pruning) a DP over (stage, first unit)
 // minimises Σ t_i with t_i ≤ t_max, choosing each stage's recomputation.
 // Thread-safe: const methods may run concurrently.
-#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -71,22 +70,24 @@ class Evaluator {
   Evaluator(const ModelSpec& model, const ClusterSpec& cluster, const cost::ComputeModel& compute,
             std::vector<Recompute> recompute_options, Granularity granularity, const predict::Options& predict);
 
-  // Nullopt when the layout is impossible (batch, devices) or no split fits memory.
+  // The layout under each of `schedules` (its own schedule is ignored), preparing it once: the
+  // best split — or the given `first_unit` split — and each stage's recomputation. Nothing when
+  // the layout is impossible (batch, devices), no split fits memory, or its lower bound,
+  // (m − 1) · L / Σ_i 1/layer_time_i (the steady phase of a perfectly balanced split without
+  // recomputation), is at least `cutoff`: it cannot beat what the caller already has.
+  std::vector<Candidate> evaluate(const Layout& layout, const std::vector<ScheduleKind>& schedules,
+                                  const std::vector<int>* first_unit = nullptr, double cutoff = kNoCutoff) const;
+  // The best split under the layout's own schedule.
   std::optional<Candidate> best_split(const Layout& layout) const;
-  // A fixed split (units per stage); recomputation chosen per stage. Nullopt when it does not fit.
-  std::optional<Candidate> with_split(const Layout& layout, const std::vector<int>& first_unit) const;
+  static constexpr double kNoCutoff = 1e300;
   // The plan of a candidate: devices assigned in order within each subcluster.
   Plan to_plan(const Candidate& c) const;
 
   int num_units() const { return units_; }
   const ModelSpec& model() const { return model_; }
   const ClusterSpec& cluster() const { return cluster_; }
-  std::int64_t evaluations() const { return evaluations_.load(); }
   // Whether a layout's devices fit the cluster and its micro-batching the global batch.
   bool admissible(const Layout& layout) const;
-  // A lower bound of the layout's estimate: (m − 1) · L / Σ_i 1/layer_time_i, the steady
-  // phase of a perfectly balanced split without recomputation. +inf when inadmissible.
-  double lower_bound(const Layout& layout) const;
   // The table of stage `stage` of `layout` placed from device `offset` of its subcluster.
   const StageTable& table(const Layout& layout, int stage, int offset, Recompute r) const;
   const std::vector<Recompute>& recompute_options() const { return recompute_; }
@@ -96,6 +97,7 @@ class Evaluator {
   using Table = StageTable;
   struct Prepared;             // a layout with its stage tables, hops and warm-up inputs
   std::optional<Prepared> prepare(const Layout& layout) const;
+  double lower_bound(const Prepared& p) const;
   std::optional<Candidate> solve(const Prepared& p, const std::vector<int>* fixed_split) const;
 
   ModelSpec model_;
@@ -107,7 +109,6 @@ class Evaluator {
   int units_;
   mutable std::mutex mutex_;
   mutable std::map<std::vector<double>, std::unique_ptr<Table>> tables_;
-  mutable std::atomic<std::int64_t> evaluations_{0};
 };
 
 }  // namespace het::search

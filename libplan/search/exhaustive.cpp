@@ -1,7 +1,7 @@
 // The oracle for small instances: k identical pipelines; every ordered subset of the
 // subclusters; in each used subcluster a run of n stages of one (dp, cp, tp) that together use
 // all its devices (divided by k); every micro-batch size and schedule; the best unit split
-// and recomputation of each (Evaluator::best_split, exact under the estimate). Layouts whose
+// and recomputation of each (Evaluator::evaluate, exact under the estimate). Layouts whose
 // lower bound cannot enter the top k are skipped, which keeps the result exact.
 #include <algorithm>
 #include <numeric>

@@ -47,7 +47,7 @@ struct Options {
 struct AlgorithmReport {
   std::string name;
   double seconds = 0;
-  std::int64_t candidates = 0;         // layouts evaluated
+  std::int64_t candidates = 0;         // layouts considered (× micro-batch sizes × schedules)
   std::optional<double> iteration_s;   // its best plan, simulated; none when it found nothing
   bool timed_out = false;
   std::string note;                    // why it did not apply or found nothing

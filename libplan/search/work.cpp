@@ -46,30 +46,19 @@ int pipeline_microbatch(const Layout& l, int b) {
 }
 }  // namespace
 
-void Work::consider(Layout layout) {
-  for (int b : micro_batch_sizes) {
-    layout.micro_batch_size = pipeline_microbatch(layout, b);
-    if (!eval.admissible(layout)) continue;
-    if (eval.lower_bound(layout) >= best()) continue;  // cannot enter the top k
-    for (ScheduleKind kind : schedules) {
-      if (expired()) return;
-      layout.schedule = kind;
-      ++layouts_;
-      if (auto c = eval.best_split(layout)) offer(*c);
-    }
-  }
-}
+void Work::consider(Layout layout) { consider_split(std::move(layout), {}); }
 
 void Work::consider_split(Layout layout, const std::vector<int>& first_unit) {
   for (int b : micro_batch_sizes) {
+    if (expired()) return;
     layout.micro_batch_size = pipeline_microbatch(layout, b);
     if (!eval.admissible(layout)) continue;
-    for (ScheduleKind kind : schedules) {
-      if (expired()) return;
-      layout.schedule = kind;
-      ++layouts_;
-      if (auto c = eval.with_split(layout, first_unit)) offer(*c);
-    }
+    // A fixed split is not pruned: its callers (baselines) want their own plan evaluated.
+    const bool fixed = !first_unit.empty();
+    const auto found = eval.evaluate(layout, schedules, fixed ? &first_unit : nullptr,
+                                     fixed ? Evaluator::kNoCutoff : best());
+    layouts_ += static_cast<std::int64_t>(schedules.size());
+    for (const auto& c : found) offer(c);
   }
 }
 
