@@ -126,6 +126,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     model::Param<float>* param;
     int chunk;
     std::vector<std::size_t> elements;  // local indices of the chunk in param->value
+    float weight = 1;                   // 1/tp for a copy every TP shard holds whole
   };
   std::vector<SyncChunk> sync;
   auto holds = [&](const Stage& o, const std::string& n) {
@@ -150,7 +151,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     std::vector<std::size_t> all(param->value.size());
     std::iota(all.begin(), all.end(), std::size_t(0));
     if (!sharded(n)) {
-      sync.push_back({holders, param, 0, std::move(all)});
+      sync.push_back({holders, param, 0, std::move(all), 1.0f / float(st.tp)});
       continue;
     }
     const int per = F / st.tp;  // my chunks: [shard·per, (shard+1)·per)
@@ -159,7 +160,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     const std::size_t local = param->value.size();
     for (int k = 0; k < per; ++k) {
       const int c = here.shard * per + k;
-      SyncChunk chunk{{}, param, c, {}};
+      SyncChunk chunk{{}, param, c, {}, 1.0f};
       for (int r : holders) {
         const Stage& o = plan.pipelines[std::size_t(places[std::size_t(r)].pipeline)].stages[std::size_t(places[std::size_t(r)].stage)];
         if (places[std::size_t(r)].shard == c / (F / o.tp)) chunk.group.push_back(r);
@@ -290,10 +291,8 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       for (auto& chunk : sync) {
         if (chunk.group.size() <= 1) continue;
         auto& grad = chunk.param->grad;
-        if (!sharded(chunk.param->name) && st.tp > 1)
-          for (auto& g : grad) g /= float(st.tp);
         buffer.resize(chunk.elements.size());
-        for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = grad[chunk.elements[i]];
+        for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = grad[chunk.elements[i]] * chunk.weight;
         check(transport::all_reduce_sum(peers, chunk.group, buffer.data(), buffer.size(), kSync));
         for (std::size_t i = 0; i < buffer.size(); ++i) grad[chunk.elements[i]] = buffer[i];
       }

@@ -53,8 +53,8 @@ double lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
 // else the algorithm's own space.
 std::string binding_constraint(const Evaluator& eval, const std::string& algorithm) {
   const ModelSpec& m = eval.model();
-  std::string worst;
-  double worst_ratio = 0;
+  std::string roomiest;  // the subcluster where the leanest stage comes closest to fitting
+  double roomiest_ratio = 0;  // its need / capacity
   for (std::size_t j = 0; j < eval.cluster().subclusters.size(); ++j) {
     const SubclusterSpec& s = eval.cluster().subclusters[j];
     cost::StageShape st;
@@ -71,19 +71,19 @@ std::string binding_constraint(const Evaluator& eval, const std::string& algorit
     st.in_flight = 1;
     st.recompute = Recompute::full;
     const double need = cost::stage_memory(m, st).total();
-    if (worst.empty() || need / s.device.memory < worst_ratio) {  // the most promising subcluster
-      worst_ratio = need / s.device.memory;
+    if (roomiest.empty() || need / s.device.memory < roomiest_ratio) {
+      roomiest_ratio = need / s.device.memory;
       char buf[256];
       std::snprintf(buf, sizeof buf, "%.1f GiB on %s (%.0f GiB)", need / (1 << 30), s.name.c_str(),
                     s.device.memory / (1 << 30));
-      worst = buf;
+      roomiest = buf;
     }
   }
-  if (worst_ratio <= 1)
+  if (roomiest_ratio <= 1)
     return "'" + algorithm + "' found no plan that fits within its search space (and time budget); try --algo auto, "
            "more micro-batch sizes or recomputation options";
   return "no plan fits memory: even one layer per stage with the widest tp, full recomputation and ZeRO over the "
-         "subcluster needs at least " + worst + " per device, on the roomiest subcluster; add devices, enable recomputation or ZeRO (zero_stage), "
+         "subcluster needs at least " + roomiest + " per device, on the roomiest subcluster; add devices, enable recomputation or ZeRO (zero_stage), "
          "use a smaller micro-batch, or check the schedule options";
 }
 
