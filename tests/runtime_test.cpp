@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -92,24 +93,31 @@ TEST_CASE("run-local refuses what it cannot run, with exit 2") {
   CHECK_THAT(r.err, Catch::Contains("/nonexistent.bin: cannot open the file"));
 }
 
-TEST_CASE("TCP peers: a ring all-reduce over four ranks sums exactly, and CRC-32 is the standard one") {
+namespace {
+// Runs `body` as each of `world` ranks, one thread each, connected over loopback TCP; returns
+// every rank's errors (empty when all went well).
+std::vector<std::string> run_ranks(int world, const std::function<std::string(int, het::transport::Peers&)>& body) {
   het::test::TempDir dir;
-  const int world = 4;
-  std::vector<std::vector<float>> data(world);
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       auto peers = het::transport::Peers::connect(r, world, dir.path(), 30);
-      if (!peers) {
-        errors[r] = het::to_string(peers.errors());
-        return;
-      }
-      data[r].resize(1000);
-      for (std::size_t i = 0; i < data[r].size(); ++i) data[r][i] = float(r * 1000 + int(i));
-      errors[r] = het::transport::all_reduce_sum(**peers, {0, 1, 2, 3}, data[r].data(), data[r].size(), 7);
+      errors[r] = peers ? body(r, **peers) : het::to_string(peers.errors());
     });
   for (auto& t : threads) t.join();
+  return errors;
+}
+}  // namespace
+
+TEST_CASE("TCP peers: a ring all-reduce over four ranks sums exactly, and CRC-32 is the standard one") {
+  const int world = 4;
+  std::vector<std::vector<float>> data(world);
+  const auto errors = run_ranks(world, [&](int r, het::transport::Peers& peers) {
+    data[r].resize(1000);
+    for (std::size_t i = 0; i < data[r].size(); ++i) data[r][i] = float(r * 1000 + int(i));
+    return het::transport::all_reduce_sum(peers, {0, 1, 2, 3}, data[r].data(), data[r].size(), 7);
+  });
   for (int r = 0; r < world; ++r) {
     INFO("rank " << r << ": " << errors[r]);
     REQUIRE(errors[r].empty());
@@ -119,29 +127,19 @@ TEST_CASE("TCP peers: a ring all-reduce over four ranks sums exactly, and CRC-32
 }
 
 TEST_CASE("TCP peers: reduce-scatter, all-gather and broadcast over three ranks") {
-  het::test::TempDir dir;
   const int world = 3;
   const std::vector<int> group = {2, 0, 1};  // ring order need not be rank order
   std::vector<std::vector<double>> rs(world), ag(world), bc(world);
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      auto peers = het::transport::Peers::connect(r, world, dir.path(), 30);
-      if (!peers) {
-        errors[r] = het::to_string(peers.errors());
-        return;
-      }
-      rs[r].assign(10, double(r + 1));  // sums to 6 everywhere
-      errors[r] += het::transport::reduce_scatter_sum(**peers, group, rs[r].data(), 10, 1);
-      ag[r].assign(10, -1.0);
-      const int c = het::transport::owned_chunk(group, r);
-      for (std::size_t i = 10 * std::size_t(c) / 3; i < 10 * std::size_t(c + 1) / 3; ++i) ag[r][i] = double(c);
-      errors[r] += het::transport::all_gather(**peers, group, ag[r].data(), 10, 2);
-      bc[r].assign(5, r == 1 ? 42.0 : 0.0);
-      errors[r] += het::transport::broadcast(**peers, group, 1, bc[r].data(), 5, 3);
-    });
-  for (auto& t : threads) t.join();
+  const auto errors = run_ranks(world, [&](int r, het::transport::Peers& peers) {
+    rs[r].assign(10, double(r + 1));  // sums to 6 everywhere
+    std::string err = het::transport::reduce_scatter_sum(peers, group, rs[r].data(), 10, 1);
+    ag[r].assign(10, -1.0);
+    const int c = het::transport::owned_chunk(group, r);
+    for (std::size_t i = 10 * std::size_t(c) / 3; i < 10 * std::size_t(c + 1) / 3; ++i) ag[r][i] = double(c);
+    err += het::transport::all_gather(peers, group, ag[r].data(), 10, 2);
+    bc[r].assign(5, r == 1 ? 42.0 : 0.0);
+    return err + het::transport::broadcast(peers, group, 1, bc[r].data(), 5, 3);
+  });
   for (int r = 0; r < world; ++r) {
     INFO("rank " << r << ": " << errors[r]);
     REQUIRE(errors[r].empty());
