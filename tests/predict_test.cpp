@@ -41,6 +41,17 @@ Plan homogeneous(int S, int m, ScheduleKind kind) {
   return plan;
 }
 
+// A plan of a 4-layer gpt (global batch 32) on the given cluster, without pipelines yet.
+Plan four_layers_on(const input::Document& cluster) {
+  auto md = test::doc("name: h\narchitecture: gpt\nnum_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\n"
+                      "vocab_size: 1024\nseq_length: 512\ntraining: {global_batch_size: 32}\n",
+                      "m.yaml");
+  Plan plan;
+  plan.model = *read_model(md.file, md.root, "");
+  plan.cluster = *read_cluster(cluster.file, cluster.root, "", test::catalog());
+  return plan;
+}
+
 }  // namespace
 
 TEST_CASE("predict fills every derived field, and the result validates and round-trips") {
@@ -89,9 +100,6 @@ TEST_CASE("predicted time of equal stages on free links is 1F1B's closed form") 
 }
 
 TEST_CASE("a cross-subcluster hop gets one more warm-up under virtual-1f1b, and pays D2H + H2D") {
-  auto md = test::doc("name: h\narchitecture: gpt\nnum_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\n"
-                      "vocab_size: 1024\nseq_length: 512\ntraining: {global_batch_size: 32}\n",
-                      "m.yaml");
   auto cd = test::doc(R"(name: c
 subclusters:
   - {name: a, device: A100-80GB, nodes: 1, devices_per_node: 2}
@@ -100,9 +108,7 @@ links:
   - {between: [a, b], bandwidth: 10Gbit/s, latency: 1ms}
 )",
                       "c.yaml");
-  Plan plan;
-  plan.model = *read_model(md.file, md.root, "");
-  plan.cluster = *read_cluster(cd.file, cd.root, "", test::catalog());
+  Plan plan = four_layers_on(cd);
   plan.schedule = ScheduleKind::virtual_1f1b;
   Pipeline p;
   p.micro_batch_size = 1;
@@ -133,9 +139,6 @@ links:
 }
 
 TEST_CASE("resharding between stages of different (dp, tp) picks the cheapest strategy unless told") {
-  auto md = test::doc("name: h\narchitecture: gpt\nnum_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\n"
-                      "vocab_size: 1024\nseq_length: 512\ntraining: {global_batch_size: 32}\n",
-                      "m.yaml");
   auto cd = test::doc(R"(name: c
 subclusters:
   - {name: a, device: A100-80GB, nodes: 2, devices_per_node: 4, inter_node: {bandwidth: 100Gbit/s, latency: 5us}}
@@ -144,9 +147,7 @@ links:
   - {between: [a, b], bandwidth: 10Gbit/s, latency: 1ms}
 )",
                       "c.yaml");
-  Plan plan;
-  plan.model = *read_model(md.file, md.root, "");
-  plan.cluster = *read_cluster(cd.file, cd.root, "", test::catalog());
+  Plan plan = four_layers_on(cd);
   Pipeline p;
   p.micro_batch_size = 4;
   p.num_microbatches = 8;
