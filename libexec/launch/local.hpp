@@ -14,7 +14,6 @@ struct LocalJob {
   std::string executable;              // the hetexec binary (its `worker` command)
   std::vector<std::string> worker_args; // passed to every worker, after `worker --rank R --world W --rendezvous DIR`
   int world = 1;
-  double timeout_s = 600;
 };
 
 struct LocalResult {

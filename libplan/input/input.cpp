@@ -72,10 +72,6 @@ void Context::error(const YAML::Node& at, const std::string& path, std::string m
   sink->push_back({file, line_of(where), column_of(where), path, std::move(message)});
 }
 
-void Context::error_at_line(int line, const std::string& path, std::string message) const {
-  sink->push_back({file, line, 0, path, std::move(message)});
-}
-
 Result<Document> parse(std::string_view text, const std::string& name) {
   if (std::all_of(text.begin(), text.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }))
     return Diagnostic{name, 0, 0, "", "the file is empty; expected a YAML or JSON map"};

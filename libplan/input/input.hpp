@@ -40,8 +40,6 @@ struct Context {
   // Reports a problem located at `at` (or, when `at` has no position, at `fallback`).
   void error(const YAML::Node& at, const std::string& path, std::string message,
              const YAML::Node& fallback = YAML::Node()) const;
-  // Reports a problem with a known line (0 = unknown).
-  void error_at_line(int line, const std::string& path, std::string message) const;
 };
 
 // 1-based line of a node, 0 when it has none.
