@@ -16,6 +16,7 @@
 #include "data/data.hpp"
 #include "process.hpp"
 #include "spec/model.hpp"
+#include "spec/profile.hpp"
 #include "train/reference.hpp"
 #include "transport/tcp.hpp"
 
@@ -36,12 +37,15 @@ std::vector<double> reference(const std::string& model, int steps) {
   return het::train::train_reference<float>(*spec, batches, st);
 }
 
-std::vector<double> run_local(const std::string& plan, const std::string& model, int steps) {
+std::vector<double> run_local(const std::string& plan, const std::string& model, int steps,
+                              const std::vector<std::string>& extra = {}, std::string* out = nullptr) {
   het::test::TempDir dir;
   const std::string metrics = dir.path() + "/m.jsonl";
-  auto r = run_process({HETEXEC_BIN, "run-local", plan, "--model", model, "--cluster", kCluster, "--steps",
-                        std::to_string(steps), "--metrics-out", metrics},
-                       300);
+  std::vector<std::string> argv = {HETEXEC_BIN, "run-local", plan, "--model", model, "--cluster", kCluster, "--steps",
+                                   std::to_string(steps), "--metrics-out", metrics};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto r = run_process(argv, 300);
+  if (out) *out = r.out;
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   std::ifstream in(metrics);
@@ -60,11 +64,13 @@ void check_equal(const std::vector<double>& got, const std::vector<double>& want
 
 }  // namespace
 
-TEST_CASE("run-local reproduces single-device losses: pipeline, TP, DP, 3 stages over 2 subclusters, two pipelines of different layouts and TP") {
+TEST_CASE("run-local reproduces single-device losses: pipeline, TP, DP, CP, 3 stages over 2 subclusters, two pipelines of different layouts and TP") {
   for (const char* model : {"tiny-gpt", "tiny-llama"}) {
     const std::string m = kSrc + "/configs/models/" + model + ".yaml";
     const auto want = reference(m, 10);
-    for (const char* plan : {"pipeline", "tensor", "data", "mixed", "two-pipelines", "two-pipelines-tp", "recompute"}) {
+    // context: cp 2 → dp 2 → tp 2 × cp 2 over two subclusters (blocks of sequences × time
+    // resharded between every pair of stages).
+    for (const char* plan : {"pipeline", "tensor", "data", "mixed", "two-pipelines", "two-pipelines-tp", "recompute", "context"}) {
       INFO(model << " with the " << plan << " plan");
       check_equal(run_local(kSrc + "/tests/data/plans/" + plan + ".plan.json", m, 10), want);
     }
@@ -83,6 +89,45 @@ TEST_CASE("run-local reproduces single-device losses under every schedule kind")
                           kCluster, "--schedule", kind, "-o", plan});
     REQUIRE(s.exit_code == 0);
     check_equal(run_local(plan, m, 6), want);
+  }
+}
+
+TEST_CASE("ZeRO-1 shards the optimizer state over the sync groups and trains exactly as plain data parallelism") {
+  het::test::TempDir dir;
+  std::ifstream in(kSrc + "/configs/models/tiny-gpt.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string zero = dir.write("tiny-gpt-zero1.yaml", text.replace(text.find("zero_stage: 0"), 13, "zero_stage: 1"));
+  const auto want = reference(kSrc + "/configs/models/tiny-gpt.yaml", 6);
+  auto state = [](const std::string& out) {  // "rank 0: cpu (1 threads), AdamW state N values"
+    const auto at = out.find("AdamW state ");
+    REQUIRE(at != std::string::npos);
+    return std::stod(out.substr(at + 12));
+  };
+  for (const char* plan : {"data", "two-pipelines-tp"}) {
+    INFO(plan);
+    std::string plain_out, zero_out;
+    const auto plain = run_local(kSrc + "/tests/data/plans/" + plan + ".plan.json", kSrc + "/configs/models/tiny-gpt.yaml", 6, {}, &plain_out);
+    const auto sharded = run_local(kSrc + "/tests/data/plans/" + plan + ".plan.json", zero, 6, {}, &zero_out);
+    check_equal(sharded, want);
+    CHECK(sharded == plain);  // the same sums and the same elementwise updates: bit for bit
+    // Rank 0 syncs everything with one other rank: it keeps about half of the moments.
+    CHECK(state(zero_out) < 0.6 * state(plain_out));
+  }
+}
+
+TEST_CASE("the CPU backend's results do not depend on its number of threads") {
+  const std::string m = kSrc + "/configs/models/tiny-gpt.yaml";
+  const std::string plan = kSrc + "/tests/data/plans/tensor.plan.json";
+  CHECK(run_local(plan, m, 3, {"--threads", "1"}) == run_local(plan, m, 3, {"--threads", "3"}));
+}
+
+TEST_CASE("run-local refuses an unknown or unbuilt backend with exit 2") {
+  for (const char* backend : {"cuda", "tpu"}) {
+    auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/pipeline.plan.json", "--model",
+                          kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--backend", backend});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("backend") && Catch::Contains("available: cpu"));
   }
 }
 
@@ -197,12 +242,63 @@ TEST_CASE("hetexec profile measures a model on the CPU backend and writes a vali
   het::test::TempDir dir;
   const std::string out = dir.path() + "/p.yaml";
   auto r = run_process({HETEXEC_BIN, "profile", "--model", kSrc + "/configs/models/tiny-gpt.yaml", "--device", "cpu-fast",
-                        "--micro-batch", "1", "2", "--repeats", "3", "-o", out});
-  INFO(r.err);
+                        "--micro-batch", "1", "2", "--tp", "1", "2", "--repeats", "3", "-o", out});
+  INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   auto v = run_process({HETPLAN_BIN, "validate", "--model", kSrc + "/configs/models/tiny-gpt.yaml", "--profile", out});
   CHECK(v.exit_code == 0);
-  CHECK_THAT(v.out, Catch::Contains("cpu-fast, 6 rows (embedding/head/layer)"));
+  CHECK_THAT(v.out, Catch::Contains("cpu-fast, 12 rows (embedding/head/layer)"));
+  // A TP-2 shard of a layer holds about half its weights and activations; the recompute is
+  // the forward again.
+  auto p = het::load_profile(out);
+  REQUIRE(p.ok());
+  auto layer = [&](int tp) {
+    for (const auto& row : p->units)
+      if (row.unit == het::UnitKind::layer && row.tp == tp && row.micro_batch_size == 2) return row;
+    FAIL("no layer row for tp " << tp);
+    return het::ProfileRow{};
+  };
+  CHECK(*layer(2).parameter_memory < 0.6 * *layer(1).parameter_memory);
+  CHECK(*layer(2).activation_memory < 0.75 * *layer(1).activation_memory);
+  CHECK(*layer(1).recompute == layer(1).forward);
+  auto bad = run_process({HETEXEC_BIN, "profile", "--model", kSrc + "/configs/models/tiny-gpt.yaml", "--tp", "3", "-o", out});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("tp 3 does not divide"));
+}
+
+TEST_CASE("Ctrl-C stops every rank of run-local, and a killed launcher takes its workers with it") {
+  for (int sig : {SIGINT, SIGKILL}) {
+    INFO("signal " << sig);
+    const std::string seed = sig == SIGINT ? "515151" : "525252";
+    std::thread killer([&] {
+      for (int i = 0; i < 400; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (find_processes({"worker", "--rank 3 ", "--seed " + seed}).empty()) continue;
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let it train a little
+        for (int pid : find_processes({"run-local", "--seed " + seed})) ::kill(pid, sig);
+        return;
+      }
+    });
+    const auto start = std::chrono::steady_clock::now();
+    auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/mixed.plan.json", "--model",
+                          kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--steps", "100000", "--seed", seed},
+                         120);
+    killer.join();
+    INFO(r.out << r.err);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));
+    if (sig == SIGINT) {
+      CHECK(r.exit_code == 130);
+      CHECK_THAT(r.err, Catch::Contains("interrupted") && Catch::Contains("stopped all 5 ranks"));
+    } else {
+      CHECK(r.signal == SIGKILL);
+    }
+    bool gone = false;  // the kernel stops orphaned workers (PR_SET_PDEATHSIG)
+    for (int i = 0; i < 100 && !gone; ++i) {
+      gone = find_processes({"worker", "--seed " + seed}).empty();
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    CHECK(gone);
+  }
 }
 
 TEST_CASE("run-local --trace writes every rank's timeline with the simulator's event names") {

@@ -32,17 +32,15 @@ ModelSpec small(Architecture arch) {
   return m;
 }
 
-const model::AllReduce<double> kNone = [](double*, std::size_t) {};
-
 // Loss of one micro-batch through stages [0, cut] and [cut+1, L+1] (cut = L+1: one stage).
 double run(std::vector<model::StageModel<double>>& stages, const std::vector<int>& in, const std::vector<int>& tg, int B,
            bool backward) {
   double loss = 0;
-  std::vector<double> x = stages[0].forward(0, B, in.data(), nullptr, tg.data(), &loss, kNone);
-  for (std::size_t s = 1; s < stages.size(); ++s) x = stages[s].forward(0, B, nullptr, x.data(), tg.data(), &loss, kNone);
+  std::vector<double> x = stages[0].forward(0, B, in.data(), nullptr, tg.data(), &loss);
+  for (std::size_t s = 1; s < stages.size(); ++s) x = stages[s].forward(0, B, nullptr, x.data(), tg.data(), &loss);
   if (backward) {
     std::vector<double> d;
-    for (std::size_t s = stages.size(); s-- > 0;) d = stages[s].backward(0, d.data(), 1.0, kNone);
+    for (std::size_t s = stages.size(); s-- > 0;) d = stages[s].backward(0, d.data(), 1.0);
   }
   return loss;
 }

@@ -18,7 +18,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <malloc.h>
+#include <sys/prctl.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <thread>
 #include "importer/importer.hpp"
 #include "node/node.hpp"
 #include "profiler/profiler.hpp"
@@ -96,6 +101,8 @@ struct JobArgs {
   std::optional<std::string> data, metrics_out, trace;
   // worker only
   bool emulate_links = false, emulate_devices = false;
+  std::string backend = "cpu";
+  int threads = 0;  // per rank; 0: the cores shared out among the ranks
   int rank = 0, world = 1;
   std::string rendezvous;
 };
@@ -124,9 +131,17 @@ het::Result<Job> load_job(const JobArgs& a) {
 }
 
 int run_worker(const JobArgs& a) {
+  // A worker does not outlive the process that started it (run-local, or a node agent).
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() == 1) return 1;
   auto job = load_job(a);
   if (!job) {
     for (const auto& e : job.errors()) std::cerr << "error: " << e.to_string() << "\n";
+    return 2;
+  }
+  auto backend = het::backend::open(a.backend, a.threads);
+  if (!backend) {
+    for (const auto& e : backend.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
   }
   auto peers = het::transport::Peers::connect(a.rank, a.world, a.rendezvous, 120);
@@ -143,8 +158,10 @@ int run_worker(const JobArgs& a) {
   std::vector<het::sim::TraceEvent> events;
   if (a.trace) opt.trace = &events;
   const double tokens = double(job->plan.model.training.global_batch_size) * job->plan.model.seq_length;
-  auto reports = het::runtime::run_rank(job->plan, **peers, job->batches, opt, [&](const het::runtime::StepReport& r) {
+  auto reports = het::runtime::run_rank(job->plan, **peers, **backend, job->batches, opt, [&](const het::runtime::StepReport& r) {
     if (a.rank != 0) return;
+    if (r.step == 0)
+      std::cout << nlohmann::json{{"backend", (*backend)->describe()}, {"optimizer_state", r.optimizer_state}}.dump() << std::endl;
     std::cout << nlohmann::json{{"step", r.step}, {"loss", r.loss}, {"step_s", r.seconds}, {"tokens_per_s", tokens / r.seconds}}.dump()
               << std::endl;
   });
@@ -166,13 +183,19 @@ int run_local(const JobArgs& a) {
     for (const auto& e : job.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
   }
+  if (auto backend = het::backend::open(a.backend, 1); !backend) {  // before any worker starts
+    for (const auto& e : backend.errors()) std::cerr << "error: " << e.to_string() << "\n";
+    return 2;
+  }
   het::launch::LocalJob lj;
   char self[4096] = {};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   lj.executable = n > 0 ? std::string(self, std::size_t(n)) : "hetexec";
   lj.world = static_cast<int>(het::runtime::ranks_of(job->plan).size());
+  // Each rank gets an equal share of the cores unless told otherwise.
+  const int threads = a.threads > 0 ? a.threads : std::max(1, int(std::thread::hardware_concurrency()) / lj.world);
   lj.worker_args = {"--plan", *a.files.plan, "--steps", std::to_string(a.steps), "--seed", std::to_string(a.seed),
-                    "--lr", std::to_string(a.lr)};
+                    "--lr", std::to_string(a.lr), "--backend", a.backend, "--threads", std::to_string(threads)};
   if (a.files.model) lj.worker_args.insert(lj.worker_args.end(), {"--model", *a.files.model});
   if (a.files.cluster) lj.worker_args.insert(lj.worker_args.end(), {"--cluster", *a.files.cluster});
   if (a.data) lj.worker_args.insert(lj.worker_args.end(), {"--data", *a.data});
@@ -195,11 +218,17 @@ int run_local(const JobArgs& a) {
       return 2;
     }
   }
-  std::cout << "running " << lj.world << " ranks of " << *a.files.plan << " for " << a.steps << " steps\n";
+  std::cout << "running " << lj.world << " ranks of " << *a.files.plan << " for " << a.steps << " steps on the "
+            << a.backend << " backend, " << threads << " thread" << (threads == 1 ? "" : "s") << " per rank\n";
   std::cout << " step        loss    step_s    tokens/s\n";
   auto result = het::launch::run_local(lj, [&](const std::string& line) {
     try {
       auto j = nlohmann::json::parse(line);
+      if (j.contains("optimizer_state")) {
+        std::cout << "rank 0: " << j["backend"].get<std::string>() << ", AdamW state " << j["optimizer_state"].get<std::size_t>()
+                  << " values" << (job->plan.model.training.zero_stage >= 1 ? " (ZeRO-1: its share)" : "") << std::endl;
+        return;
+      }
       char buf[128];
       std::snprintf(buf, sizeof buf, "%5d  %10.6f  %8.4f  %10.0f", j["step"].get<int>(), j["loss"].get<double>(),
                     j["step_s"].get<double>(), j["tokens_per_s"].get<double>());
@@ -212,6 +241,11 @@ int run_local(const JobArgs& a) {
   if (!result) {
     for (const auto& e : result.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
+  }
+  if (result->interrupted_by) {
+    std::cerr << "interrupted (" << (result->interrupted_by == SIGINT ? "SIGINT" : "SIGTERM") << "): stopped all " << lj.world
+              << " ranks\n";
+    return 128 + result->interrupted_by;
   }
   if (a.trace) {  // every rank's events in one Chrome trace, from the first event on
     std::vector<het::sim::TraceEvent> all;
@@ -254,7 +288,11 @@ int main(int argc, char** argv) {
   std::string profile_model, profile_out, backend = "cpu";
   het::profiler::Options profile_opt;
   auto* profile = app.add_subcommand("profile", "Measure the unit costs of a model on this machine's backend");
-  profile->add_option("--backend", backend, "cpu (cuda comes with the CUDA backend)")->check(CLI::IsMember({"cpu"}));
+  int profile_threads = 0;
+  profile->add_option("--backend", backend, "cpu (cuda comes with the CUDA backend)");
+  profile->add_option("--threads", profile_threads, "CPU threads (default: every core)")->check(CLI::NonNegativeNumber);
+  profile->add_option("--tp", profile_opt.tp, "tensor-parallel degrees to measure a shard of (default 1)")
+      ->check(CLI::PositiveNumber);
   profile->add_option("--model", profile_model, "model.yaml")->required();
   profile->add_option("--micro-batch", profile_opt.micro_batch_sizes, "micro-batch sizes (default 1 2 4)");
   profile->add_option("--repeats", profile_opt.repeats, "timed runs per point, after two warm-ups (default 15)")
@@ -272,6 +310,9 @@ int main(int argc, char** argv) {
     cmd->add_option("--seed", job.seed, "seed of the weights and of synthetic data (default 1)");
     cmd->add_option("--lr", job.lr, "AdamW learning rate (default 1e-3)")->check(CLI::PositiveNumber);
     cmd->add_option("--data", job.data, "llm.c token file (default: a synthetic stream)");
+    cmd->add_option("--backend", job.backend, "cpu (default; cuda comes with the CUDA backend)");
+    cmd->add_option("--threads", job.threads, "CPU threads per rank (default: the cores shared out among the ranks)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--emulate-links", job.emulate_links, "shape each connection to its link in the plan's cluster");
     cmd->add_flag("--emulate-devices", job.emulate_devices,
                   "slow each rank's compute by (fastest device peak / its device peak)");
@@ -305,17 +346,36 @@ int main(int argc, char** argv) {
       for (const auto& e : m.errors()) std::cerr << "error: " << e.to_string() << "\n";
       return 2;
     }
-    const auto p = het::profiler::profile_cpu(*m, profile_opt);
+    auto be = het::backend::open(backend, profile_threads);
+    if (!be) {
+      for (const auto& e : be.errors()) std::cerr << "error: " << e.to_string() << "\n";
+      return 2;
+    }
+    std::cout << "profiling " << m->name << " on " << (*be)->describe() << "\n";
+    std::cout << " unit        tp   mbs   forward_s   backward_s   activations_B\n";
+    auto p = het::profiler::profile(**be, *m, profile_opt, [](const het::ProfileRow& r) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, " %-10s %3d %5d  %10.6f  %11.6f  %14.0f", std::string(het::to_string(r.unit)).c_str(), r.tp,
+                    r.micro_batch_size, r.forward, r.backward, r.activation_memory.value_or(0));
+      std::cout << buf << std::endl;
+    });
+    if (!p) {
+      for (const auto& e : p.errors()) std::cerr << "error: " << e.to_string() << "\n";
+      return 2;
+    }
+    std::string tps;
+    for (int tp : profile_opt.tp) tps += (tps.empty() ? "" : ", ") + std::to_string(tp);
     std::ofstream out(profile_out);
-    out << het::importer::to_yaml(p, "Measured by `hetexec profile --backend cpu` (tp 1, median of " +
-                                         std::to_string(profile_opt.repeats) + " runs, slowdown " +
-                                         std::to_string(profile_opt.slowdown) + ") for " + m->name + ".");
+    out << het::importer::to_yaml(*p, "Measured by `hetexec profile --backend " + backend + "` (tp " + tps + ", median of " +
+                                          std::to_string(profile_opt.repeats) + " runs, slowdown " +
+                                          std::to_string(profile_opt.slowdown) + ") on " + (*be)->describe() + " for " +
+                                          m->name + ".");
     out.close();
     if (!out) {
       std::cerr << "error: cannot write " << profile_out << "\n";
       return 2;
     }
-    std::cout << "wrote " << profile_out << ": " << p.device << ", " << p.units.size() << " rows\n";
+    std::cout << "wrote " << profile_out << ": " << p->device << ", " << p->units.size() << " rows\n";
     return 0;
   }
   if (worker->parsed()) {

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +38,25 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
   auto stop_all = [&] {
     for (pid_t p : pids) kill(p, SIGTERM);
   };
+  // SIGINT and SIGTERM arrive as reads of a signalfd while the run lasts (no handler, no global
+  // state); the workers start with the usual signal mask.
+  sigset_t stop_signals, previous, none;
+  sigemptyset(&stop_signals), sigemptyset(&none);
+  sigaddset(&stop_signals, SIGINT), sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+  const int sig_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
+  struct Restore {
+    sigset_t mask;
+    int fd;
+    ~Restore() {
+      if (fd >= 0) close(fd);
+      pthread_sigmask(SIG_SETMASK, &mask, nullptr);
+    }
+  } restore{previous, sig_fd};
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   for (int r = 0; r < job.world; ++r) {
     std::vector<std::string> argv = {job.executable, "worker", "--rank", std::to_string(r), "--world",
                                      std::to_string(job.world), "--rendezvous", dir};
@@ -53,14 +73,16 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
     posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
     pid_t pid = 0;
-    const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+    const int rc = posix_spawn(&pid, args[0], &fa, &attr, args.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
       stop_all();
+      posix_spawnattr_destroy(&attr);
       return Diagnostic{"", 0, 0, "", "cannot start the worker for rank " + std::to_string(r) + ": " + std::strerror(rc)};
     }
     pids.push_back(pid);
   }
+  posix_spawnattr_destroy(&attr);
   close(out_pipe[1]);
 
   LocalResult result;
@@ -78,9 +100,17 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
   std::size_t finished = 0;
   bool stream_open = true;
   while (finished < pids.size()) {
+    pollfd fds[2] = {{sig_fd, POLLIN, 0}, {stream_open ? out_pipe[0] : -1, POLLIN, 0}};
+    if (poll(fds, 2, stream_open ? 100 : 20) > 0 && (fds[0].revents & POLLIN)) {
+      signalfd_siginfo info{};
+      if (read(sig_fd, &info, sizeof info) == ssize_t(sizeof info) && !result.interrupted_by) {
+        result.interrupted_by = int(info.ssi_signo);
+        for (std::size_t k = 0; k < pids.size(); ++k)
+          if (!done[k]) stopped_by_us[k] = true, kill(pids[k], SIGTERM);
+      }
+    }
     if (stream_open) {
-      pollfd pfd{out_pipe[0], POLLIN, 0};
-      if (poll(&pfd, 1, 100) > 0) {
+      if (fds[1].revents & (POLLIN | POLLHUP)) {
         char buf[4096];
         ssize_t n = read(out_pipe[0], buf, sizeof buf);
         if (n <= 0) {
@@ -93,8 +123,6 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
           }
         }
       }
-    } else {
-      usleep(20000);
     }
     for (std::size_t r = 0; r < pids.size(); ++r) {
       if (done[r]) continue;
@@ -104,6 +132,13 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
       ++finished;
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (ok || (stopped_by_us[r] && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)) continue;
+      // Ctrl-C in a terminal reaches the workers too (one process group): an interruption.
+      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGINT && !result.interrupted_by) {
+        result.interrupted_by = SIGINT;
+        for (std::size_t k = 0; k < pids.size(); ++k)
+          if (!done[k]) stopped_by_us[k] = true, kill(pids[k], SIGTERM);
+      }
+      if (result.interrupted_by) continue;  // ranks that lost their peers on the way down
       std::string why = last_line(dir + "/rank-" + std::to_string(r) + ".log");
       int score = 1;
       if (WIFSIGNALED(status)) {
@@ -123,7 +158,7 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
     }
   }
   close(out_pipe[0]);
-  if (!failed.empty()) {
+  if (!failed.empty() && !result.interrupted_by) {
     const Failed* root = &failed.front();
     for (const auto& f : failed)
       if (f.score > root->score) root = &f;

@@ -1,7 +1,9 @@
 #pragma once
 // `hetexec run-local`: every rank of a plan as its own process on this machine (the same
 // worker a node agent spawns), talking over loopback TCP. Rank 0's per-step reports are
-// relayed; when any rank fails, the others are stopped and the failure is named.
+// relayed; when any rank fails, the others are stopped and the failure is named. SIGINT or
+// SIGTERM to the launcher (Ctrl-C) stops every rank and ends the run as interrupted; a worker
+// whose launcher dies is stopped by the kernel (the worker asks for PR_SET_PDEATHSIG).
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@ struct LocalJob {
 
 struct LocalResult {
   std::vector<std::string> lines;  // rank 0's stdout lines (JSON per step)
+  int interrupted_by = 0;          // the signal (SIGINT, SIGTERM) that stopped the run; 0 if none
 };
 
 // Runs the job; `on_line` sees each of rank 0's lines as it arrives.

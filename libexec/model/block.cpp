@@ -52,10 +52,39 @@ Block<T>::Block(const Shape& s, int layer, int rank, int tp, std::uint64_t seed)
   }
 }
 
+namespace {
+// Context parallelism: the keys (or values) x[B,Tl,KD] of every member, gathered into
+// seen[B, (cp_rank+1)·Tl, KD] — the time steps a causal query of this member can see.
 template <class T>
-void Block<T>::forward(const T* x, T* y, int B, BlockActs<T>& a, const AllReduce<T>& all_reduce) const {
+std::vector<T> gather_seen(const T* x, int B, int Tl, int KD, const Comm<T>& c) {
+  const std::size_t n = std::size_t(B) * Tl * KD, row = std::size_t(Tl) * KD;
+  std::vector<T> all(n * std::size_t(c.cp)), seen(std::size_t(B) * (c.cp_rank + 1) * row);
+  c.cp_all_gather(x, all.data(), n);
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r <= c.cp_rank; ++r)
+      std::copy_n(all.data() + r * n + b * row, row, seen.data() + (std::size_t(b) * (c.cp_rank + 1) + r) * row);
+  return seen;
+}
+// The reverse: gradients dseen[B, (cp_rank+1)·Tl, KD] of the keys seen, summed over the
+// members into this member's own dx[B,Tl,KD] (+=).
+template <class T>
+void scatter_seen(const T* dseen, T* dx, int B, int Tl, int KD, const Comm<T>& c) {
+  const std::size_t n = std::size_t(B) * Tl * KD, row = std::size_t(Tl) * KD;
+  std::vector<T> all(n * std::size_t(c.cp), T(0)), mine(n);
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r <= c.cp_rank; ++r)
+      std::copy_n(dseen + (std::size_t(b) * (c.cp_rank + 1) + r) * row, row, all.data() + r * n + b * row);
+  c.cp_reduce_scatter(all.data(), mine.data(), n);
+  for (std::size_t i = 0; i < n; ++i) dx[i] += mine[i];
+}
+}  // namespace
+
+template <class T>
+void Block<T>::forward(const T* x, T* y, int B, BlockActs<T>& a, const Comm<T>& comm) const {
   const bool gpt = s_.arch == Architecture::gpt;
-  const int N = B * s_.T, C = s_.C, D = s_.D;
+  const int Tl = s_.T / comm.cp, pos0 = comm.cp_rank * Tl, Tk = pos0 + Tl;
+  const int N = B * Tl, C = s_.C, D = s_.D;
+  const auto& all_reduce = comm.tp_all_reduce;
   const int QD = Hs_ * D, KD = KHs_ * D;
   auto size = [&](std::vector<T>& v, std::int64_t n) { v.assign(std::size_t(n), T(0)); };
   a.B = B;
@@ -69,11 +98,14 @@ void Block<T>::forward(const T* x, T* y, int B, BlockActs<T>& a, const AllReduce
   matmul_forward(a.k.data(), a.ln1.data(), p(wk).value.data(), gpt ? p(bk).value.data() : no_bias, N, C, KD);
   matmul_forward(a.v.data(), a.ln1.data(), p(wv).value.data(), gpt ? p(bv).value.data() : no_bias, N, C, KD);
   if (!gpt) {
-    rope_forward(a.q.data(), B, s_.T, Hs_, D);
-    rope_forward(a.k.data(), B, s_.T, KHs_, D);
+    rope_forward(a.q.data(), B, Tl, Hs_, D, pos0);
+    rope_forward(a.k.data(), B, Tl, KHs_, D, pos0);
   }
-  size(a.att, std::int64_t(B) * Hs_ * s_.T * s_.T), size(a.att_out, std::int64_t(N) * QD);
-  attention_forward(a.att_out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, s_.T, Hs_, KHs_, D);
+  if (comm.cp > 1) a.k_seen = gather_seen(a.k.data(), B, Tl, KD, comm), a.v_seen = gather_seen(a.v.data(), B, Tl, KD, comm);
+  const T* k = comm.cp > 1 ? a.k_seen.data() : a.k.data();
+  const T* v = comm.cp > 1 ? a.v_seen.data() : a.v.data();
+  size(a.att, std::int64_t(B) * Hs_ * Tl * Tk), size(a.att_out, std::int64_t(N) * QD);
+  attention_forward(a.att_out.data(), a.att.data(), a.q.data(), k, v, B, Tl, Tk, pos0, Hs_, KHs_, D);
   // Row-parallel output projection: partial sums, then the all-reduce, then the bias once.
   size(a.x2, std::int64_t(N) * C);
   matmul_forward(a.x2.data(), a.att_out.data(), p(wo).value.data(), no_bias, N, QD, C);
@@ -99,9 +131,11 @@ void Block<T>::forward(const T* x, T* y, int B, BlockActs<T>& a, const AllReduce
 }
 
 template <class T>
-void Block<T>::backward(const T* dy, T* dx, const BlockActs<T>& a, const AllReduce<T>& all_reduce) {
+void Block<T>::backward(const T* dy, T* dx, const BlockActs<T>& a, const Comm<T>& comm) {
   const bool gpt = s_.arch == Architecture::gpt;
-  const int B = a.B, N = B * s_.T, C = s_.C, D = s_.D;
+  const int Tl = s_.T / comm.cp, pos0 = comm.cp_rank * Tl, Tk = pos0 + Tl;
+  const int B = a.B, N = B * Tl, C = s_.C, D = s_.D;
+  const auto& all_reduce = comm.tp_all_reduce;
   const int QD = Hs_ * D, KD = KHs_ * D;
   std::vector<T> dx2(dy, dy + std::int64_t(N) * C);  // residual path
   // MLP: y = x2 + w2 · h (+ b2)
@@ -133,11 +167,19 @@ void Block<T>::backward(const T* dy, T* dx, const BlockActs<T>& a, const AllRedu
   std::vector<T> datt_out(std::size_t(N) * QD, T(0));
   matmul_backward(datt_out.data(), p(wo).grad.data(), static_cast<T*>(nullptr), dx2.data(), a.att_out.data(), p(wo).value.data(), N, QD, C);
   std::vector<T> dq(std::size_t(N) * QD, T(0)), dk(std::size_t(N) * KD, T(0)), dv(std::size_t(N) * KD, T(0));
-  attention_backward(dq.data(), dk.data(), dv.data(), datt_out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
-                     s_.T, Hs_, KHs_, D);
+  if (comm.cp > 1) {
+    std::vector<T> dk_seen(a.k_seen.size(), T(0)), dv_seen(a.v_seen.size(), T(0));
+    attention_backward(dq.data(), dk_seen.data(), dv_seen.data(), datt_out.data(), a.att.data(), a.q.data(), a.k_seen.data(),
+                       a.v_seen.data(), B, Tl, Tk, pos0, Hs_, KHs_, D);
+    scatter_seen(dk_seen.data(), dk.data(), B, Tl, KD, comm);
+    scatter_seen(dv_seen.data(), dv.data(), B, Tl, KD, comm);
+  } else {
+    attention_backward(dq.data(), dk.data(), dv.data(), datt_out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
+                       Tl, Tk, pos0, Hs_, KHs_, D);
+  }
   if (!gpt) {
-    rope_backward(dq.data(), B, s_.T, Hs_, D);
-    rope_backward(dk.data(), B, s_.T, KHs_, D);
+    rope_backward(dq.data(), B, Tl, Hs_, D, pos0);
+    rope_backward(dk.data(), B, Tl, KHs_, D, pos0);
   }
   std::vector<T> dln1(std::size_t(N) * C, T(0));
   matmul_backward(dln1.data(), p(wq).grad.data(), gpt ? p(bq).grad.data() : static_cast<T*>(nullptr), dq.data(), a.ln1.data(), p(wq).value.data(), N, C, QD);

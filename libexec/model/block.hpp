@@ -6,7 +6,10 @@
 //   llama: y = x2 + down(silu(gate(R2)) * up(R2)),     x2 = x + out(attn(rope(qkv(R1))))
 //          with R = RMSNorm, grouped-query attention, no biases.
 // x, y: [B, T, C]. A shard holds H/tp query heads, KH/tp key/value heads and F/tp MLP
-// channels. Activations of one micro-batch live in BlockActs, so several micro-batches can
+// channels. With context parallelism (cp > 1) x and y hold time steps [r·T/cp, (r+1)·T/cp)
+// of member r; the keys and values of the earlier members are all-gathered for attention and
+// their gradients reduce-scattered back (Megatron's context parallelism, with all-gathered
+// K/V rather than a ring; the result is the same). Activations of one micro-batch live in BlockActs, so several micro-batches can
 // be in flight (pipeline schedules) — forward fills one, backward consumes it.
 #include <cstdint>
 #include <functional>
@@ -18,9 +21,19 @@
 
 namespace het::model {
 
-// Sums n elements in place across the tensor-parallel group (identity when tp = 1).
+// What a shard needs from the ranks it works with, supplied by the runtime; the defaults are
+// those of a rank working alone.
 template <class T>
-using AllReduce = std::function<void(T* data, std::size_t n)>;
+struct Comm {
+  // Sums n elements in place across the tensor-parallel group.
+  std::function<void(T* data, std::size_t n)> tp_all_reduce = [](T*, std::size_t) {};
+  // Context parallelism: member cp_rank of cp holds time steps [cp_rank·T/cp, (cp_rank+1)·T/cp).
+  int cp_rank = 0, cp = 1;
+  // all[cp·n] = every member's n elements, in member order.
+  std::function<void(const T* mine, T* all, std::size_t n)> cp_all_gather;
+  // mine[n] = the sum over members of block cp_rank of their all[cp·n].
+  std::function<void(const T* all, T* mine, std::size_t n)> cp_reduce_scatter;
+};
 
 struct Shape {
   Architecture arch = Architecture::gpt;
@@ -32,6 +45,7 @@ template <class T>
 struct BlockActs {
   int B = 0;
   std::vector<T> x, ln1, ln1_mean, ln1_rstd, q, k, v, att, att_out, x2, ln2, ln2_mean, ln2_rstd, fc, h, up;
+  std::vector<T> k_seen, v_seen;  // cp > 1: keys and values of time steps [0, (cp_rank+1)·T/cp)
 };
 
 template <class T>
@@ -40,10 +54,10 @@ class Block {
   // Layer `layer` (0-based) as TP shard `rank` of `tp`.
   Block(const Shape& s, int layer, int rank, int tp, std::uint64_t seed);
 
-  // y[B,T,C] from x[B,T,C]; fills acts.
-  void forward(const T* x, T* y, int B, BlockActs<T>& acts, const AllReduce<T>& all_reduce) const;
-  // dx[B,T,C] (overwritten) from dy; accumulates the parameter gradients.
-  void backward(const T* dy, T* dx, const BlockActs<T>& acts, const AllReduce<T>& all_reduce);
+  // y[B,T/cp,C] from x[B,T/cp,C]; fills acts.
+  void forward(const T* x, T* y, int B, BlockActs<T>& acts, const Comm<T>& comm) const;
+  // dx[B,T/cp,C] (overwritten) from dy; accumulates the parameter gradients.
+  void backward(const T* dy, T* dx, const BlockActs<T>& acts, const Comm<T>& comm);
 
   std::vector<Param<T>>& params() { return params_; }
   const std::vector<Param<T>>& params() const { return params_; }

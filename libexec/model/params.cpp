@@ -38,24 +38,33 @@ void initialise(Param<T>& p, std::uint64_t seed, Init init, int num_layers,
   p.grad.assign(p.value.size(), T(0));
 }
 
+bool decays(const std::string& name) {
+  return name.find(".b") == std::string::npos && name.find("ln") == std::string::npos && name.find("norm") == std::string::npos;
+}
+
+template <class T>
+void adamw_update(T* value, const T* grad, T* mom1, T* mom2, std::size_t n, const AdamW& o, int step, bool decay) {
+  const double c1 = 1 - std::pow(o.beta1, step), c2 = 1 - std::pow(o.beta2, step);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double g = grad[i];
+    const double m = o.beta1 * mom1[i] + (1 - o.beta1) * g;
+    const double v = o.beta2 * mom2[i] + (1 - o.beta2) * g * g;
+    mom1[i] = T(m), mom2[i] = T(v);
+    const double update = (m / c1) / (std::sqrt(v / c2) + o.eps) + (decay ? o.weight_decay * value[i] : 0.0);
+    value[i] = T(value[i] - o.lr * update);
+  }
+}
+
 template <class T>
 void adamw_step(Param<T>& p, const AdamW& o, int step) {
   if (p.m.empty()) p.m.assign(p.value.size(), T(0)), p.v.assign(p.value.size(), T(0));
-  const bool decay = p.name.find(".b") == std::string::npos && p.name.find("ln") == std::string::npos &&
-                     p.name.find("norm") == std::string::npos;
-  const double c1 = 1 - std::pow(o.beta1, step), c2 = 1 - std::pow(o.beta2, step);
-  for (std::size_t i = 0; i < p.value.size(); ++i) {
-    const double g = p.grad[i];
-    const double m = o.beta1 * p.m[i] + (1 - o.beta1) * g;
-    const double v = o.beta2 * p.v[i] + (1 - o.beta2) * g * g;
-    p.m[i] = T(m), p.v[i] = T(v);
-    const double update = (m / c1) / (std::sqrt(v / c2) + o.eps) + (decay ? o.weight_decay * p.value[i] : 0.0);
-    p.value[i] = T(p.value[i] - o.lr * update);
-  }
+  adamw_update(p.value.data(), p.grad.data(), p.m.data(), p.v.data(), p.value.size(), o, step, decays(p.name));
 }
 
 template void initialise<float>(Param<float>&, std::uint64_t, Init, int, const std::function<std::int64_t(std::int64_t)>&);
 template void initialise<double>(Param<double>&, std::uint64_t, Init, int, const std::function<std::int64_t(std::int64_t)>&);
+template void adamw_update<float>(float*, const float*, float*, float*, std::size_t, const AdamW&, int, bool);
+template void adamw_update<double>(double*, const double*, double*, double*, std::size_t, const AdamW&, int, bool);
 template void adamw_step<float>(Param<float>&, const AdamW&, int);
 template void adamw_step<double>(Param<double>&, const AdamW&, int);
 

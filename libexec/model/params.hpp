@@ -30,7 +30,13 @@ void initialise(Param<T>& p, std::uint64_t seed, Init init, int num_layers, cons
 struct AdamW {
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
-// One AdamW step (step counts from 1); decays matrices only (names without "b"/"ln"/"norm").
+// Whether AdamW decays a parameter: matrices only (names without ".b", "ln", "norm").
+bool decays(const std::string& name);
+// AdamW (step counts from 1) on n elements: value, grad and the moments m, v of those
+// elements. Elementwise, so a sharded optimizer (ZeRO-1) updates any slice on its own.
+template <class T>
+void adamw_update(T* value, const T* grad, T* m, T* v, std::size_t n, const AdamW& opt, int step, bool decay);
+// One AdamW step on a whole parameter (moments allocated on the first step).
 template <class T>
 void adamw_step(Param<T>& p, const AdamW& opt, int step);
 

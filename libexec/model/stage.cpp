@@ -18,8 +18,8 @@ Param<T> make(const std::string& name, std::int64_t size, Init init, std::uint64
 }  // namespace
 
 template <class T>
-StageModel<T>::StageModel(const ModelSpec& spec, int first, int last, int tp_rank, int tp, std::uint64_t seed)
-    : shape_(Shape::of(spec)), first_(first), last_(last) {
+StageModel<T>::StageModel(const ModelSpec& spec, int first, int last, int tp_rank, int tp, std::uint64_t seed, Comm<T> comm)
+    : shape_(Shape::of(spec)), first_(first), last_(last), comm_(std::move(comm)), Tl_(shape_.T / comm_.cp) {
   const Shape& s = shape_;
   const bool gpt = s.arch == Architecture::gpt;
   for (int u = std::max(first, 1); u <= std::min(last, s.L); ++u) blocks_.emplace_back(s, u - 1, tp_rank, tp, seed);
@@ -34,15 +34,14 @@ StageModel<T>::StageModel(const ModelSpec& spec, int first, int last, int tp_ran
 }
 
 template <class T>
-std::vector<T> StageModel<T>::forward(int mb, int B, const int* tokens, const T* x, const int* targets, double* loss_sum,
-                                      const AllReduce<T>& all_reduce) {
-  const int N = B * shape_.T;
+std::vector<T> StageModel<T>::forward(int mb, int B, const int* tokens, const T* x, const int* targets, double* loss_sum) {
+  const int N = B * Tl_;
   Acts& a = in_flight_[mb];
   a = Acts{};
   a.B = B;
   if (has_embedding()) a.tokens.assign(tokens, tokens + N);
   if (has_head()) a.targets.assign(targets, targets + N);
-  std::vector<T> out = run_forward(a, x, loss_sum, all_reduce);
+  std::vector<T> out = run_forward(a, x, loss_sum);
   if (recompute_ != Recompute::none) {
     if (!has_embedding()) a.input.assign(x, x + std::int64_t(N) * shape_.C);
     Acts kept;
@@ -54,22 +53,22 @@ std::vector<T> StageModel<T>::forward(int mb, int B, const int* tokens, const T*
 }
 
 template <class T>
-std::vector<T> StageModel<T>::run_forward(Acts& a, const T* x, double* loss_sum, const AllReduce<T>& all_reduce) {
+std::vector<T> StageModel<T>::run_forward(Acts& a, const T* x, double* loss_sum) {
   const Shape& s = shape_;
-  const int B = a.B, N = B * s.T;
+  const int B = a.B, N = B * Tl_;
   const int* targets = a.targets.data();
   std::vector<T> cur;
   if (has_embedding()) {
     cur.assign(std::size_t(N) * s.C, T(0));
     embedding_forward(cur.data(), a.tokens.data(), wte_->value.data(), wpe_ ? wpe_->value.data() : static_cast<const T*>(nullptr), N,
-                      s.T, s.C);
+                      Tl_, s.C, comm_.cp_rank * Tl_);
   } else {
     cur.assign(x, x + std::int64_t(N) * s.C);
   }
   a.blocks.resize(blocks_.size());
   std::vector<T> next(cur.size());
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
-    blocks_[i].forward(cur.data(), next.data(), B, a.blocks[i], all_reduce);
+    blocks_[i].forward(cur.data(), next.data(), B, a.blocks[i], comm_);
     std::swap(cur, next);
   }
   if (!has_head()) return cur;
@@ -88,16 +87,16 @@ std::vector<T> StageModel<T>::run_forward(Acts& a, const T* x, double* loss_sum,
 }
 
 template <class T>
-std::vector<T> StageModel<T>::backward(int mb, const T* dy, double loss_scale, const AllReduce<T>& all_reduce) {
+std::vector<T> StageModel<T>::backward(int mb, const T* dy, double loss_scale) {
   const Shape& s = shape_;
   auto it = in_flight_.find(mb);
   if (it == in_flight_.end()) throw std::logic_error("backward of micro-batch " + std::to_string(mb) + " without its forward");
   Acts& a = it->second;
-  const int N = a.B * s.T;
+  const int N = a.B * Tl_;
   if (a.dropped) {  // recomputation: the forward again, from the kept input
     double ignored = 0;
     std::vector<T> input = std::move(a.input);
-    run_forward(a, input.data(), &ignored, all_reduce);
+    run_forward(a, input.data(), &ignored);
     a.dropped = false;
   }
   std::vector<T> cur;
@@ -120,12 +119,12 @@ std::vector<T> StageModel<T>::backward(int mb, const T* dy, double loss_scale, c
   }
   std::vector<T> prev(cur.size());
   for (std::size_t i = blocks_.size(); i-- > 0;) {
-    blocks_[i].backward(cur.data(), prev.data(), a.blocks[i], all_reduce);
+    blocks_[i].backward(cur.data(), prev.data(), a.blocks[i], comm_);
     std::swap(cur, prev);
   }
   if (has_embedding()) {
     embedding_backward(wte_->grad.data(), wpe_ ? wpe_->grad.data() : static_cast<T*>(nullptr), cur.data(), a.tokens.data(),
-                       N, s.T, s.C);
+                       N, Tl_, s.C, comm_.cp_rank * Tl_);
     cur.clear();
   }
   in_flight_.erase(it);
@@ -141,6 +140,21 @@ std::vector<Param<T>*> StageModel<T>::params() {
       if (!p.value.empty()) out.push_back(&p);
   for (auto* p : {&lnf_w_, &lnf_b_, &wout_}) if (*p) out.push_back(&**p);
   return out;
+}
+
+template <class T>
+std::size_t StageModel<T>::activation_bytes() const {
+  std::size_t n = 0;
+  auto add = [&](const auto& v) { n += v.size() * sizeof(v[0]); };
+  for (const auto& [mb, a] : in_flight_) {
+    for (const auto* v : {&a.input, &a.embedded, &a.head_in, &a.normed, &a.mean, &a.rstd, &a.logits}) add(*v);
+    add(a.tokens), add(a.targets);
+    for (const auto& b : a.blocks)
+      for (const auto* v : {&b.x, &b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.q, &b.k, &b.v, &b.att, &b.att_out, &b.x2, &b.ln2,
+                            &b.ln2_mean, &b.ln2_rstd, &b.fc, &b.h, &b.up, &b.k_seen, &b.v_seen})
+        add(*v);
+  }
+  return n;
 }
 
 template <class T>

@@ -3,6 +3,7 @@
 // (embedding, transformer layers, head; granularity `layer`) as tensor-parallel shard
 // `rank` of `tp`. Forward and backward run one micro-batch at a time and keep each
 // in-flight micro-batch's activations until its backward, as pipeline schedules need.
+// With context parallelism every tensor below holds T/cp time steps (comm.cp_rank's slice).
 //   embedding: tokens[B,T] -> x[B,T,C]        (wte, + wpe for gpt; replicated over TP)
 //   layers:    x[B,T,C] -> x[B,T,C]           (TP-sharded blocks)
 //   head:      x[B,T,C] -> loss over targets  (final norm, logits = x·Wᵀ with W = wte for gpt
@@ -22,7 +23,8 @@ template <class T>
 class StageModel {
  public:
   // Units [first, last] of the layer-granular sequence: 0 embedding, 1..L layers, L+1 head.
-  StageModel(const ModelSpec& spec, int first, int last, int tp_rank, int tp, std::uint64_t seed);
+  // `comm` connects it to the other shards of its TP and CP groups.
+  StageModel(const ModelSpec& spec, int first, int last, int tp_rank, int tp, std::uint64_t seed, Comm<T> comm = {});
 
   // Activation recomputation: with anything but none, a micro-batch keeps only its input
   // between forward and backward, and the backward first runs the forward again (the CPU
@@ -35,17 +37,18 @@ class StageModel {
   // Forward of micro-batch `mb` of B sequences: from tokens (first stage) or activations
   // x[B,T,C]; returns the output activations [B,T,C], or, on the last stage, nothing (the
   // summed token losses are in `loss_sum`, the logits kept for backward).
-  std::vector<T> forward(int mb, int B, const int* tokens, const T* x, const int* targets, double* loss_sum,
-                         const AllReduce<T>& all_reduce);
+  std::vector<T> forward(int mb, int B, const int* tokens, const T* x, const int* targets, double* loss_sum);
   // Backward of micro-batch `mb`: from the output gradient dy[B,T,C] (not on the last stage,
   // where the loss gradient is scaled by `loss_scale`, 1 / the global batch's tokens);
   // returns dx[B,T,C] (empty on the first stage). Accumulates parameter gradients.
-  std::vector<T> backward(int mb, const T* dy, double loss_scale, const AllReduce<T>& all_reduce);
+  std::vector<T> backward(int mb, const T* dy, double loss_scale);
 
   // Every parameter of the stage (blocks' and embedding/head ones), for the optimizer,
   // gradient sync and checkpoints. Order is deterministic.
   std::vector<Param<T>*> params();
   void zero_grad();
+  // Bytes of activations kept for the micro-batches in flight (between forward and backward).
+  std::size_t activation_bytes() const;
 
  private:
   struct Acts {
@@ -59,12 +62,14 @@ class StageModel {
   };
   Shape shape_;
   int first_, last_;
+  Comm<T> comm_;
+  int Tl_;  // time steps held: T / cp
   std::vector<Block<T>> blocks_;
   std::optional<Param<T>> wte_, wpe_, lnf_w_, lnf_b_, wout_;  // as held by this stage
   std::map<int, Acts> in_flight_;
   Recompute recompute_ = Recompute::none;
   // The forward proper, filling `a`; returns the output (empty on the last stage).
-  std::vector<T> run_forward(Acts& a, const T* x, double* loss_sum, const AllReduce<T>& all_reduce);
+  std::vector<T> run_forward(Acts& a, const T* x, double* loss_sum);
 };
 
 }  // namespace het::model

@@ -1,12 +1,20 @@
 #pragma once
-// `hetexec profile --backend cpu`: measures each unit's forward and backward time on this
-// machine's CPU backend (tp = 1), per micro-batch size, after warm-up runs, the median of
-// several (a layer: the model's stack of layers divided by their number), and returns them as
-// a hetplan.profile/v1 so hetplan plans from measurements.
+// `hetexec profile`: measures each unit's forward, backward and recompute time and its memory
+// on a backend, per (tp, micro-batch size), after warm-up runs, the median of several, and
+// returns them as a hetplan.profile/v1 so hetplan plans from measurements.
+//   - a layer: the model's stack of layers, minus nothing, over their number (a layer alone
+//     stays in cache and runs faster than among the others); embedding and head alone;
+//   - tp > 1: one TP shard's compute (its share of heads and MLP channels); the all-reduces
+//     are the cost model's, from the link bandwidths, not measured here;
+//   - recompute: the forward again (what activation recomputation runs before a backward);
+//   - activation memory: the bytes a micro-batch keeps from its forward to its backward;
+//     parameter memory: the unit's weights on one device.
 // `slowdown` multiplies the times, for an emulated slower device (--emulate-devices).
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "spec/model.hpp"
 #include "spec/profile.hpp"
 
@@ -14,11 +22,15 @@ namespace het::profiler {
 
 struct Options {
   std::vector<int> micro_batch_sizes = {1, 2, 4};
+  std::vector<int> tp = {1};
   int repeats = 5;
   double slowdown = 1;
   std::string device = "cpu";
 };
 
-ProfileSpec profile_cpu(const ModelSpec& model, const Options& options);
+// Errors: a tp that does not divide the heads, kv heads and MLP channels. on_row reports
+// progress (one call per measured (unit, tp, micro-batch) row).
+Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& model, const Options& options,
+                            const std::function<void(const ProfileRow&)>& on_row = {});
 
 }  // namespace het::profiler

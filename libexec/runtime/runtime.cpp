@@ -15,7 +15,7 @@ namespace het::runtime {
 
 namespace {
 
-enum Tag : std::uint32_t { kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5 };
+enum Tag : std::uint32_t { kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6, kGather = 7 };
 
 // Parameters split across TP shards; the others are whole on every shard.
 bool sharded(const std::string& name) {
@@ -42,16 +42,16 @@ std::vector<RankPlace> ranks_of(const Plan& plan) {
     for (std::size_t s = 0; s < plan.pipelines[p].stages.size(); ++s) {
       const Stage& st = plan.pipelines[p].stages[s];
       for (int d = 0; d < st.dp; ++d)
-        for (int t = 0; t < st.tp; ++t) out.push_back({int(p), int(s), d, t});
+        for (int c = 0; c < st.cp; ++c)
+          for (int t = 0; t < st.tp; ++t) out.push_back({int(p), int(s), d, c, t});
     }
   return out;
 }
 
 std::string unsupported(const Plan& plan) {
   if (plan.granularity != Granularity::layer) return "the CPU runtime runs layer-granular plans only";
-  for (const auto& p : plan.pipelines)
-    for (const auto& s : p.stages)
-      if (s.cp != 1) return "context parallelism (cp > 1) is not supported by the CPU runtime yet";
+  if (plan.model.training.zero_stage >= 3)
+    return "ZeRO stage 3 (parameter partitioning) is not supported by the runtime; use zero_stage 0, 1 or 2";
   // Units held with different TP are synced in chunks of the finest sharding: its degree (the
   // lcm of the TP degrees) must split the heads, kv heads and MLP channels.
   std::map<int, int> finest;
@@ -66,15 +66,19 @@ std::string unsupported(const Plan& plan) {
   return "";
 }
 
-Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& peers, const data::Batches& batches,
-                                         const Options& opt, const std::function<void(const StepReport&)>& on_step) {
+Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& peers, backend::Backend& backend,
+                                         const data::Batches& batches, const Options& opt,
+                                         const std::function<void(const StepReport&)>& on_step) {
   const auto places = ranks_of(plan);
   const int me = peers.rank();
   const RankPlace here = places[std::size_t(me)];
-  std::map<std::tuple<int, int, int, int>, int> rank_at;
+  std::map<std::tuple<int, int, int, int, int>, int> rank_at;
   for (std::size_t r = 0; r < places.size(); ++r)
-    rank_at[{places[r].pipeline, places[r].stage, places[r].replica, places[r].shard}] = int(r);
-  auto rank = [&](int p, int s, int d, int t) { return rank_at.at({p, s, d, t}); };
+    rank_at[{places[r].pipeline, places[r].stage, places[r].replica, places[r].context, places[r].shard}] = int(r);
+  auto rank = [&](int p, int s, int d, int c, int t) { return rank_at.at({p, s, d, c, t}); };
+  auto stage_of = [&](int r) -> const Stage& {
+    return plan.pipelines[std::size_t(places[std::size_t(r)].pipeline)].stages[std::size_t(places[std::size_t(r)].stage)];
+  };
 
   const Pipeline& pipe = plan.pipelines[std::size_t(here.pipeline)];
   const Stage& st = pipe.stages[std::size_t(here.stage)];
@@ -84,33 +88,83 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   const int m = pipe.num_microbatches, mbs = pipe.micro_batch_size;
   int offset = 0;  // first sequence of this pipeline in the global batch
   for (int q = 0; q < here.pipeline; ++q) offset += plan.pipelines[std::size_t(q)].micro_batch_size * plan.pipelines[std::size_t(q)].num_microbatches;
-  const int b = mbs / st.dp;
-  const int row0 = here.replica * b;  // my sequences within a micro-batch: [row0, row0 + b)
+  const int b = mbs / st.dp, Tl = Tn / st.cp;
+  const int row0 = here.replica * b, t0 = here.context * Tl;  // my block: sequences [row0, row0 + b) × time [t0, t0 + Tl)
   const bool first = here.stage == 0, last = here.stage == S - 1;
 
-  model::StageModel<float> model(plan.model, st.first, st.last, here.shard, st.tp, opt.seed);
-  model.set_recompute(st.recompute);
-  std::vector<int> tp_group;
-  for (int t = 0; t < st.tp; ++t) tp_group.push_back(rank(here.pipeline, here.stage, here.replica, t));
-  const model::AllReduce<float> tp_reduce = [&](float* data, std::size_t n) {
-    check(transport::all_reduce_sum(peers, tp_group, data, n, kTensorParallel));
+  // The stage's groups: TP shards of my (replica, member); context members of my (replica,
+  // shard), ordered so that after a reduce-scatter member c owns chunk c (transport::owned_chunk).
+  std::vector<int> tp_group, cp_ring;
+  for (int t = 0; t < st.tp; ++t) tp_group.push_back(rank(here.pipeline, here.stage, here.replica, here.context, t));
+  for (int k = 1; k <= st.cp; ++k) cp_ring.push_back(rank(here.pipeline, here.stage, here.replica, k % st.cp, here.shard));
+  backend::StageSpec spec{plan.model, st.first, st.last, here.shard, st.tp, opt.seed, st.recompute, {}};
+  spec.comm.tp_all_reduce = [&](float* data, std::size_t n) { check(transport::all_reduce_sum(peers, tp_group, data, n, kTensorParallel)); };
+  spec.comm.cp_rank = here.context, spec.comm.cp = st.cp;
+  spec.comm.cp_all_gather = [&](const float* mine, float* all, std::size_t n) {
+    std::copy_n(mine, n, all + std::size_t(here.context) * n);
+    check(transport::all_gather(peers, cp_ring, all, n * std::size_t(st.cp), kContext));
   };
+  spec.comm.cp_reduce_scatter = [&](const float* all, float* mine, std::size_t n) {
+    std::vector<float> buf(all, all + n * std::size_t(st.cp));
+    check(transport::reduce_scatter_sum(peers, cp_ring, buf.data(), buf.size(), kContext));
+    std::copy_n(buf.data() + std::size_t(here.context) * n, n, mine);
+  };
+  const std::unique_ptr<backend::Stage> model = backend.make_stage(spec);
 
-  // Neighbours' replicas overlapping my rows, and the rows of the overlap.
+  // The blocks of a neighbouring stage overlapping mine: sequences [lo, hi) × time [tlo, thi).
   struct Overlap {
-    int replica, lo, hi;  // rows [lo, hi) of the micro-batch
+    int replica, context, lo, hi, tlo, thi;
   };
   auto overlaps = [&](int other_stage) {
     std::vector<Overlap> out;
     const Stage& o = pipe.stages[std::size_t(other_stage)];
-    const int ob = mbs / o.dp;
-    for (int d = 0; d < o.dp; ++d) {
-      const int lo = std::max(row0, d * ob), hi = std::min(row0 + b, (d + 1) * ob);
-      if (lo < hi) out.push_back({d, lo, hi});
+    const int ob = mbs / o.dp, oT = Tn / o.cp;
+    for (int d = 0; d < o.dp; ++d)
+      for (int c = 0; c < o.cp; ++c) {
+        const int lo = std::max(row0, d * ob), hi = std::min(row0 + b, (d + 1) * ob);
+        const int tlo = std::max(t0, c * oT), thi = std::min(t0 + Tl, (c + 1) * oT);
+        if (lo < hi && tlo < thi) out.push_back({d, c, lo, hi, tlo, thi});
+      }
+    return out;
+  };
+  // An overlap's elements of my [b, Tl, C] tensor, packed row by row, and back.
+  auto pack = [&](const std::vector<float>& y, const Overlap& o) {
+    std::vector<float> out;
+    out.reserve(std::size_t(o.hi - o.lo) * std::size_t(o.thi - o.tlo) * C);
+    for (int r = o.lo; r < o.hi; ++r) {
+      const float* src = y.data() + (std::size_t(r - row0) * Tl + std::size_t(o.tlo - t0)) * C;
+      out.insert(out.end(), src, src + std::size_t(o.thi - o.tlo) * C);
     }
     return out;
   };
-  const std::size_t row = std::size_t(Tn) * C;  // floats per sequence of activations
+  auto unpack = [&](const std::vector<float>& in, const Overlap& o, std::vector<float>& x) {
+    const std::size_t run = std::size_t(o.thi - o.tlo) * C;
+    for (int r = o.lo; r < o.hi; ++r)
+      std::copy_n(in.data() + std::size_t(r - o.lo) * run, run, x.data() + (std::size_t(r - row0) * Tl + std::size_t(o.tlo - t0)) * C);
+  };
+  auto elements = [&](const Overlap& o) { return std::size_t(o.hi - o.lo) * std::size_t(o.thi - o.tlo) * C; };
+  // Receives every overlapping block of `other_stage` into a [b, Tl, C] tensor.
+  auto receive = [&](int other_stage, std::uint32_t tag) {
+    std::vector<float> x(std::size_t(b) * Tl * C);
+    const int otp = pipe.stages[std::size_t(other_stage)].tp;
+    std::vector<float> buf;
+    for (const auto& o : overlaps(other_stage)) {
+      buf.resize(elements(o));
+      check(peers.recv(rank(here.pipeline, other_stage, o.replica, o.context, here.shard % otp), tag, buf.data(), buf.size() * sizeof(float)));
+      unpack(buf, o, x);
+    }
+    return x;
+  };
+  // Sends my blocks to every overlapping rank of `other_stage` whose TP shard reads from mine.
+  auto send = [&](int other_stage, std::uint32_t tag, const std::vector<float>& y) {
+    const int otp = pipe.stages[std::size_t(other_stage)].tp;
+    for (const auto& o : overlaps(other_stage)) {
+      const std::vector<float> block = pack(y, o);
+      for (int t = 0; t < otp; ++t)
+        if (t % st.tp == here.shard)
+          peers.send(rank(here.pipeline, other_stage, o.replica, o.context, t), tag, block.data(), block.size() * sizeof(float));
+    }
+  };
 
   // Warm-ups: the plan's, else the schedule's own (1f1b).
   std::vector<int> warmup(static_cast<std::size_t>(S));
@@ -120,13 +174,16 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   // Gradient sync: each parameter is summed over all ranks holding the same part of it. A
   // TP-sharded parameter held with different TP degrees (pipelines of different TP) is synced
   // in chunks of the finest sharding, F = lcm of the holders' tp (HexiScale §3.2; Hetu's
-  // SplitAR): chunk c is held by the shard c / (F / tp) of every holder.
+  // SplitAR): chunk c is held by the shard c / (F / tp) of every holder. The optimizer runs
+  // per chunk on the part of it this rank owns: all of it, or with ZeRO its 1/|group|.
   struct SyncChunk {
     std::vector<int> group;
     model::Param<float>* param;
     int chunk;
     std::vector<std::size_t> elements;  // local indices of the chunk in param->value
     float weight = 1;                   // 1/tp for a copy every TP shard holds whole
+    std::size_t lo = 0, hi = 0;         // the owned part: elements[lo, hi)
+    std::vector<float> m, v;            // AdamW moments of the owned part
   };
   std::vector<SyncChunk> sync;
   auto holds = [&](const Stage& o, const std::string& n) {
@@ -138,12 +195,12 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     if (n == "wpe") return o.first == 0;
     return o.last == plan.model.num_layers + 1;  // lnf_w, lnf_b, wout
   };
-  for (auto* param : model.params()) {
+  for (auto* param : model->params()) {
     const std::string& n = param->name;
     std::vector<int> holders;
     int F = 1;
     for (std::size_t r = 0; r < places.size(); ++r) {
-      const Stage& o = plan.pipelines[std::size_t(places[r].pipeline)].stages[std::size_t(places[r].stage)];
+      const Stage& o = stage_of(int(r));
       if (!holds(o, n)) continue;
       holders.push_back(int(r));
       F = std::lcm(F, o.tp);
@@ -151,7 +208,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     std::vector<std::size_t> all(param->value.size());
     std::iota(all.begin(), all.end(), std::size_t(0));
     if (!sharded(n)) {
-      sync.push_back({holders, param, 0, std::move(all), 1.0f / float(st.tp)});
+      sync.push_back({holders, param, 0, std::move(all), 1.0f / float(st.tp), 0, 0, {}, {}});
       continue;
     }
     const int per = F / st.tp;  // my chunks: [shard·per, (shard+1)·per)
@@ -160,11 +217,9 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     const std::size_t local = param->value.size();
     for (int k = 0; k < per; ++k) {
       const int c = here.shard * per + k;
-      SyncChunk chunk{{}, param, c, {}, 1.0f};
-      for (int r : holders) {
-        const Stage& o = plan.pipelines[std::size_t(places[std::size_t(r)].pipeline)].stages[std::size_t(places[std::size_t(r)].stage)];
-        if (places[std::size_t(r)].shard == c / (F / o.tp)) chunk.group.push_back(r);
-      }
+      SyncChunk chunk{{}, param, c, {}, 1.0f, 0, 0, {}, {}};
+      for (int r : holders)
+        if (places[std::size_t(r)].shard == c / (F / stage_of(r).tp)) chunk.group.push_back(r);
       if (columns) {
         const std::size_t rows = std::size_t(C), cols = local / rows, w = cols / std::size_t(per);
         for (std::size_t i = 0; i < rows; ++i)
@@ -181,7 +236,20 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     if (a.param->name != b2.param->name) return a.param->name < b2.param->name;
     return a.chunk < b2.chunk;
   });
-  // Ranks that report loss partials to rank 0: TP shard 0 of every last-stage replica.
+  const bool zero = plan.model.training.zero_stage >= 1;
+  std::size_t optimizer_state = 0;
+  for (auto& chunk : sync) {
+    const std::size_t n = chunk.elements.size(), p = chunk.group.size();
+    if (zero && p > 1) {  // the ring's chunk boundaries (transport/tcp.hpp)
+      const std::size_t c = std::size_t(transport::owned_chunk(chunk.group, me));
+      chunk.lo = n * c / p, chunk.hi = n * (c + 1) / p;
+    } else {
+      chunk.lo = 0, chunk.hi = n;
+    }
+    chunk.m.assign(chunk.hi - chunk.lo, 0.0f), chunk.v.assign(chunk.hi - chunk.lo, 0.0f);
+    optimizer_state += 2 * (chunk.hi - chunk.lo);
+  }
+  // Ranks that report loss partials to rank 0: TP shard 0 of every last-stage block.
   std::vector<int> loss_ranks;
   for (std::size_t r = 0; r < places.size(); ++r) {
     const auto& pl = places[r];
@@ -191,8 +259,8 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   // Emulation of the plan's cluster on this machine.
   auto device_of = [&](int r) {
     const auto& pl = places[std::size_t(r)];
-    const Stage& o = plan.pipelines[std::size_t(pl.pipeline)].stages[std::size_t(pl.stage)];
-    return std::pair<const Stage*, DeviceRef>{&o, o.devices[std::size_t(pl.replica * o.tp + pl.shard)]};
+    const Stage& o = stage_of(r);
+    return std::pair<const Stage*, DeviceRef>{&o, o.devices[std::size_t((pl.replica * o.cp + pl.context) * o.tp + pl.shard)]};
   };
   if (opt.emulate_links)
     for (int r = 0; r < peers.world(); ++r) {
@@ -212,9 +280,12 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     slowdown = fastest / plan.cluster.find(st.subcluster)->device.peak;
   }
   // The rank's track in traces: the simulator's "p0 s1 compute" for the first shard of the
-  // first replica, with the replica and shard otherwise.
+  // first replica, with the replica, member and shard otherwise.
   const std::string track = "p" + std::to_string(here.pipeline) + " s" + std::to_string(here.stage) +
-                            (here.replica || here.shard ? " d" + std::to_string(here.replica) + " t" + std::to_string(here.shard) : "") +
+                            (here.replica || here.context || here.shard
+                                 ? " d" + std::to_string(here.replica) + (st.cp > 1 ? " c" + std::to_string(here.context) : "") +
+                                       " t" + std::to_string(here.shard)
+                                 : "") +
                             " compute";
   auto now_s = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
   auto record = [&](const std::string& name, double start) {
@@ -223,85 +294,86 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   // Runs a compute step, stretched to the emulated device's speed, and records it.
   auto emulate = [&](const std::string& name, auto&& compute) {
     const double start = now_s();
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto c0 = std::chrono::steady_clock::now();
     compute();
     if (slowdown > 1)
       std::this_thread::sleep_for(std::chrono::duration<double>((slowdown - 1) *
-                                                                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+                                                                std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count()));
     record(name, start);
   };
 
   std::vector<StepReport> reports;
   try {
-    std::vector<int> in(std::size_t(b) * Tn), tg(in.size());
+    std::vector<int> in(std::size_t(b) * Tl), tg(in.size()), seq_in(static_cast<std::size_t>(Tn)), seq_tg(seq_in.size());
     for (int step = 0; step < opt.steps; ++step) {
-      const auto t0 = std::chrono::steady_clock::now();
-      model.zero_grad();
+      const auto step_start = std::chrono::steady_clock::now();
+      model->zero_grad();
       double loss_sum = 0;
       const double scale = 1.0 / (double(G) * Tn);
       for (const auto& op : ops) {
         const int j = op.microbatch;
         if (op.kind == schedule::OpKind::forward) {
-          for (int k = 0; k < b; ++k)
-            batches.sequence(step, G, offset + j * mbs + row0 + k, &in[std::size_t(k) * Tn], &tg[std::size_t(k) * Tn]);
-          std::vector<float> x;
-          if (!first) {
-            x.resize(std::size_t(b) * row);
-            const int ptp = pipe.stages[std::size_t(here.stage - 1)].tp;
-            for (const auto& o : overlaps(here.stage - 1))
-              check(peers.recv(rank(here.pipeline, here.stage - 1, o.replica, here.shard % ptp), kActivation,
-                               x.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float)));
+          for (int k = 0; k < b; ++k) {
+            batches.sequence(step, G, offset + j * mbs + row0 + k, seq_in.data(), seq_tg.data());
+            std::copy_n(seq_in.data() + t0, Tl, &in[std::size_t(k) * Tl]);
+            std::copy_n(seq_tg.data() + t0, Tl, &tg[std::size_t(k) * Tl]);
           }
+          std::vector<float> x;
+          if (!first) x = receive(here.stage - 1, kActivation);
           double loss = 0;
           std::vector<float> y;
-          emulate("F" + std::to_string(j), [&] { y = model.forward(j, b, in.data(), x.data(), tg.data(), &loss, tp_reduce); });
+          emulate("F" + std::to_string(j), [&] { y = model->forward(j, b, in.data(), x.data(), tg.data(), &loss); });
           loss_sum += loss;
-          if (!last) {
-            const Stage& next = pipe.stages[std::size_t(here.stage + 1)];
-            for (const auto& o : overlaps(here.stage + 1))
-              for (int t = 0; t < next.tp; ++t)
-                if (t % st.tp == here.shard)
-                  peers.send(rank(here.pipeline, here.stage + 1, o.replica, t), kActivation,
-                             y.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float));
-          }
+          if (!last) send(here.stage + 1, kActivation, y);
         } else {
           std::vector<float> dy;
-          if (!last) {
-            dy.resize(std::size_t(b) * row);
-            const int ntp = pipe.stages[std::size_t(here.stage + 1)].tp;
-            for (const auto& o : overlaps(here.stage + 1))
-              check(peers.recv(rank(here.pipeline, here.stage + 1, o.replica, here.shard % ntp), kGradient,
-                               dy.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float)));
-          }
+          if (!last) dy = receive(here.stage + 1, kGradient);
           std::vector<float> dx;
-          emulate("B" + std::to_string(j), [&] { dx = model.backward(j, dy.data(), scale, tp_reduce); });
-          if (!first) {
-            const Stage& prev = pipe.stages[std::size_t(here.stage - 1)];
-            for (const auto& o : overlaps(here.stage - 1))
-              for (int t = 0; t < prev.tp; ++t)
-                if (t % st.tp == here.shard)
-                  peers.send(rank(here.pipeline, here.stage - 1, o.replica, t), kGradient,
-                             dx.data() + std::size_t(o.lo - row0) * row, std::size_t(o.hi - o.lo) * row * sizeof(float));
-          }
+          emulate("B" + std::to_string(j), [&] { dx = model->backward(j, dy.data(), scale); });
+          if (!first) send(here.stage - 1, kGradient, dx);
         }
       }
-      // Gradient sync; a TP-replicated copy counts 1/tp (powers of two divide exactly).
+      // Gradient sync (a TP-replicated copy counts 1/tp; powers of two divide exactly) and
+      // AdamW on the owned part of every chunk; with ZeRO the updated parts are all-gathered.
       const double sync_start = now_s();
-      std::vector<float> buffer;
+      std::vector<float> grads, values;
       for (auto& chunk : sync) {
-        if (chunk.group.size() <= 1) continue;
         auto& grad = chunk.param->grad;
-        buffer.resize(chunk.elements.size());
-        for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = grad[chunk.elements[i]] * chunk.weight;
-        check(transport::all_reduce_sum(peers, chunk.group, buffer.data(), buffer.size(), kSync));
-        for (std::size_t i = 0; i < buffer.size(); ++i) grad[chunk.elements[i]] = buffer[i];
+        grads.resize(chunk.elements.size());
+        for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = grad[chunk.elements[i]] * chunk.weight;
+        if (chunk.group.size() > 1) {
+          if (zero) check(transport::reduce_scatter_sum(peers, chunk.group, grads.data(), grads.size(), kSync));
+          else check(transport::all_reduce_sum(peers, chunk.group, grads.data(), grads.size(), kSync));
+        }
+        for (std::size_t i = 0; i < grads.size(); ++i) grad[chunk.elements[i]] = grads[i];
       }
       record("sync", sync_start);
       const double opt_start = now_s();
-      for (auto* param : model.params()) model::adamw_step(*param, opt.optimizer, step + 1);
+      for (auto& chunk : sync) {
+        auto& value = chunk.param->value;
+        const auto& grad = chunk.param->grad;
+        const std::size_t n = chunk.hi - chunk.lo;
+        grads.resize(n), values.resize(n);
+        for (std::size_t i = 0; i < n; ++i) grads[i] = grad[chunk.elements[chunk.lo + i]], values[i] = value[chunk.elements[chunk.lo + i]];
+        model::adamw_update(values.data(), grads.data(), chunk.m.data(), chunk.v.data(), n, opt.optimizer, step + 1,
+                            model::decays(chunk.param->name));
+        for (std::size_t i = 0; i < n; ++i) value[chunk.elements[chunk.lo + i]] = values[i];
+      }
       record("optimizer", opt_start);
+      if (zero) {
+        const double gather_start = now_s();
+        for (auto& chunk : sync) {
+          if (chunk.group.size() <= 1) continue;
+          auto& value = chunk.param->value;
+          values.resize(chunk.elements.size());
+          for (std::size_t i = 0; i < values.size(); ++i) values[i] = value[chunk.elements[i]];
+          check(transport::all_gather(peers, chunk.group, values.data(), values.size(), kGather));
+          for (std::size_t i = 0; i < values.size(); ++i) value[chunk.elements[i]] = values[i];
+        }
+        record("gather", gather_start);
+      }
       // Loss partials to rank 0.
-      StepReport report{step, 0, 0};
+      StepReport report{step, 0, 0, optimizer_state};
       const bool reports_loss = std::find(loss_ranks.begin(), loss_ranks.end(), me) != loss_ranks.end();
       if (me == 0) {
         double total = reports_loss ? loss_sum : 0;
@@ -316,7 +388,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
         peers.send(0, kLoss, &loss_sum, sizeof loss_sum);
       }
       check(peers.flush());
-      report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
       reports.push_back(report);
       if (on_step) on_step(report);
     }

@@ -3,20 +3,26 @@
 // module — the same operation order the simulator times — run over TCP.
 //
 // Ranks: pipelines in order, their stages in order, each stage's devices in order (tp
-// fastest, then dp). A rank (p, s, d, t) is TP shard t of data-parallel replica d of stage s
-// of pipeline p; replica d takes sequences [d·b, (d+1)·b) of each micro-batch (b = mbs/dp).
-// Between stages of different (dp, tp) the activations are resharded by rows (sequences):
-// a receiver (d', t') gets each overlapping sender replica's rows from that replica's TP shard
-// t' mod tp_sender; gradients flow back the same way.
+// fastest, then cp, then dp). A rank (p, s, d, c, t) is TP shard t of context member c of
+// data-parallel replica d of stage s of pipeline p; replica d takes sequences [d·b, (d+1)·b)
+// of each micro-batch (b = mbs/dp), member c the time steps [c·T/cp, (c+1)·T/cp) of them.
+// Between stages of different (dp, cp, tp) the activations are resharded by blocks of
+// (sequences × time steps): a receiver (d', c', t') gets each overlapping sender block from
+// that sender's TP shard t' mod tp_sender; gradients flow back the same way.
 // After the last backward: every parameter's gradient is summed over all ranks that hold the
-// same slice of it (data-parallel replicas, pipelines, and — for the tied token embedding of
-// gpt — the first and last stages), TP-replicated parameters counting each copy 1/tp; then
-// AdamW. The loss of each step (mean over the global batch's tokens) is gathered on rank 0.
+// same slice of it (data-parallel replicas, context members, pipelines, and — for the tied
+// token embedding of gpt — the first and last stages), TP-replicated parameters counting each
+// copy 1/tp; then AdamW. With ZeRO (the model's training.zero_stage >= 1) that sum is a
+// reduce-scatter: each holder keeps the AdamW moments of its own 1/n of the slice, updates
+// it, and the updated values are all-gathered (ZeRO-1; stage 2 runs the same way on the CPU
+// backend, stage 3 is refused). The loss of each step (mean over the global batch's tokens) is
+// gathered on rank 0.
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "data/data.hpp"
 #include "diag/diag.hpp"
 #include "model/params.hpp"
@@ -27,12 +33,12 @@
 namespace het::runtime {
 
 struct RankPlace {
-  int pipeline = 0, stage = 0, replica = 0, shard = 0;
+  int pipeline = 0, stage = 0, replica = 0, context = 0, shard = 0;
 };
 // Every rank's place, in rank order.
 std::vector<RankPlace> ranks_of(const Plan& plan);
 
-// Empty when this runtime can run the plan; else why not (cp > 1, sublayer units, ...).
+// Empty when this runtime can run the plan; else why not (sublayer units, ZeRO-3, ...).
 std::string unsupported(const Plan& plan);
 
 struct Options {
@@ -53,11 +59,14 @@ struct StepReport {
   int step = 0;
   double loss = 0;     // mean token loss of the global batch (rank 0 only)
   double seconds = 0;  // wall time of the step on this rank
+  std::size_t optimizer_state = 0;  // AdamW moments this rank holds (elements)
 };
 
-// Runs `options.steps` steps as `peers.rank()`; calls on_step after each (rank 0's reports
-// carry the loss). Errors name the rank and what failed (a peer that died, a corrupt message).
-Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& peers, const data::Batches& batches,
-                                         const Options& options, const std::function<void(const StepReport&)>& on_step);
+// Runs `options.steps` steps as `peers.rank()` on `backend`; calls on_step after each (rank
+// 0's reports carry the loss). Errors name the rank and what failed (a peer that died, a
+// corrupt message).
+Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& peers, backend::Backend& backend,
+                                         const data::Batches& batches, const Options& options,
+                                         const std::function<void(const StepReport&)>& on_step);
 
 }  // namespace het::runtime

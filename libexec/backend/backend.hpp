@@ -1,0 +1,64 @@
+#pragma once
+// A backend runs one rank's share of the model on one device (DESIGN.md §9). The runtime owns
+// the schedule, the transports, the gradient sync and the optimizer; a backend owns the
+// kernels and the memory they work in. Activations and their gradients cross this interface
+// in host memory (what the TCP transport carries), and parameters are exposed as host-visible
+// buffers for the sync and the optimizer; a device backend stages them. The CPU backend (fp32,
+// Eigen GEMMs, oneTBB tasks) is the one built today; the CUDA one implements the same classes.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "diag/diag.hpp"
+#include "model/block.hpp"
+#include "model/params.hpp"
+#include "spec/model.hpp"
+
+namespace het::backend {
+
+// One stage's share of the model: units [first, last] (0 embedding, 1..L layers, L+1 head)
+// as TP shard tp_rank of tp, context member comm.cp_rank of comm.cp.
+struct StageSpec {
+  ModelSpec model;
+  int first = 0, last = 0, tp_rank = 0, tp = 1;
+  std::uint64_t seed = 1;
+  Recompute recompute = Recompute::none;
+  model::Comm<float> comm;
+};
+
+// The contract of model::StageModel (model/stage.hpp): forward and backward of one
+// micro-batch at a time, several in flight; backward accumulates parameter gradients.
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  // Output activations [B, T/cp, C], or nothing on the last stage (token losses summed into
+  // *loss_sum). tokens/targets: [B, T/cp]; x: [B, T/cp, C] when not the first stage.
+  virtual std::vector<float> forward(int mb, int B, const int* tokens, const float* x, const int* targets, double* loss_sum) = 0;
+  // dx [B, T/cp, C] from dy (ignored on the last stage, whose loss gradient is scaled by
+  // loss_scale); empty on the first stage.
+  virtual std::vector<float> backward(int mb, const float* dy, double loss_scale) = 0;
+  // Every parameter, in a deterministic order (the same on every rank holding the same units).
+  virtual std::vector<model::Param<float>*> params() = 0;
+  virtual void zero_grad() = 0;
+  // Bytes of activations kept for the micro-batches in flight.
+  virtual std::size_t activation_bytes() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // What it runs on, for logs: "cpu (8 threads)".
+  virtual std::string describe() const = 0;
+  virtual std::unique_ptr<Stage> make_stage(const StageSpec& spec) = 0;
+};
+
+// The backends compiled into this build ("cpu").
+std::vector<std::string> available();
+
+// Opens backend `name` for this process. threads: CPU worker threads (0: every core); the
+// CPU backend holds this limit for its lifetime. Errors: an unknown or unavailable backend.
+Result<std::unique_ptr<Backend>> open(const std::string& name, int threads);
+
+}  // namespace het::backend
