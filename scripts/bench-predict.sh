@@ -12,8 +12,8 @@ out="$build/bench-predict"
 mkdir -p "$out"
 model=configs/models/tiny-gpt.yaml
 cluster=configs/clusters/tiny-cpu.yaml
-"$build/apps/hetexec/hetexec" profile --model "$model" --device cpu-fast --micro-batch 1 2 4 8 16 -o "$out/fast.yaml" > /dev/null
-"$build/apps/hetexec/hetexec" profile --model "$model" --device cpu-slow --slowdown 4 --micro-batch 1 2 4 8 16 -o "$out/slow.yaml" > /dev/null
+"$build/apps/hetexec/hetexec" profile --threads 1 --model "$model" --device cpu-fast --micro-batch 1 2 4 8 16 -o "$out/fast.yaml" > /dev/null
+"$build/apps/hetexec/hetexec" profile --threads 1 --model "$model" --device cpu-slow --slowdown 4 --micro-batch 1 2 4 8 16 -o "$out/slow.yaml" > /dev/null
 # Two plans: a two-rank pipeline (one rank per core of a 2-core machine) and the plan the
 # search finds (more ranks than cores share the CPU, which the model does not know).
 for plan in pipeline search; do

@@ -71,10 +71,14 @@ Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const
   };
   for (int tp : o.tp)
     for (int b : o.micro_batch_sizes) {
-      const Point emb = measure(0, 0, tp, b), head = measure(L + 1, L + 1, tp, b), layers = measure(1, L, tp, b);
+      const Point emb = measure(0, 0, tp, b), head = measure(L + 1, L + 1, tp, b), whole = measure(0, L + 1, tp, b);
       row(UnitKind::embedding, tp, b, emb.forward, emb.backward, double(emb.activations), double(emb.parameters));
       row(UnitKind::head, tp, b, head.forward, head.backward, double(head.activations), double(head.parameters));
-      row(UnitKind::layer, tp, b, layers.forward / L, layers.backward / L, double(layers.activations) / L, double(layers.parameters) / L);
+      auto per_layer = [&](double w, double e, double h) { return (w - e - h) / L; };
+      row(UnitKind::layer, tp, b, per_layer(whole.forward, emb.forward, head.forward),
+          per_layer(whole.backward, emb.backward, head.backward),
+          per_layer(double(whole.activations), double(emb.activations), double(head.activations)),
+          per_layer(double(whole.parameters), double(emb.parameters), double(head.parameters)));
     }
   // The optimizer step per layer's parameters.
   {

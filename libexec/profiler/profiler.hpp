@@ -2,8 +2,8 @@
 // `hetexec profile`: measures each unit's forward, backward and recompute time and its memory
 // on a backend, per (tp, micro-batch size), after warm-up runs, the median of several, and
 // returns them as a hetplan.profile/v1 so hetplan plans from measurements.
-//   - a layer: the model's stack of layers, minus nothing, over their number (a layer alone
-//     stays in cache and runs faster than among the others); embedding and head alone;
+//   - embedding and head alone; a layer: the whole model minus them, over the number of layers
+//     (a layer alone stays in cache and runs faster than it does among the others);
 //   - tp > 1: one TP shard's compute (its share of heads and MLP channels); the all-reduces
 //     are the cost model's, from the link bandwidths, not measured here;
 //   - recompute: the forward again (what activation recomputation runs before a backward);
