@@ -1,0 +1,85 @@
+#include "job/placement.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "runtime/runtime.hpp"
+
+namespace het::job {
+
+Result<NodeId> parse_node_id(const std::string& text) {
+  const auto slash = text.rfind('/');
+  auto bad = [&] {
+    return Diagnostic{"", 0, 0, "node", "expected SUBCLUSTER/INDEX (e.g. a100/0), got '" + text + "'"};
+  };
+  if (slash == std::string::npos || slash == 0 || slash + 1 == text.size()) return bad();
+  const std::string index = text.substr(slash + 1);
+  if (index.size() > 6 || !std::all_of(index.begin(), index.end(), [](unsigned char c) { return std::isdigit(c); })) return bad();
+  return NodeId{text.substr(0, slash), std::stoi(index)};
+}
+
+namespace {
+// The device each rank runs on: (subcluster, node, device).
+template <class F>
+void for_each_rank(const Plan& plan, F&& f) {
+  const auto places = runtime::ranks_of(plan);
+  for (std::size_t r = 0; r < places.size(); ++r) {
+    const auto& pl = places[r];
+    const Stage& st = plan.pipelines[std::size_t(pl.pipeline)].stages[std::size_t(pl.stage)];
+    const DeviceRef& d = st.devices[std::size_t((pl.replica * st.cp + pl.context) * st.tp + pl.shard)];
+    f(int(r), st.subcluster, d);
+  }
+}
+std::string squeeze(const std::string& s) {  // upper case letters and digits only
+  std::string out;
+  for (unsigned char c : s)
+    if (std::isalnum(c)) out += char(std::toupper(c));
+  return out;
+}
+}  // namespace
+
+std::vector<RankOnNode> ranks_on(const Plan& plan, const NodeId& node) {
+  std::vector<RankOnNode> out;
+  for_each_rank(plan, [&](int r, const std::string& sub, const DeviceRef& d) {
+    if (sub == node.subcluster && d.node == node.index) out.push_back({r, d.device});
+  });
+  return out;
+}
+
+std::vector<NodeId> nodes_of(const Plan& plan) {
+  std::set<NodeId> nodes;
+  for_each_rank(plan, [&](int, const std::string& sub, const DeviceRef& d) { nodes.insert({sub, d.node}); });
+  return {nodes.begin(), nodes.end()};
+}
+
+std::vector<std::string> check_offer(const Plan& plan, const NodeId& node, const Offer& offer) {
+  std::vector<std::string> problems;
+  const std::string where = node.to_string() + ": ";
+  const SubclusterSpec* sub = plan.cluster.find(node.subcluster);
+  if (!sub) return {where + "the plan's cluster has no subcluster '" + node.subcluster + "'"};
+  const auto ranks = ranks_on(plan, node);
+  if (ranks.empty()) return {where + "the plan runs nothing on this node"};
+  int highest = 0;
+  for (const auto& r : ranks) highest = std::max(highest, r.device);
+  if (highest >= int(offer.devices.size()))
+    problems.push_back(where + "the plan uses device " + std::to_string(highest) + ", the agent has " +
+                       std::to_string(offer.devices.size()) + " " + offer.kind + " device" + (offer.devices.size() == 1 ? "" : "s"));
+  if (offer.kind == "cpu") return problems;  // CPU workers emulate the plan's device type
+  if (offer.kind != "cuda") return {where + "unknown device kind '" + offer.kind + "'"};
+  // A GPU must be the plan's type (its model name, e.g. A100 of A100-40GB) with its memory.
+  const std::string type = sub->device.type;
+  const std::string model = squeeze(type.substr(0, type.find('-')));
+  for (const auto& r : ranks) {
+    if (r.device >= int(offer.devices.size())) continue;
+    const auto& d = offer.devices[std::size_t(r.device)];
+    if (squeeze(d.name).find(model) == std::string::npos)
+      problems.push_back(where + "device " + std::to_string(r.device) + " is a " + d.name + ", the plan expects a " + type);
+    else if (d.memory < 0.9 * sub->device.memory)
+      problems.push_back(where + "device " + std::to_string(r.device) + " has " + std::to_string(int(d.memory / (1 << 30))) +
+                         " GiB, the plan's " + type + " has " + std::to_string(int(sub->device.memory / (1 << 30))) + " GiB");
+  }
+  return problems;
+}
+
+}  // namespace het::job

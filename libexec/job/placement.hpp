@@ -1,0 +1,47 @@
+#pragma once
+// Where a plan's ranks run (DESIGN.md §9): a node is (subcluster, node index) — an agent's
+// `--node SUBCLUSTER/INDEX` — and each rank runs on one device of one node: device
+// stage.devices[(replica·cp + member)·tp + shard] (runtime/runtime.hpp orders the ranks).
+// Before a job starts, every node's offer (what its agent has) is checked against what the
+// plan puts there: enough devices, and for GPUs the plan's device type and memory. CPU
+// devices run any subcluster (the CPU backend emulates the plan's device types).
+#include <string>
+#include <vector>
+
+#include "diag/diag.hpp"
+#include "plan/plan.hpp"
+
+namespace het::job {
+
+struct NodeId {
+  std::string subcluster;
+  int index = 0;
+  std::string to_string() const { return subcluster + "/" + std::to_string(index); }
+  friend auto operator<=>(const NodeId&, const NodeId&) = default;
+};
+// "SUBCLUSTER/INDEX"; errors say what the form is.
+Result<NodeId> parse_node_id(const std::string& text);
+
+struct RankOnNode {
+  int rank = 0;
+  int device = 0;  // index of the device within the node
+};
+// The plan's ranks on `node`, in rank order.
+std::vector<RankOnNode> ranks_on(const Plan& plan, const NodeId& node);
+// Every node the plan uses, sorted.
+std::vector<NodeId> nodes_of(const Plan& plan);
+
+// What a node's agent offers.
+struct Offer {
+  std::string kind;  // "cpu" or "cuda"
+  struct Device {
+    std::string name;     // "NVIDIA A100-SXM4-40GB", "cpu"
+    double memory = 0;    // bytes
+  };
+  std::vector<Device> devices;
+};
+// Empty when `offer` can run the plan's ranks on `node`; else one sentence per problem, e.g.
+// "a100/0: the plan uses device 3, the agent has 2 cpu devices".
+std::vector<std::string> check_offer(const Plan& plan, const NodeId& node, const Offer& offer);
+
+}  // namespace het::job

@@ -1,0 +1,69 @@
+// Placement of a plan's ranks on nodes, and the check of a node's devices against the plan.
+#include <catch2/catch.hpp>
+
+#include "job/placement.hpp"
+#include "validation/inputs.hpp"
+
+using namespace het;
+
+namespace {
+Plan mixed() {  // 3 stages: a100 tp 2 (devices 0, 1), a100 dp 2 (2, 3), v100 (0)
+  InputFiles files;
+  files.plan = HET_SOURCE_DIR "/tests/data/plans/mixed.plan.json";
+  files.model = HET_SOURCE_DIR "/configs/models/tiny-gpt.yaml";
+  files.cluster = HET_SOURCE_DIR "/configs/clusters/demo-1x4a100-1x4v100.yaml";
+  auto loaded = load_plan_inputs(files);
+  REQUIRE(loaded.ok());
+  return loaded->plan;
+}
+job::Offer gpus(const std::string& name, double gib, int n) {
+  job::Offer o{"cuda", {}};
+  for (int i = 0; i < n; ++i) o.devices.push_back({name, gib * (1 << 30)});
+  return o;
+}
+}  // namespace
+
+TEST_CASE("node ids read SUBCLUSTER/INDEX and refuse anything else") {
+  auto id = job::parse_node_id("a100/3");
+  REQUIRE(id.ok());
+  CHECK(id->subcluster == "a100");
+  CHECK(id->index == 3);
+  CHECK(id->to_string() == "a100/3");
+  for (const char* bad : {"a100", "/0", "a100/", "a100/x", "a100/-1", "a100/99999999"}) {
+    INFO(bad);
+    CHECK_FALSE(job::parse_node_id(bad).ok());
+  }
+}
+
+TEST_CASE("a plan's ranks land on the nodes and devices its stages name, in rank order") {
+  const Plan plan = mixed();
+  const auto nodes = job::nodes_of(plan);
+  REQUIRE(nodes.size() == 2);
+  CHECK(nodes[0].to_string() == "a100/0");
+  CHECK(nodes[1].to_string() == "v100/0");
+  const auto a100 = job::ranks_on(plan, nodes[0]);
+  REQUIRE(a100.size() == 4);
+  for (int r = 0; r < 4; ++r) CHECK((a100[std::size_t(r)].rank == r && a100[std::size_t(r)].device == r));
+  const auto v100 = job::ranks_on(plan, nodes[1]);
+  REQUIRE(v100.size() == 1);
+  CHECK((v100[0].rank == 4 && v100[0].device == 0));
+  CHECK(job::ranks_on(plan, {"v100", 1}).empty());
+}
+
+TEST_CASE("an offer must have the devices the plan uses: count for CPUs, type and memory for GPUs") {
+  const Plan plan = mixed();
+  CHECK(job::check_offer(plan, {"a100", 0}, {"cpu", {{"cpu", 0}, {"cpu", 0}, {"cpu", 0}, {"cpu", 0}}}).empty());
+  auto few = job::check_offer(plan, {"a100", 0}, {"cpu", {{"cpu", 0}, {"cpu", 0}}});
+  REQUIRE(few.size() == 1);
+  CHECK(few[0] == "a100/0: the plan uses device 3, the agent has 2 cpu devices");
+  CHECK(job::check_offer(plan, {"a100", 0}, gpus("NVIDIA A100-SXM4-40GB", 40, 4)).empty());
+  CHECK(job::check_offer(plan, {"a100", 0}, gpus("NVIDIA A100-SXM4-80GB", 80, 8)).empty());
+  auto wrong = job::check_offer(plan, {"a100", 0}, gpus("NVIDIA H100 80GB HBM3", 80, 4));
+  REQUIRE(wrong.size() == 4);
+  CHECK(wrong[0] == "a100/0: device 0 is a NVIDIA H100 80GB HBM3, the plan expects a A100-40GB");
+  auto small = job::check_offer(plan, {"v100", 0}, gpus("Tesla V100-PCIE-16GB", 8, 1));
+  REQUIRE(small.size() == 1);
+  CHECK_THAT(small[0], Catch::Contains("has 8 GiB, the plan's V100-16GB has 16 GiB"));
+  CHECK(job::check_offer(plan, {"h100", 0}, gpus("x", 1, 1)).at(0) == "h100/0: the plan's cluster has no subcluster 'h100'");
+  CHECK(job::check_offer(plan, {"v100", 1}, gpus("Tesla V100", 16, 1)).at(0) == "v100/1: the plan runs nothing on this node");
+}
