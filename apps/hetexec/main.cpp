@@ -103,6 +103,7 @@ struct JobArgs {
   bool emulate_links = false, emulate_devices = false;
   std::string backend = "cpu";
   int threads = 0;  // per rank; 0: the cores shared out among the ranks
+  double slowdown = 1;  // worker only: a fixed compute slowdown (an agent's --emulate-slowdown)
   int rank = 0, world = 1;
   std::string rendezvous;
 };
@@ -155,6 +156,7 @@ int run_worker(const JobArgs& a) {
   opt.optimizer.lr = a.lr;
   opt.emulate_links = a.emulate_links;
   opt.emulate_devices = a.emulate_devices;
+  opt.slowdown = a.slowdown;
   std::vector<het::sim::TraceEvent> events;
   if (a.trace) opt.trace = &events;
   const double tokens = double(job->plan.model.training.global_batch_size) * job->plan.model.seq_length;
@@ -329,6 +331,7 @@ int main(int argc, char** argv) {
   worker->add_option("--world", job.world, "number of ranks")->required();
   worker->add_option("--rendezvous", job.rendezvous, "directory where ranks publish their endpoints")->required();
   add_job(worker);
+  worker->add_option("--slowdown", job.slowdown, "stretch compute by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
   std::optional<std::string> trace_events;
   worker->add_option("--trace-events", trace_events, "write this rank's events to FILE.<rank>");
   try {

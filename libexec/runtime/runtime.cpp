@@ -273,11 +273,11 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
                                                        : sub->inter_node.value_or(sub->intra_node);
       peers.shape(r, link.bandwidth, link.latency);
     }
-  double slowdown = 1;
+  double slowdown = std::max(1.0, opt.slowdown);
   if (opt.emulate_devices) {
     double fastest = 0;
     for (const auto& sc : plan.cluster.subclusters) fastest = std::max(fastest, sc.device.peak);
-    slowdown = fastest / plan.cluster.find(st.subcluster)->device.peak;
+    slowdown *= fastest / plan.cluster.find(st.subcluster)->device.peak;
   }
   // The rank's track in traces: the simulator's "p0 s1 compute" for the first shard of the
   // first replica, with the replica, member and shard otherwise.

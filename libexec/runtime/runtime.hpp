@@ -50,6 +50,8 @@ struct Options {
   // rank's compute by (fastest device peak / its device peak).
   bool emulate_links = false;
   bool emulate_devices = false;
+  // A fixed slowdown of this rank's compute on top (an agent's --emulate-slowdown), >= 1.
+  double slowdown = 1;
   // When set, every compute and communication step of this rank is recorded here (seconds on
   // the machine's monotonic clock, shared by all processes), with the simulator's event names.
   std::vector<sim::TraceEvent>* trace = nullptr;
