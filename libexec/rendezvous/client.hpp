@@ -4,6 +4,7 @@
 // job (what the TCP transport takes). Every call has a deadline and waits for the server to
 // come up within it (a worker may start before its rendezvous); errors name the server and the
 // gRPC code, e.g. "rendezvous 10.0.0.1:7000: PERMISSION_DENIED: the call's bearer token is wrong".
+// Both are safe to use from several threads at once.
 #include <memory>
 #include <optional>
 #include <string>
