@@ -13,6 +13,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libeigen3-dev libtbb-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libibverbs-dev catch2 libmetis-dev libspdlog-dev libfmt-dev
+  openssl  # tests make throw-away TLS certificates with it (the TLS tests skip without it)
 )
 
 missing_packages() {

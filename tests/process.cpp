@@ -19,7 +19,9 @@ namespace het::test {
 
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
   int out_pipe[2], err_pipe[2];
-  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("pipe failed");
+  // Close-on-exec: a child that another thread starts meanwhile must not inherit these pipes
+  // (it would hold them open, and this reader would not see the end of the output).
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);

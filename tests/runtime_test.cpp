@@ -10,11 +10,14 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "data/data.hpp"
 #include "process.hpp"
+#include "rendezvous/directory.hpp"
+#include "rendezvous/server.hpp"
 #include "spec/model.hpp"
 #include "spec/profile.hpp"
 #include "train/reference.hpp"
@@ -147,13 +150,71 @@ std::vector<std::string> run_ranks(int world, const std::function<std::string(in
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
-      auto peers = het::transport::Peers::connect(r, world, dir.path(), 30);
+      het::rendezvous::DirectoryRendezvous rendezvous(dir.path());
+      auto peers = het::transport::Peers::connect(r, world, rendezvous, 30);
       errors[r] = peers ? body(r, **peers) : het::to_string(peers.errors());
     });
   for (auto& t : threads) t.join();
   return errors;
 }
 }  // namespace
+
+TEST_CASE("hetexec worker: the ranks of a plan meet through a gRPC rendezvous with a token and train as run-local does") {
+  het::rendezvous::ServerOptions options;
+  options.security.token = "worker-token";
+  auto server = het::rendezvous::RendezvousServer::start(options);
+  REQUIRE(server.ok());
+  het::test::TempDir dir;
+  const std::string token = dir.write("token", "worker-token\n");
+  const std::string m = kSrc + "/configs/models/tiny-gpt.yaml";
+  const int world = 2;  // the pipeline plan's two stages
+  std::vector<het::test::ProcessResult> results(world);
+  std::vector<std::thread> workers;
+  for (int r = 0; r < world; ++r)
+    workers.emplace_back([&, r] {
+      results[r] = run_process({HETEXEC_BIN, "worker", "--plan", kSrc + "/tests/data/plans/pipeline.plan.json", "--rank",
+                                std::to_string(r), "--world", std::to_string(world), "--rendezvous",
+                                "grpc://" + (*server)->address() + "/cli-job", "--token-file", token, "--model", m,
+                                "--cluster", kCluster, "--steps", "3"},
+                               120);
+    });
+  for (auto& w : workers) w.join();
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r << ": " << results[r].err);
+    REQUIRE(results[r].exit_code == 0);
+  }
+  std::vector<double> losses;
+  std::istringstream lines(results[0].out);
+  for (std::string line; std::getline(lines, line);)  // step lines, after the line naming the backend
+    if (auto j = nlohmann::json::parse(line); j.contains("loss")) losses.push_back(j["loss"].get<double>());
+  check_equal(losses, reference(m, 3));
+}
+
+TEST_CASE("hetexec worker: a wrong rendezvous token or a malformed address is refused and named") {
+  het::rendezvous::ServerOptions options;
+  options.security.token = "worker-token";
+  auto server = het::rendezvous::RendezvousServer::start(options);
+  REQUIRE(server.ok());
+  het::test::TempDir dir;
+  const std::vector<std::string> job = {"--plan", kSrc + "/tests/data/plans/pipeline.plan.json", "--model",
+                                        kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--rank", "0",
+                                        "--world", "2"};
+  auto worker = [&](std::vector<std::string> more) {
+    std::vector<std::string> argv = {HETEXEC_BIN, "worker"};
+    argv.insert(argv.end(), job.begin(), job.end());
+    argv.insert(argv.end(), more.begin(), more.end());
+    return run_process(argv, 60);
+  };
+  auto wrong = worker({"--rendezvous", "grpc://" + (*server)->address() + "/job", "--token-file", dir.write("t", "nope")});
+  CHECK(wrong.exit_code == 1);
+  CHECK_THAT(wrong.err, Catch::Contains("PERMISSION_DENIED: the call's bearer token is wrong"));
+  auto empty = worker({"--rendezvous", "grpc://" + (*server)->address() + "/job", "--token-file", dir.write("e", "\n")});
+  CHECK(empty.exit_code == 2);
+  CHECK_THAT(empty.err, Catch::Contains("the token file is empty"));
+  auto malformed = worker({"--rendezvous", "grpc://127.0.0.1/job"});
+  CHECK(malformed.exit_code == 2);
+  CHECK_THAT(malformed.err, Catch::Contains("no HOST:PORT (expected grpc://HOST:PORT/JOB)"));
+}
 
 TEST_CASE("TCP peers: a ring all-reduce over four ranks sums exactly, and CRC-32 is the standard one") {
   const int world = 4;

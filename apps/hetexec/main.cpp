@@ -13,6 +13,8 @@
 #include "data/data.hpp"
 #include "launch/local.hpp"
 #include "runtime/runtime.hpp"
+#include "control/credentials.hpp"
+#include "rendezvous/open.hpp"
 #include "transport/tcp.hpp"
 #include "validation/inputs.hpp"
 #include <nlohmann/json.hpp>
@@ -105,7 +107,8 @@ struct JobArgs {
   int threads = 0;  // per rank; 0: the cores shared out among the ranks
   double slowdown = 1;  // worker only: a fixed compute slowdown (an agent's --emulate-slowdown)
   int rank = 0, world = 1;
-  std::string rendezvous;
+  std::string rendezvous;                 // a directory, or grpc://HOST:PORT/JOB
+  std::optional<std::string> token_file;  // the grpc:// rendezvous's bearer token
 };
 
 // The plan and the data every rank uses.
@@ -145,7 +148,21 @@ int run_worker(const JobArgs& a) {
     for (const auto& e : backend.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
   }
-  auto peers = het::transport::Peers::connect(a.rank, a.world, a.rendezvous, 120);
+  het::control::ClientSecurity security;
+  if (a.token_file) {
+    auto token = het::control::read_token_file(*a.token_file);
+    if (!token) {
+      for (const auto& e : token.errors()) std::cerr << "error: " << e.to_string() << "\n";
+      return 2;
+    }
+    security.token = *token;
+  }
+  auto rendezvous = het::rendezvous::open_rendezvous(a.rendezvous, security);
+  if (!rendezvous) {
+    for (const auto& e : rendezvous.errors()) std::cerr << "error: " << e.to_string() << "\n";
+    return 2;
+  }
+  auto peers = het::transport::Peers::connect(a.rank, a.world, **rendezvous, 120);
   if (!peers) {
     for (const auto& e : peers.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
@@ -329,7 +346,10 @@ int main(int argc, char** argv) {
   worker->add_option("--plan", job.files.plan, "plan.json")->required();
   worker->add_option("--rank", job.rank, "this rank")->required();
   worker->add_option("--world", job.world, "number of ranks")->required();
-  worker->add_option("--rendezvous", job.rendezvous, "directory where ranks publish their endpoints")->required();
+  worker->add_option("--rendezvous", job.rendezvous,
+                     "where ranks publish their endpoints: a directory, or grpc://HOST:PORT/JOB (a rendezvous server)")
+      ->required();
+  worker->add_option("--token-file", job.token_file, "file holding the grpc:// rendezvous's bearer token");
   add_job(worker);
   worker->add_option("--slowdown", job.slowdown, "stretch compute by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
   std::optional<std::string> trace_events;

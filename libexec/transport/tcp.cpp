@@ -12,8 +12,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
 namespace het::transport {
 
@@ -78,54 +76,74 @@ std::uint32_t crc32(const void* data, std::size_t n) {
   return c ^ 0xFFFFFFFFu;
 }
 
-Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, const std::string& dir, double timeout_s) {
-  namespace fs = std::filesystem;
+namespace {
+
+// "host:port" → an IPv4 address; false when the text is not one.
+bool parse_endpoint(const std::string& text, sockaddr_in& to) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= text.size() || text.size() - colon > 6) return false;
+  int port = 0;
+  for (std::size_t i = colon + 1; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    port = port * 10 + (text[i] - '0');
+  }
+  if (port <= 0 || port > 65535) return false;
+  to = sockaddr_in{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(port));
+  return ::inet_pton(AF_INET, text.substr(0, colon).c_str(), &to.sin_addr) == 1;
+}
+
+std::string endpoint_key(int rank) { return "rank-" + std::to_string(rank) + ".endpoint"; }
+
+}  // namespace
+
+Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, rendezvous::Rendezvous& rendezvous, double timeout_s) {
   auto fail = [&](std::string what) { return Diagnostic{"", 0, 0, "rank " + std::to_string(rank), std::move(what)}; };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto seconds_left = [&] { return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count(); };
   int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   if (listener < 0) return fail(sys("socket"));
+  struct CloseListener {
+    int fd;
+    ~CloseListener() { ::close(fd); }
+  } close_listener{listener};
   int one = 1;
   ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 || ::listen(listener, world) < 0) {
-    ::close(listener);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 || ::listen(listener, world) < 0)
     return fail(sys("bind/listen"));
-  }
   socklen_t len = sizeof addr;
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  {
-    const fs::path tmp = fs::path(dir) / ("rank-" + std::to_string(rank) + ".tmp");
-    std::ofstream(tmp) << "127.0.0.1:" << ntohs(addr.sin_port) << "\n";
-    fs::rename(tmp, fs::path(dir) / ("rank-" + std::to_string(rank) + ".endpoint"));  // atomic publish
-  }
-  std::vector<int> fds(std::size_t(world), -1);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  if (auto published = rendezvous.publish(endpoint_key(rank), "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+      !published)
+    return fail("cannot publish this rank's endpoint: " + to_string(published.errors()));
+  // The connections made so far; closed when connecting fails part way.
+  struct Connections {
+    std::vector<int> fds;
+    ~Connections() {
+      for (int fd : fds)
+        if (fd >= 0) ::close(fd);
+    }
+  } made{std::vector<int>(std::size_t(world), -1)};
   // Connect to every lower rank, announcing ourselves.
   for (int peer = 0; peer < rank; ++peer) {
-    const fs::path file = fs::path(dir) / ("rank-" + std::to_string(peer) + ".endpoint");
-    int port = -1;
-    while (port < 0) {
-      std::ifstream in(file);
-      std::string text;
-      if (in >> text) port = std::stoi(text.substr(text.find(':') + 1));
-      else if (std::chrono::steady_clock::now() > deadline) return fail("rank " + std::to_string(peer) + " never published its endpoint in " + dir);
-      else std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    auto endpoint = rendezvous.wait(endpoint_key(peer), std::max(0.0, seconds_left()));
+    if (!endpoint) return fail("rank " + std::to_string(peer) + "'s endpoint: " + to_string(endpoint.errors()));
     sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    to.sin_port = htons(static_cast<std::uint16_t>(port));
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0) {
-      ::close(fd);
-      return fail(sys("connect to rank " + std::to_string(peer)));
-    }
+    if (!parse_endpoint(*endpoint, to))
+      return fail("rank " + std::to_string(peer) + " published '" + *endpoint + "', not an IPv4 host:port");
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return fail(sys("socket"));
+    made.fds[std::size_t(peer)] = fd;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0)
+      return fail(sys("connect to rank " + std::to_string(peer) + " at " + *endpoint));
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     std::int32_t me = rank;
     if (!write_all(fd, reinterpret_cast<const char*>(&me), sizeof me)) return fail(sys("handshake"));
-    fds[std::size_t(peer)] = fd;
   }
   // Accept every higher rank.
   for (int k = rank + 1; k < world; ++k) {
@@ -137,12 +155,15 @@ Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, const std::st
     if (fd < 0) return fail(sys("accept"));
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     std::int32_t who = -1;
-    if (auto err = read_all(fd, reinterpret_cast<char*>(&who), sizeof who, timeout_s, -1); !err.empty() || who <= rank ||
-                                                                                             who >= world)
+    auto err = read_all(fd, reinterpret_cast<char*>(&who), sizeof who, timeout_s, -1);
+    if (!err.empty() || who <= rank || who >= world || made.fds[std::size_t(who)] >= 0) {
+      ::close(fd);
       return fail("bad handshake from a connecting peer");
-    fds[std::size_t(who)] = fd;
+    }
+    made.fds[std::size_t(who)] = fd;
   }
-  ::close(listener);
+  std::vector<int> fds = std::move(made.fds);
+  made.fds.clear();
   return std::unique_ptr<Peers>(new Peers(rank, world, std::move(fds), timeout_s));
 }
 

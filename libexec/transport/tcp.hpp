@@ -7,8 +7,9 @@
 // Link emulation: a connection can be shaped to a bandwidth and latency (a token bucket: a
 // frame leaves when the link has carried the previous ones, and arrives `latency` later), so
 // a heterogeneous cluster's slow links can be reproduced on one machine.
-// Rendezvous: each rank listens on an ephemeral port and publishes "host:port" as the file
-// DIR/rank-<r>.endpoint; ranks connect to lower ranks and accept higher ones.
+// Rendezvous: each rank listens on an ephemeral port and publishes "host:port" under the key
+// rank-<r>.endpoint of the job's rendezvous (a directory: the file DIR/rank-<r>.endpoint; or a
+// gRPC rendezvous service); ranks connect to lower ranks and accept higher ones.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "diag/diag.hpp"
+#include "rendezvous/rendezvous.hpp"
 
 namespace het::transport {
 
@@ -26,8 +28,9 @@ std::uint32_t crc32(const void* data, std::size_t n);
 
 class Peers {
  public:
-  // Connects rank `rank` of `world` with all others through the rendezvous directory.
-  static Result<std::unique_ptr<Peers>> connect(int rank, int world, const std::string& rendezvous_dir, double timeout_s);
+  // Connects rank `rank` of `world` with all others through the job's rendezvous, within
+  // timeout_s seconds.
+  static Result<std::unique_ptr<Peers>> connect(int rank, int world, rendezvous::Rendezvous& rendezvous, double timeout_s);
   ~Peers();
   Peers(const Peers&) = delete;
   Peers& operator=(const Peers&) = delete;

@@ -28,6 +28,9 @@ using Diagnostics = std::vector<Diagnostic>;
 // Every diagnostic on its own line, in order.
 std::string to_string(const Diagnostics& diagnostics);
 
+// The value of an operation that has nothing to return but may fail: Result<Done>.
+struct Done {};
+
 template <class T>
 class Result {
  public:
