@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -73,6 +74,92 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   return result;
+}
+
+std::vector<int> find_processes(const std::vector<std::string>& words) {
+  std::vector<int> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (std::all_of(words.begin(), words.end(), [&](const std::string& w) { return cmd.find(w) != std::string::npos; }))
+      out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+namespace {
+std::string slurp(const std::string& file) {
+  std::ifstream in(file);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
+Background::Background(const std::vector<std::string>& argv) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "hetplan-bg-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl, out_file_ = dir_ + "/out", err_file_ = dir_ + "/err";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
+}
+
+Background::~Background() {
+  if (!reaped_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::string Background::out() const { return slurp(out_file_); }
+std::string Background::err() const { return slurp(err_file_); }
+void Background::signal(int sig) const {
+  if (!reaped_) kill(pid_, sig);
+}
+
+bool Background::wait_for_output(const std::string& text, double timeout_s) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (out().find(text) != std::string::npos) return true;
+    siginfo_t info{};
+    if (reaped_ || (waitid(P_PID, id_t(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_))
+      return out().find(text) != std::string::npos;  // it ended
+    usleep(20000);
+  }
+  return false;
+}
+
+ProcessResult Background::wait(double timeout_s) {
+  ProcessResult r;
+  if (reaped_) return r;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int status = 0;
+  while (waitpid(pid_, &status, WNOHANG) != pid_) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      break;
+    }
+    usleep(20000);
+  }
+  reaped_ = true;
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  r.out = out(), r.err = err();
+  return r;
 }
 
 TempDir::TempDir() {

@@ -14,6 +14,32 @@ struct ProcessResult {
 // Runs argv[0] with argv (no shell), stdin from /dev/null, killing it after timeout_s.
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s = 60);
 
+// Pids of the processes whose command line holds every one of `words`.
+std::vector<int> find_processes(const std::vector<std::string>& words);
+
+// A program running in the background (a daemon under test), its stdout and stderr going to
+// files; killed with SIGKILL and reaped when the object goes away.
+class Background {
+ public:
+  explicit Background(const std::vector<std::string>& argv);
+  ~Background();
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  int pid() const { return pid_; }
+  std::string out() const;  // what it printed so far
+  std::string err() const;
+  // Waits until its stdout holds `text` (true), or it exits or timeout_s passes (false).
+  bool wait_for_output(const std::string& text, double timeout_s) const;
+  void signal(int sig) const;
+  // Waits for it to end (SIGKILL after timeout_s); its exit status like run_process.
+  ProcessResult wait(double timeout_s);
+
+ private:
+  int pid_ = -1;
+  bool reaped_ = false;
+  std::string out_file_, err_file_, dir_;
+};
+
 // A fresh directory under the system temp dir, removed when the object goes away.
 class TempDir {
  public:

@@ -23,6 +23,7 @@
 #include "train/reference.hpp"
 #include "transport/tcp.hpp"
 
+using het::test::find_processes;
 using het::test::run_process;
 
 namespace {
@@ -257,22 +258,6 @@ TEST_CASE("TCP peers: reduce-scatter, all-gather and broadcast over three ranks"
   }
 }
 
-namespace {
-// Pids of processes whose command line holds every one of `words`.
-std::vector<int> find_processes(const std::vector<std::string>& words) {
-  std::vector<int> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path() / "cmdline", std::ios::binary);
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (std::all_of(words.begin(), words.end(), [&](const std::string& w) { return cmd.find(w) != std::string::npos; }))
-      out.push_back(std::stoi(name));
-  }
-  return out;
-}
-}  // namespace
 
 TEST_CASE("when a rank dies mid-run, run-local stops the others and names it") {
   // A run long enough to be killed in the middle; its seed marks its workers.

@@ -26,6 +26,7 @@
 #include <csignal>
 #include <cstring>
 #include <thread>
+#include "control_commands.hpp"
 #include "importer/importer.hpp"
 #include "node/node.hpp"
 #include "profiler/profiler.hpp"
@@ -106,6 +107,7 @@ struct JobArgs {
   std::string backend = "cpu";
   int threads = 0;  // per rank; 0: the cores shared out among the ranks
   double slowdown = 1;  // worker only: a fixed compute slowdown (an agent's --emulate-slowdown)
+  std::string host = "127.0.0.1";  // worker only: the IPv4 address its TCP endpoint listens on
   int rank = 0, world = 1;
   std::string rendezvous;                 // a directory, or grpc://HOST:PORT/JOB
   std::optional<std::string> token_file;  // the grpc:// rendezvous's bearer token
@@ -162,7 +164,7 @@ int run_worker(const JobArgs& a) {
     for (const auto& e : rendezvous.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
   }
-  auto peers = het::transport::Peers::connect(a.rank, a.world, **rendezvous, 120);
+  auto peers = het::transport::Peers::connect(a.rank, a.world, **rendezvous, 120, a.host);
   if (!peers) {
     for (const auto& e : peers.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
@@ -351,15 +353,18 @@ int main(int argc, char** argv) {
       ->required();
   worker->add_option("--token-file", job.token_file, "file holding the grpc:// rendezvous's bearer token");
   add_job(worker);
+  worker->add_option("--host", job.host, "IPv4 address to listen on and publish (default 127.0.0.1)");
   worker->add_option("--slowdown", job.slowdown, "stretch compute by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
   std::optional<std::string> trace_events;
   worker->add_option("--trace-events", trace_events, "write this rank's events to FILE.<rank>");
+  het::cli::ControlCommands control(app, het::kVersion);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  if (int code = control.run(); code >= 0) return code;
   if (devices->parsed()) return run_devices(format);
   if (prepare->parsed()) return run_prepare_data(text_file, output);
   if (local->parsed()) return run_local(job);

@@ -98,7 +98,8 @@ std::string endpoint_key(int rank) { return "rank-" + std::to_string(rank) + ".e
 
 }  // namespace
 
-Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, rendezvous::Rendezvous& rendezvous, double timeout_s) {
+Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, rendezvous::Rendezvous& rendezvous, double timeout_s,
+                                             const std::string& host) {
   auto fail = [&](std::string what) { return Diagnostic{"", 0, 0, "rank " + std::to_string(rank), std::move(what)}; };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   auto seconds_left = [&] { return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count(); };
@@ -112,13 +113,13 @@ Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, rendezvous::R
   ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return fail("'" + host + "' is not an IPv4 address");
   addr.sin_port = 0;
   if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 || ::listen(listener, world) < 0)
     return fail(sys("bind/listen"));
   socklen_t len = sizeof addr;
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  if (auto published = rendezvous.publish(endpoint_key(rank), "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  if (auto published = rendezvous.publish(endpoint_key(rank), host + ":" + std::to_string(ntohs(addr.sin_port)));
       !published)
     return fail("cannot publish this rank's endpoint: " + to_string(published.errors()));
   // The connections made so far; closed when connecting fails part way.

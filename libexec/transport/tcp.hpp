@@ -29,8 +29,10 @@ std::uint32_t crc32(const void* data, std::size_t n);
 class Peers {
  public:
   // Connects rank `rank` of `world` with all others through the job's rendezvous, within
-  // timeout_s seconds.
-  static Result<std::unique_ptr<Peers>> connect(int rank, int world, rendezvous::Rendezvous& rendezvous, double timeout_s);
+  // timeout_s seconds. The rank listens on IPv4 address `host` (an address of this machine
+  // the other ranks can reach) and publishes "host:port".
+  static Result<std::unique_ptr<Peers>> connect(int rank, int world, rendezvous::Rendezvous& rendezvous, double timeout_s,
+                                                const std::string& host = "127.0.0.1");
   ~Peers();
   Peers(const Peers&) = delete;
   Peers& operator=(const Peers&) = delete;

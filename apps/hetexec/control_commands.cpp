@@ -1,0 +1,249 @@
+// `hetexec agent`, `submit`, `status` and `abort`: the commands of the control plane
+// (libexec/agent, libexec/submit). Errors are sentences on stderr; exit 2 for bad input or a
+// job refused before it started, 1 for a job that failed, 0 for success.
+#include "control_commands.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/agent.hpp"
+#include "plan/plan_io.hpp"
+#include "submit/submit.hpp"
+#include "validation/inputs.hpp"
+
+namespace het::cli {
+
+namespace {
+
+int report(const Diagnostics& errors, int code = 2) {
+  for (const auto& e : errors) std::cerr << "error: " << e.to_string() << "\n";
+  return code;
+}
+
+// The agents of a command: --agents or --inventory.
+Result<std::vector<submit::AgentAddress>> agents_of(const std::string& list, const std::string& inventory) {
+  if (!list.empty() && !inventory.empty()) return Diagnostic{"", 0, 0, "", "give --agents or --inventory, not both"};
+  if (!inventory.empty()) return submit::read_inventory(inventory);
+  if (list.empty()) return Diagnostic{"", 0, 0, "", "say where the agents are: --agents SUB/IDX=HOST:PORT,... or --inventory FILE"};
+  return submit::parse_agents(list);
+}
+
+Result<control::ClientSecurity> client_security(const std::string& token_file, const std::string& tls_ca) {
+  control::ClientSecurity s;
+  if (!token_file.empty()) {
+    auto token = control::read_token_file(token_file);
+    if (!token) return token.errors();
+    s.token = *token;
+  }
+  if (!tls_ca.empty()) s.tls = control::ClientTls{tls_ca, "", "", ""};
+  return s;
+}
+
+std::string self_executable() {
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  return n > 0 ? std::string(self, std::size_t(n)) : "hetexec";
+}
+
+}  // namespace
+
+ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(std::move(version)) {
+  agent_ = app.add_subcommand("agent", "Serve this node's devices to `hetexec submit` (a gRPC daemon)");
+  agent_->add_option("--listen", listen_, "HOST:PORT to listen on")->required();
+  agent_->add_option("--node", node_, "the plan's node this agent is: SUBCLUSTER/INDEX")->required();
+  agent_->add_option("--devices", devices_, "cpu:N, cuda:all or cuda:N")->required();
+  agent_->add_option("--emulate-slowdown", slowdown_, "stretch every worker's compute by X (an emulated slower node)")
+      ->check(CLI::Range(1.0, 1000.0));
+  agent_->add_option("--token-file", token_file_, "refuse every call without this bearer token");
+  agent_->add_option("--tls-cert", tls_cert_, "serve TLS with this PEM certificate chain");
+  agent_->add_option("--tls-key", tls_key_, "and this PEM private key");
+  agent_->add_option("--tls-ca", tls_ca_, "require client certificates signed by this CA");
+  agent_->add_option("--workdir", workdir_, "where job files go (default: a new directory under /tmp)");
+  agent_->add_option("--advertise", advertise_, "IPv4 address the workers listen on for their peers (default 127.0.0.1)");
+
+  submit_ = app.add_subcommand("submit", "Run a plan on node agents and follow it");
+  submit_->add_option("plan", plan_, "plan.json")->required();
+  submit_->add_option("--model", model_, "model.yaml, replacing the plan's own");
+  submit_->add_option("--cluster", cluster_, "cluster.yaml, replacing the plan's own");
+  submit_->add_option("--steps", settings_.steps, "training steps (default 10)")->check(CLI::Range(1, 10'000'000));
+  submit_->add_option("--seed", settings_.seed, "seed of the weights and of synthetic data (default 1)");
+  submit_->add_option("--lr", settings_.lr, "AdamW learning rate (default 1e-3)")->check(CLI::PositiveNumber);
+  submit_->add_option("--data", settings_.data_path, "llm.c token file, at this path on every node (default: synthetic)");
+  submit_->add_option("--threads", settings_.threads, "CPU threads per worker (default: each node's cores shared out)")
+      ->check(CLI::Range(0, 1024));
+  submit_->add_flag("--emulate-links", settings_.emulate_links, "shape each connection to its link in the plan's cluster");
+  submit_->add_flag("--emulate-devices", settings_.emulate_devices, "slow each rank by (fastest peak / its device's peak)");
+  submit_->add_option("--metrics-out", metrics_out_, "write JSON lines {step, loss, step_s, tokens_per_s}");
+  submit_->add_flag("--detach", detach_, "return once training runs (no lease: stop it with `hetexec abort`)");
+  submit_->add_option("--rendezvous-listen", rendezvous_listen_, "HOST:PORT for the job's rendezvous (default 127.0.0.1:0)");
+  submit_->add_option("--rendezvous-advertise", rendezvous_advertise_, "host the workers reach the rendezvous at");
+  submit_->add_option("--heartbeat-timeout", heartbeat_timeout_, "seconds an agent may not answer before the job is aborted (default 5)")
+      ->check(CLI::Range(0.5, 3600.0));
+  submit_->add_option("--lease", lease_, "seconds agents keep a job without a heartbeat from here (default 10)")
+      ->check(CLI::Range(1.0, 86400.0));
+  for (auto* cmd : {submit_, status_ = app.add_subcommand("status", "List the jobs on node agents"),
+                    abort_ = app.add_subcommand("abort", "Stop a job on every node agent")}) {
+    cmd->add_option("--agents", agents_, "SUB/IDX=HOST:PORT,...");
+    cmd->add_option("--inventory", inventory_, "YAML file: agents: [{node: SUB/IDX, address: HOST:PORT}, ...]");
+    cmd->add_option("--token-file", client_token_file_, "bearer token for the agents (and the job's rendezvous)");
+    cmd->add_option("--tls-ca", client_tls_ca_, "talk TLS to the agents, trusting this CA");
+  }
+  status_->add_option("--format", format_, "text or json")->check(CLI::IsMember({"text", "json"}));
+  abort_->add_option("job", job_id_, "the job id `hetexec submit` printed")->required();
+}
+
+int ControlCommands::run() {
+  if (agent_->parsed()) return run_agent();
+  if (submit_->parsed()) return run_submit();
+  if (status_->parsed()) return run_status();
+  if (abort_->parsed()) return run_abort();
+  return -1;
+}
+
+int ControlCommands::run_agent() {
+  agent::Options o;
+  o.listen = listen_;
+  auto node = job::parse_node_id(node_);
+  if (!node) return report(node.errors());
+  o.node = *node;
+  auto offer = agent::parse_devices(devices_);
+  if (!offer) return report(offer.errors());
+  o.offer = *offer;
+  o.emulate_slowdown = slowdown_;
+  if (!token_file_.empty()) {
+    auto token = control::read_token_file(token_file_);
+    if (!token) return report(token.errors());
+    o.security.token = *token;
+    o.worker_token_file = std::filesystem::absolute(token_file_).string();
+  }
+  if (!tls_cert_.empty() || !tls_key_.empty()) {
+    if (tls_cert_.empty() || tls_key_.empty()) return report({{"", 0, 0, "", "TLS needs both --tls-cert and --tls-key"}});
+    o.security.tls = control::ServerTls{tls_cert_, tls_key_, tls_ca_};
+  } else if (!tls_ca_.empty()) {
+    return report({{"", 0, 0, "", "--tls-ca needs --tls-cert and --tls-key"}});
+  }
+  if (workdir_.empty()) {
+    std::string dir = (std::filesystem::temp_directory_path() / "hetexec-agent-XXXXXX").string();
+    if (!mkdtemp(dir.data())) return report({{"", 0, 0, "", "cannot create a work directory under /tmp"}});
+    workdir_ = dir;
+  }
+  o.workdir = workdir_;
+  o.advertise = advertise_;
+  o.worker_executable = self_executable();
+  o.version = version_;
+  o.log = spdlog::stderr_logger_mt("agent " + o.node.to_string());
+  o.log->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l agent=%n %v");
+  // SIGINT/SIGTERM end the daemon cleanly: blocked here (every thread inherits the mask) and
+  // taken by sigwait below.
+  sigset_t stop;
+  sigemptyset(&stop), sigaddset(&stop, SIGINT), sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  auto a = agent::Agent::start(o);
+  if (!a) return report(a.errors());
+  std::cout << "agent for node " << o.node.to_string() << " listening on " << (*a)->address() << std::endl;
+  int sig = 0;
+  sigwait(&stop, &sig);
+  o.log->info("event=signal signal={}", sig);
+  (*a)->stop();
+  return 0;
+}
+
+int ControlCommands::run_submit() {
+  InputFiles files;
+  files.plan = plan_;
+  if (!model_.empty()) files.model = model_;
+  if (!cluster_.empty()) files.cluster = cluster_;
+  auto loaded = load_plan_inputs(files);
+  if (!loaded) return report(loaded.errors());
+  auto agents = agents_of(agents_, inventory_);
+  if (!agents) return report(agents.errors());
+  auto security = client_security(client_token_file_, client_tls_ca_);
+  if (!security) return report(security.errors());
+  submit::Options o;
+  o.plan = loaded->plan;
+  o.plan_json = write_plan(loaded->plan);
+  o.agents = *agents;
+  o.security = *security;
+  o.rendezvous_listen = rendezvous_listen_;
+  o.rendezvous_advertise = rendezvous_advertise_;
+  o.settings = settings_;
+  o.heartbeat_timeout_s = heartbeat_timeout_;
+  o.heartbeat_interval_s = std::min(1.0, heartbeat_timeout_ / 3);
+  o.lease_s = lease_;
+  o.detach = detach_;
+  std::ofstream metrics;
+  if (!metrics_out_.empty()) {
+    metrics.open(metrics_out_);
+    if (!metrics) return report({{metrics_out_, 0, 0, "", "cannot write the file"}});
+  }
+  bool header = false;
+  auto outcome = submit::submit(
+      o,
+      [&](const std::string& line) {
+        try {
+          auto j = nlohmann::json::parse(line);
+          if (!j.contains("step")) return;
+          if (!header) std::cout << " step        loss    step_s    tokens/s\n", header = true;
+          char buf[128];
+          std::snprintf(buf, sizeof buf, "%5d  %10.6f  %8.4f  %10.0f", j["step"].get<int>(), j["loss"].get<double>(),
+                        j["step_s"].get<double>(), j["tokens_per_s"].get<double>());
+          std::cout << buf << std::endl;
+          if (metrics) metrics << line << "\n" << std::flush;
+        } catch (const std::exception&) {
+          std::cout << line << std::endl;
+        }
+      },
+      [](const std::string& status) { std::cout << status << std::endl; });
+  if (outcome.ok) {
+    std::cout << (detach_ ? "job " + outcome.job_id + " runs detached; stop it with `hetexec abort " + outcome.job_id + "`"
+                          : "job " + outcome.job_id + " finished")
+              << std::endl;
+    return 0;
+  }
+  std::cerr << "error: " << (outcome.refused ? "" : "job " + outcome.job_id + " failed: ") << outcome.failure << "\n";
+  return outcome.refused ? 2 : 1;
+}
+
+int ControlCommands::run_status() {
+  auto agents = agents_of(agents_, inventory_);
+  if (!agents) return report(agents.errors());
+  auto security = client_security(client_token_file_, client_tls_ca_);
+  if (!security) return report(security.errors());
+  auto rows = submit::status(*agents, *security);
+  if (!rows) return report(rows.errors(), 1);
+  if (format_ == "json") {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& r : *rows)
+      out.push_back({{"node", r.node}, {"job", r.job_id}, {"state", r.state}, {"ranks", r.ranks}, {"lease_s", r.lease_seconds_left},
+                     {"detail", r.detail}});
+    std::cout << out.dump(1) << "\n";
+    return 0;
+  }
+  std::printf("%-12s %-18s %-10s %-6s %s\n", "node", "job", "state", "ranks", "detail");
+  for (const auto& r : *rows)
+    std::printf("%-12s %-18s %-10s %-6zu %s\n", r.node.c_str(), r.job_id.c_str(), r.state.c_str(), r.ranks.size(), r.detail.c_str());
+  if (rows->empty()) std::printf("(no jobs)\n");
+  return 0;
+}
+
+int ControlCommands::run_abort() {
+  auto agents = agents_of(agents_, inventory_);
+  if (!agents) return report(agents.errors());
+  auto security = client_security(client_token_file_, client_tls_ca_);
+  if (!security) return report(security.errors());
+  auto n = submit::abort(*agents, *security, job_id_, "hetexec abort");
+  if (!n) return report(n.errors(), 1);
+  std::cout << "aborted job " << job_id_ << " on " << *n << " node" << (*n == 1 ? "" : "s") << "\n";
+  return *n > 0 ? 0 : 1;
+}
+
+}  // namespace het::cli

@@ -1,0 +1,494 @@
+#include "agent/agent.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <spdlog/spdlog.h>
+
+#include "control/admission.hpp"
+#include "hetexec.grpc.pb.h"
+#include "launch/workers.hpp"
+#include "node/node.hpp"
+#include "rendezvous/rendezvous.hpp"
+#include "runtime/runtime.hpp"
+#include "validation/inputs.hpp"
+
+namespace het::agent {
+
+Result<job::Offer> parse_devices(const std::string& spec) {
+  const auto colon = spec.find(':');
+  auto bad = [&](const std::string& why) { return Diagnostic{"", 0, 0, "devices", why + " (expected cpu:N, cuda:all or cuda:N), got '" + spec + "'"}; };
+  if (colon == std::string::npos) return bad("no kind");
+  const std::string kind = spec.substr(0, colon), count = spec.substr(colon + 1);
+  int n = -1;
+  if (count != "all") {
+    if (count.empty() || count.size() > 4 || count.find_first_not_of("0123456789") != std::string::npos) return bad("bad count");
+    n = std::stoi(count);
+    if (n < 1) return bad("count must be at least 1");
+  }
+  job::Offer offer{kind, {}};
+  if (kind == "cpu") {
+    if (n < 0) n = std::max(1, int(std::thread::hardware_concurrency()));
+    for (int i = 0; i < n; ++i) offer.devices.push_back({"cpu", 0});
+    return offer;
+  }
+  if (kind != "cuda") return bad("unknown kind '" + kind + "'");
+  const auto node = node::describe_node();
+  if (node.gpus.empty()) return Diagnostic{"", 0, 0, "devices", "cuda: this node has no CUDA GPU this build can use"};
+  if (n > int(node.gpus.size()))
+    return Diagnostic{"", 0, 0, "devices", "cuda:" + count + ": this node has " + std::to_string(node.gpus.size()) + " CUDA GPUs"};
+  for (int i = 0; i < (n < 0 ? int(node.gpus.size()) : n); ++i)
+    offer.devices.push_back({node.gpus[std::size_t(i)].name, node.gpus[std::size_t(i)].memory_bytes});
+  return offer;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace pb = het::v1;
+
+constexpr std::size_t kMaxEvents = 200000;  // per job; worker lines beyond are dropped (counted)
+
+struct Job {
+  std::string id;
+  std::vector<job::RankOnNode> ranks;
+  int world = 0;
+  std::string dir, plan_file, rendezvous;
+  pb::JobSettings settings;
+  double lease_s = 0;  // 0: no lease
+  Clock::time_point lease_deadline;
+  enum class State { prepared, running, finished, failed } state = State::prepared;
+  std::string detail;
+  // The event log every Events call streams from the start; `closed` once the last one is in.
+  std::vector<pb::Event> events;
+  std::size_t dropped_lines = 0;
+  bool closed = false;
+  std::condition_variable changed;
+  launch::WorkerGroup workers;
+  std::thread thread;
+  bool stop_requested = false;
+};
+
+const char* state_name(Job::State s) {
+  switch (s) {
+    case Job::State::prepared: return "prepared";
+    case Job::State::running: return "running";
+    case Job::State::finished: return "finished";
+    case Job::State::failed: return "failed";
+  }
+  return "?";
+}
+
+// host:port with a port in range and a host of name characters.
+bool valid_address(const std::string& a) {
+  const auto colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0 || a.size() > 255) return false;
+  const std::string port = a.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  const int p = std::stoi(port);
+  if (p < 1 || p > 65535) return false;
+  for (char c : a.substr(0, colon))
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_' && c != '[' && c != ']' && c != ':') return false;
+  return true;
+}
+
+}  // namespace
+
+struct Agent::State final : public pb::Agent::Service {
+  Options opt;
+  control::Admission admission;
+  std::shared_ptr<spdlog::logger> log;
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<Job>> jobs;
+  std::vector<std::string> finished_order;  // ids of ended jobs, oldest first
+  std::condition_variable stopped_cv;
+  bool stopping = false;
+  std::thread watchdog;
+  std::unique_ptr<grpc::Server> server;
+  std::string host;
+  int port = 0;
+  std::once_flag stop_once;
+
+  explicit State(const Options& o) : opt(o), admission(o.security.token), log(o.log ? o.log : spdlog::default_logger()) {}
+
+  // ---- job bookkeeping (callers hold mu) ---------------------------------------------------
+  void post(Job& j, pb::Event e) {
+    if (j.closed) return;
+    const bool line = e.has_line();
+    if (line && j.events.size() >= kMaxEvents) {
+      ++j.dropped_lines;
+      return;
+    }
+    const bool last = e.has_finished();
+    j.events.push_back(std::move(e));
+    if (last) j.closed = true;
+    j.changed.notify_all();
+  }
+  void post_error(Job& j, const std::string& message) {
+    pb::Event e;
+    e.mutable_error()->set_message(message);
+    post(j, std::move(e));
+  }
+  void post_finished(Job& j, bool ok) {
+    pb::Event e;
+    e.mutable_finished()->set_ok(ok);
+    post(j, std::move(e));
+  }
+  // Ends a job that is still going: its workers are asked to stop; a prepared job ends at once.
+  void end_job(Job& j, const std::string& why) {
+    if (j.state == Job::State::finished || j.state == Job::State::failed || j.stop_requested) return;
+    log->warn("job={} event=stop reason=\"{}\"", j.id, why);
+    j.detail = why;
+    j.stop_requested = true;
+    post_error(j, why);
+    if (j.state == Job::State::running) {
+      j.workers.stop(2.0);
+    } else {
+      j.state = Job::State::failed;
+      post_finished(j, false);
+      retire(j.id);
+    }
+  }
+  void retire(const std::string& id) {
+    finished_order.push_back(id);
+    if (stopping) return;  // stop() joins every job's thread itself
+    while (int(finished_order.size()) > opt.max_finished_jobs) {
+      auto it = jobs.find(finished_order.front());
+      finished_order.erase(finished_order.begin());
+      if (it == jobs.end()) continue;
+      // Its thread has posted its last event and only returns now (or is this thread).
+      if (it->second->thread.joinable()) {
+        if (it->second->thread.get_id() == std::this_thread::get_id()) it->second->thread.detach();
+        else it->second->thread.join();
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(it->second->dir, ec);
+      jobs.erase(it);
+    }
+  }
+  std::set<int> busy_devices() const {
+    std::set<int> busy;
+    for (const auto& [id, j] : jobs)
+      if (j->state == Job::State::prepared || j->state == Job::State::running)
+        for (const auto& r : j->ranks) busy.insert(r.device);
+    return busy;
+  }
+
+  // ---- the service ---------------------------------------------------------------------------
+  grpc::Status Describe(grpc::ServerContext* context, const pb::DescribeRequest* request, pb::DescribeResponse* response) override {
+    if (auto refused = admission.admit(*context, request->api_version()); !refused.ok()) return refused;
+    response->set_node(opt.node.to_string());
+    response->set_agent_version(opt.version);
+    response->set_api_version(control::api_version());
+    char host_name[256] = {};
+    gethostname(host_name, sizeof host_name - 1);
+    response->set_hostname(host_name);
+    // Identical devices are one entry.
+    for (const auto& d : opt.offer.devices) {
+      const auto kind = opt.offer.kind == "cuda" ? pb::DEVICE_KIND_CUDA : pb::DEVICE_KIND_CPU;
+      auto* last = response->devices_size() ? response->mutable_devices(response->devices_size() - 1) : nullptr;
+      if (last && last->kind() == kind && last->name() == d.name && last->memory_bytes() == std::uint64_t(d.memory)) {
+        last->set_count(last->count() + 1);
+        continue;
+      }
+      auto* dev = response->add_devices();
+      dev->set_kind(kind), dev->set_count(1), dev->set_name(d.name), dev->set_memory_bytes(std::uint64_t(d.memory));
+    }
+    std::lock_guard lock(mu);
+    for (const auto& [id, j] : jobs) {
+      auto* s = response->add_jobs();
+      s->set_job_id(id);
+      s->set_state(state_name(j->state));
+      for (const auto& r : j->ranks) s->add_ranks(std::uint32_t(r.rank));
+      s->set_detail(j->detail);
+      if (j->lease_s > 0 && (j->state == Job::State::prepared || j->state == Job::State::running))
+        s->set_lease_seconds_left(std::uint32_t(std::max(0.0, std::chrono::duration<double>(j->lease_deadline - Clock::now()).count())));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Prepare(grpc::ServerContext* context, const pb::PrepareRequest* request, pb::PrepareResponse* response) override {
+    if (auto refused = admission.admit(*context, request->api_version()); !refused.ok()) return refused;
+    auto refuse = [&](const std::string& why) {
+      log->warn("job={} event=refused reason=\"{}\"", request->job_id().substr(0, 128), why);
+      response->set_ok(false);
+      response->set_error(why);
+      return grpc::Status::OK;
+    };
+    if (!rendezvous::valid_key(request->job_id()))
+      return {grpc::StatusCode::INVALID_ARGUMENT, "job ids are 1 to 128 characters of [A-Za-z0-9._-], not starting with '.'"};
+    const auto& st = request->settings();
+    if (st.steps() < 1 || st.steps() > 10'000'000) return refuse("settings.steps must be in [1, 10000000]");
+    if (!std::isfinite(st.learning_rate()) || st.learning_rate() <= 0 || st.learning_rate() > 10)
+      return refuse("settings.learning_rate must be in (0, 10]");
+    if (st.threads() > 1024) return refuse("settings.threads must be at most 1024");
+    if (!st.data_path().empty()) {
+      std::error_code ec;
+      if (st.data_path().size() > 4096 || !std::filesystem::is_regular_file(st.data_path(), ec))
+        return refuse("settings.data_path: no such file on node " + opt.node.to_string());
+    }
+    if (!valid_address(request->rendezvous_address())) return refuse("rendezvous_address must be HOST:PORT");
+    if (request->lease_seconds() > 86400) return refuse("lease_seconds must be at most 86400");
+    {
+      std::lock_guard lock(mu);
+      if (stopping) return {grpc::StatusCode::UNAVAILABLE, "the agent is stopping"};
+      if (jobs.count(request->job_id())) return refuse("job " + request->job_id() + " exists already on this node");
+    }
+    // The plan: written to the job's directory, read and validated like any plan file.
+    const std::string dir = opt.workdir + "/" + request->job_id();
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return refuse("cannot create " + dir + ": " + ec.message());
+    const std::string plan_file = dir + "/plan.json";
+    std::ofstream(plan_file) << request->plan_json();
+    auto cleanup = [&] { std::filesystem::remove_all(dir, ec); };
+    InputFiles files;
+    files.plan = plan_file;
+    auto loaded = load_plan_inputs(files);
+    if (!loaded) {
+      cleanup();
+      std::string why = "the plan is not valid:";
+      for (std::size_t i = 0; i < loaded.errors().size() && i < 5; ++i) why += " " + loaded.errors()[i].to_string() + ";";
+      return refuse(why);
+    }
+    if (auto why = runtime::unsupported(loaded->plan); !why.empty()) return cleanup(), refuse(why);
+    auto mine = job::ranks_on(loaded->plan, opt.node);
+    std::vector<int> want, given;
+    for (const auto& r : mine) want.push_back(r.rank);
+    for (auto r : request->ranks()) given.push_back(int(r));
+    if (want != given) {
+      auto list = [](const std::vector<int>& v) {
+        std::string s;
+        for (int r : v) s += (s.empty() ? "" : ", ") + std::to_string(r);
+        return "[" + s + "]";
+      };
+      return cleanup(), refuse("the plan runs ranks " + list(want) + " on node " + opt.node.to_string() + ", the request gave " + list(given));
+    }
+    if (auto problems = job::check_offer(loaded->plan, opt.node, opt.offer); !problems.empty()) return cleanup(), refuse(problems.front());
+    auto j = std::make_shared<Job>();
+    j->id = request->job_id();
+    j->ranks = std::move(mine);
+    j->world = int(runtime::ranks_of(loaded->plan).size());
+    j->dir = dir, j->plan_file = plan_file;
+    j->rendezvous = "grpc://" + request->rendezvous_address() + "/" + request->job_id();
+    j->settings = st;
+    j->lease_s = request->lease_seconds();
+    j->lease_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(j->lease_s));
+    std::lock_guard lock(mu);
+    if (jobs.count(j->id)) return refuse("job " + j->id + " exists already on this node");  // a concurrent twin
+    const auto busy = busy_devices();
+    for (const auto& r : j->ranks)
+      if (busy.count(r.device)) return cleanup(), refuse("device " + std::to_string(r.device) + " of node " + opt.node.to_string() + " is busy with another job");
+    jobs[j->id] = j;
+    log->info("job={} event=prepared ranks={} world={} lease_s={}", j->id, j->ranks.size(), j->world, j->lease_s);
+    response->set_ok(true);
+    return grpc::Status::OK;
+  }
+
+  std::vector<launch::WorkerCommand> commands(const Job& j) const {
+    const auto& st = j.settings;
+    const int threads = st.threads() > 0 ? int(st.threads())
+                                         : std::max(1, int(std::thread::hardware_concurrency()) / std::max<int>(1, int(j.ranks.size())));
+    std::vector<launch::WorkerCommand> out;
+    for (const auto& r : j.ranks) {
+      std::vector<std::string> argv = {opt.worker_executable, "worker", "--plan", j.plan_file, "--rank", std::to_string(r.rank),
+                                       "--world", std::to_string(j.world), "--rendezvous", j.rendezvous, "--host", opt.advertise,
+                                       "--steps", std::to_string(st.steps()), "--seed", std::to_string(st.seed()), "--lr",
+                                       std::to_string(st.learning_rate()), "--threads", std::to_string(threads),
+                                       "--slowdown", std::to_string(opt.emulate_slowdown)};
+      if (!opt.worker_token_file.empty()) argv.insert(argv.end(), {"--token-file", opt.worker_token_file});
+      if (!st.data_path().empty()) argv.insert(argv.end(), {"--data", st.data_path()});
+      if (st.emulate_links()) argv.push_back("--emulate-links");
+      if (st.emulate_devices()) argv.push_back("--emulate-devices");
+      out.push_back({r.rank, std::move(argv)});
+    }
+    return out;
+  }
+
+  // The job's supervisor thread: runs its workers until all have ended.
+  void supervise(std::shared_ptr<Job> j) {
+    std::map<int, std::string> last_err;  // last stderr line per rank
+    bool failed = false;
+    auto result = j->workers.run(commands(*j), [&](const launch::WorkerEvent& e) {
+      std::lock_guard lock(mu);
+      pb::Event out;
+      if (e.kind == launch::WorkerEvent::Kind::line) {
+        if (e.from_stderr) last_err[e.rank] = e.text, log->info("job={} rank={} stderr=\"{}\"", j->id, e.rank, e.text);
+        if (!e.from_stderr && !e.text.empty()) j->detail = e.text;
+        auto* l = out.mutable_line();
+        l->set_rank(std::uint32_t(e.rank)), l->set_from_stderr(e.from_stderr), l->set_text(e.text);
+        post(*j, std::move(out));
+        return;
+      }
+      auto* x = out.mutable_exited();
+      x->set_rank(std::uint32_t(e.rank)), x->set_exit_code(e.exit_code), x->set_signal_number(e.signal);
+      post(*j, std::move(out));
+      log->info("job={} event=worker_exited rank={} exit_code={} signal={}", j->id, e.rank, e.exit_code, e.signal);
+      const bool ok = e.signal == 0 && e.exit_code == 0;
+      if (!ok && !e.stopped && !j->stop_requested) {
+        failed = true;
+        const std::string how = e.signal ? "was killed by signal " + std::to_string(e.signal) : "exited with status " + std::to_string(e.exit_code);
+        const auto err = last_err.find(e.rank);
+        end_job(*j, "rank " + std::to_string(e.rank) + " " + how + (err != last_err.end() ? ": " + err->second : ""));
+      }
+    });
+    std::lock_guard lock(mu);
+    if (!result) end_job(*j, to_string(result.errors()));
+    const bool ok = result && !failed && !j->stop_requested;
+    j->state = ok ? Job::State::finished : Job::State::failed;
+    if (j->dropped_lines) post_error(*j, std::to_string(j->dropped_lines) + " lines of worker output were dropped");
+    post_finished(*j, ok);
+    log->info("job={} event=finished ok={}", j->id, ok);
+    retire(j->id);
+  }
+
+  grpc::Status Start(grpc::ServerContext* context, const pb::StartRequest* request, pb::StartResponse*) override {
+    if (auto refused = admission.admit(*context, request->api_version()); !refused.ok()) return refused;
+    std::lock_guard lock(mu);
+    auto it = jobs.find(request->job_id());
+    if (it == jobs.end()) return {grpc::StatusCode::NOT_FOUND, "no job '" + request->job_id().substr(0, 128) + "' on this node"};
+    auto j = it->second;
+    if (j->state != Job::State::prepared || j->stop_requested)
+      return {grpc::StatusCode::FAILED_PRECONDITION, "job " + j->id + " is " + state_name(j->state) + ", not prepared"};
+    j->state = Job::State::running;
+    j->thread = std::thread([this, j] { supervise(j); });
+    log->info("job={} event=started workers={}", j->id, j->ranks.size());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Abort(grpc::ServerContext* context, const pb::AbortRequest* request, pb::AbortResponse*) override {
+    if (auto refused = admission.admit(*context, request->api_version()); !refused.ok()) return refused;
+    std::lock_guard lock(mu);
+    auto it = jobs.find(request->job_id());
+    if (it == jobs.end()) return {grpc::StatusCode::NOT_FOUND, "no job '" + request->job_id().substr(0, 128) + "' on this node"};
+    end_job(*it->second, "aborted: " + (request->reason().empty() ? std::string("by request") : request->reason().substr(0, 1024)));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* context, const pb::HeartbeatRequest* request, pb::HeartbeatResponse* response) override {
+    if (auto refused = admission.admit(*context, request->api_version()); !refused.ok()) return refused;
+    std::lock_guard lock(mu);
+    auto it = jobs.find(request->job_id());
+    if (it == jobs.end()) return {grpc::StatusCode::NOT_FOUND, "no job '" + request->job_id().substr(0, 128) + "' on this node"};
+    Job& j = *it->second;
+    if (j.state == Job::State::finished || j.state == Job::State::failed || j.stop_requested)
+      return {grpc::StatusCode::FAILED_PRECONDITION, "job " + j.id + " has ended (" + j.detail + ")"};
+    j.lease_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(j.lease_s));
+    response->set_lease_seconds(std::uint32_t(j.lease_s));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Events(grpc::ServerContext* context, const pb::EventsRequest* request, grpc::ServerWriter<pb::Event>* writer) override {
+    if (auto refused = admission.admit(*context, request->api_version()); !refused.ok()) return refused;
+    std::shared_ptr<Job> j;
+    {
+      std::lock_guard lock(mu);
+      auto it = jobs.find(request->job_id());
+      if (it == jobs.end()) return {grpc::StatusCode::NOT_FOUND, "no job '" + request->job_id().substr(0, 128) + "' on this node"};
+      j = it->second;
+    }
+    std::size_t next = 0;
+    for (;;) {
+      std::vector<pb::Event> batch;
+      bool done = false;
+      {
+        std::unique_lock lock(mu);
+        j->changed.wait_for(lock, std::chrono::milliseconds(200), [&] { return j->events.size() > next || stopping; });
+        batch.assign(j->events.begin() + std::ptrdiff_t(next), j->events.end());
+        next = j->events.size();
+        done = j->closed || stopping;
+      }
+      for (const auto& e : batch)
+        if (!writer->Write(e)) return {grpc::StatusCode::CANCELLED, "the client went away"};
+      if (done && batch.empty()) return grpc::Status::OK;
+      if (context->IsCancelled()) return {grpc::StatusCode::CANCELLED, "the client went away"};
+    }
+  }
+
+  // Ends jobs whose lease ran out.
+  void watch_leases() {
+    std::unique_lock lock(mu);
+    while (!stopping) {
+      stopped_cv.wait_for(lock, std::chrono::milliseconds(200));
+      const auto now = Clock::now();
+      for (auto& [id, j] : jobs)
+        if (j->lease_s > 0 && now > j->lease_deadline && (j->state == Job::State::prepared || j->state == Job::State::running))
+          end_job(*j, "the submitter's lease expired: no heartbeat for " + std::to_string(int(j->lease_s)) + " s");
+    }
+  }
+};
+
+Result<std::unique_ptr<Agent>> Agent::start(const Options& options) {
+  if (!options.security.token.empty() && !control::valid_token(options.security.token))
+    return Diagnostic{"", 0, 0, "token", "the agent's token must be one word of printable ASCII characters"};
+  if (options.offer.devices.empty()) return Diagnostic{"", 0, 0, "devices", "the agent offers no devices"};
+  if (!(options.emulate_slowdown >= 1)) return Diagnostic{"", 0, 0, "emulate-slowdown", "must be at least 1"};
+  std::error_code ec;
+  std::filesystem::create_directories(options.workdir, ec);
+  if (ec) return Diagnostic{"", 0, 0, "workdir", "cannot create " + options.workdir + ": " + ec.message()};
+  auto credentials = control::server_credentials(options.security);
+  if (!credentials) return credentials.errors();
+  const auto colon = options.listen.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    return Diagnostic{"", 0, 0, "listen", "cannot listen on '" + options.listen + "': expected HOST:PORT"};
+  auto state = std::make_unique<State>(options);
+  state->host = options.listen.substr(0, colon);
+  grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // the port is this agent's alone
+  builder.AddListeningPort(options.listen, *credentials, &state->port);
+  builder.RegisterService(state.get());
+  builder.SetMaxReceiveMessageSize(16 << 20);  // a plan with its model and cluster; more is refused unread
+  state->server = builder.BuildAndStart();
+  if (!state->server || state->port == 0)
+    return Diagnostic{"", 0, 0, "listen", "cannot listen on '" + options.listen + "' (address in use or not this machine's?)"};
+  State* s = state.get();
+  state->watchdog = std::thread([s] { s->watch_leases(); });
+  state->log->info("event=listening address={}:{} node={} devices={}x{} token={} tls={}", state->host, state->port,
+                   options.node.to_string(), options.offer.devices.size(), options.offer.kind,
+                   options.security.token.empty() ? "no" : "yes", options.security.tls ? "yes" : "no");
+  return std::unique_ptr<Agent>(new Agent(std::move(state)));
+}
+
+Agent::Agent(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Agent::~Agent() { stop(); }
+int Agent::port() const { return state_->port; }
+std::string Agent::address() const { return state_->host + ":" + std::to_string(state_->port); }
+
+void Agent::wait() {
+  std::unique_lock lock(state_->mu);
+  state_->stopped_cv.wait(lock, [&] { return state_->stopping; });
+}
+
+void Agent::stop() {
+  std::call_once(state_->stop_once, [this] {
+    State& s = *state_;
+    std::vector<std::shared_ptr<Job>> all;
+    {
+      std::lock_guard lock(s.mu);
+      s.stopping = true;
+      for (auto& [id, j] : s.jobs) all.push_back(j);
+      for (auto& j : all) s.end_job(*j, "the agent is stopping");
+      s.stopped_cv.notify_all();
+      for (auto& j : all) j->changed.notify_all();
+    }
+    if (s.watchdog.joinable()) s.watchdog.join();
+    for (auto& j : all)
+      if (j->thread.joinable()) j->thread.join();
+    s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    s.server->Wait();
+    s.log->info("event=stopped");
+  });
+}
+
+}  // namespace het::agent

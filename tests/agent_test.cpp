@@ -1,0 +1,201 @@
+// Node agents and `hetexec submit` as an operator uses them: real `hetexec agent` daemons on
+// loopback ports, real workers, and the faults the issue names — a killed agent, a crashed
+// worker, a killed submitter, a wrong token, a plan the nodes cannot run.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "process.hpp"
+
+using het::test::Background;
+using het::test::find_processes;
+using het::test::run_process;
+
+namespace {
+
+const std::string kSrc = HET_SOURCE_DIR;
+const std::string kPlan = kSrc + "/tests/data/agents/plan.json";
+const std::string kCluster = kSrc + "/tests/data/agents/cluster.yaml";
+const std::string kModel = kSrc + "/configs/models/tiny-gpt.yaml";
+
+// The four agents of tests/data/agents/cluster.yaml (v100 nodes emulated 2x slower), each a
+// `hetexec agent` process on a port of its choosing.
+class Agents {
+ public:
+  explicit Agents(const std::string& token_file, const std::vector<std::string>& devices = {"cpu:2", "cpu:2", "cpu:1", "cpu:1"}) {
+    const char* nodes[] = {"a100/0", "a100/1", "v100/0", "v100/1"};
+    for (int i = 0; i < 4; ++i) {
+      std::vector<std::string> argv = {HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", nodes[i], "--devices",
+                                       devices[std::size_t(i)], "--token-file", token_file};
+      if (i >= 2) argv.insert(argv.end(), {"--emulate-slowdown", "2"});
+      agents_.push_back(std::make_unique<Background>(argv));
+    }
+    for (int i = 0; i < 4; ++i) {
+      REQUIRE(agents_[std::size_t(i)]->wait_for_output("listening on ", 20));
+      const std::string out = agents_[std::size_t(i)]->out();
+      const auto at = out.find("listening on ") + 13;
+      list_ += std::string(i ? "," : "") + nodes[i] + "=" + out.substr(at, out.find('\n', at) - at);
+    }
+  }
+  const std::string& list() const { return list_; }
+  Background& operator[](int i) { return *agents_[std::size_t(i)]; }
+
+ private:
+  std::vector<std::unique_ptr<Background>> agents_;
+  std::string list_;
+};
+
+std::vector<double> losses(const std::string& metrics) {
+  std::ifstream in(metrics);
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return out;
+}
+
+// Waits up to timeout_s for no process to match `words`.
+bool all_gone(const std::vector<std::string>& words, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!find_processes(words).empty()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+std::vector<std::string> submit_args(const Agents& agents, const std::string& token_file, const std::vector<std::string>& more) {
+  std::vector<std::string> argv = {HETEXEC_BIN, "submit", kPlan, "--model", kModel, "--cluster", kCluster,
+                                   "--agents", agents.list(), "--token-file", token_file};
+  argv.insert(argv.end(), more.begin(), more.end());
+  return argv;
+}
+
+}  // namespace
+
+TEST_CASE("four agents on loopback run a heterogeneous plan with the losses of run-local") {
+  het::test::TempDir dir;
+  const std::string token = dir.write("token", "s3cret-token\n");
+  Agents agents(token);
+  auto r = run_process(submit_args(agents, token, {"--steps", "4", "--metrics-out", dir.path() + "/submit.jsonl"}), 120);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("started 6 ranks") && Catch::Contains("finished"));
+  auto local = run_process({HETEXEC_BIN, "run-local", kPlan, "--model", kModel, "--cluster", kCluster, "--steps", "4",
+                            "--metrics-out", dir.path() + "/local.jsonl"},
+                           120);
+  REQUIRE(local.exit_code == 0);
+  const auto got = losses(dir.path() + "/submit.jsonl"), want = losses(dir.path() + "/local.jsonl");
+  REQUIRE(got.size() == 4);
+  CHECK(got == want);  // the same program on the same data: the same bits
+  // The agents remember the job.
+  auto st = run_process({HETEXEC_BIN, "status", "--agents", agents.list(), "--token-file", token, "--format", "json"});
+  REQUIRE(st.exit_code == 0);
+  auto rows = nlohmann::json::parse(st.out);
+  REQUIRE(rows.size() == 4);
+  for (const auto& row : rows) CHECK(row["state"] == "finished");
+}
+
+TEST_CASE("a submit without the agents' token, or with another one, is refused with PERMISSION_DENIED") {
+  het::test::TempDir dir;
+  const std::string token = dir.write("token", "right-token");
+  Agents agents(token);
+  auto none = run_process({HETEXEC_BIN, "submit", kPlan, "--model", kModel, "--cluster", kCluster, "--agents", agents.list()});
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.err, Catch::Contains("PERMISSION_DENIED"));
+  auto wrong = run_process(submit_args(agents, dir.write("wrong", "wrong-token"), {}));
+  CHECK(wrong.exit_code == 2);
+  CHECK_THAT(wrong.err, Catch::Contains("PERMISSION_DENIED") && Catch::Contains("token is wrong"));
+  auto status = run_process({HETEXEC_BIN, "status", "--agents", agents.list()});
+  CHECK(status.exit_code == 1);
+  CHECK_THAT(status.err, Catch::Contains("PERMISSION_DENIED"));
+}
+
+TEST_CASE("a plan the nodes cannot run, or that is malformed, is refused before any worker starts") {
+  het::test::TempDir dir;
+  const std::string token = dir.write("token", "tok");
+  Agents agents(token, {"cpu:1", "cpu:2", "cpu:1", "cpu:1"});  // a100/0 lacks a device for its tp 2
+  auto few = run_process(submit_args(agents, token, {"--seed", "616161"}), 60);
+  INFO(few.out << few.err);
+  CHECK(few.exit_code == 2);
+  CHECK_THAT(few.err, Catch::Contains("node a100/0") && Catch::Contains("the plan uses device 1, the agent has 1 cpu device"));
+  // A node the list leaves out, and a plan that does not validate.
+  auto missing = run_process({HETEXEC_BIN, "submit", kPlan, "--model", kModel, "--cluster", kCluster, "--agents",
+                              agents.list().substr(0, agents.list().rfind(',')), "--token-file", token});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("node v100/1, which has no agent"));
+  const std::string bad = dir.write("bad.json", R"({"format": "hetplan.plan/v1", "pipelines": [{"stages": 3}]})");
+  auto malformed = run_process({HETEXEC_BIN, "submit", bad, "--model", kModel, "--cluster", kCluster, "--agents", agents.list(),
+                           "--token-file", token});
+  CHECK(malformed.exit_code == 2);
+  CHECK_THAT(malformed.err, Catch::Contains("bad.json"));
+  CHECK(find_processes({"worker", "--seed 616161"}).empty());
+}
+
+TEST_CASE("kill -9 of an agent mid-job: submit names the node within 15 s and no worker is left") {
+  het::test::TempDir dir;
+  const std::string token = dir.write("token", "tok");
+  Agents agents(token);
+  const std::string seed = "626262";
+  std::thread killer([&] {
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (find_processes({"worker", "--rank 5 ", "--seed " + seed}).empty()) continue;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // let it train
+      agents[3].signal(SIGKILL);                                      // v100/1 runs rank 5
+      return;
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_process(submit_args(agents, token, {"--steps", "100000", "--seed", seed}), 120);
+  killer.join();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("node v100/1"));
+  CHECK(took < 60);
+  CHECK(all_gone({"worker", "--seed " + seed}, 15));
+}
+
+TEST_CASE("a worker that crashes fails the job on every node, naming its node and rank") {
+  het::test::TempDir dir;
+  const std::string token = dir.write("token", "tok");
+  Agents agents(token);
+  const std::string seed = "636363";
+  std::thread killer([&] {
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto pids = find_processes({"worker", "--rank 2 ", "--seed " + seed});
+      if (pids.empty()) continue;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      ::kill(pids.front(), SIGKILL);
+      return;
+    }
+  });
+  auto r = run_process(submit_args(agents, token, {"--steps", "100000", "--seed", seed}), 120);
+  killer.join();
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("node a100/1") && Catch::Contains("rank 2 was killed by signal 9"));
+  CHECK(all_gone({"worker", "--seed " + seed}, 15));
+}
+
+TEST_CASE("when the submitter dies, the agents stop the job within its lease") {
+  het::test::TempDir dir;
+  const std::string token = dir.write("token", "tok");
+  Agents agents(token);
+  const std::string seed = "646464";
+  Background submitter(submit_args(agents, token, {"--steps", "100000", "--seed", seed, "--lease", "2"}));
+  for (int i = 0; i < 600 && find_processes({"worker", "--rank 5 ", "--seed " + seed}).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE_FALSE(find_processes({"worker", "--seed " + seed}).empty());
+  submitter.signal(SIGKILL);
+  CHECK(all_gone({"worker", "--seed " + seed}, 2 + 5));  // the lease, and the stop's grace
+  auto st = run_process({HETEXEC_BIN, "status", "--agents", agents.list(), "--token-file", token});
+  CHECK_THAT(st.out, Catch::Contains("failed") && Catch::Contains("lease expired"));
+}
