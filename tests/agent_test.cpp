@@ -199,3 +199,53 @@ TEST_CASE("when the submitter dies, the agents stop the job within its lease") {
   auto st = run_process({HETEXEC_BIN, "status", "--agents", agents.list(), "--token-file", token});
   CHECK_THAT(st.out, Catch::Contains("failed") && Catch::Contains("lease expired"));
 }
+
+TEST_CASE("a detached job runs on until `hetexec abort` stops it on every node") {
+  het::test::TempDir dir;
+  const std::string token = dir.write("token", "tok");
+  Agents agents(token);
+  const std::string seed = "656565";
+  auto r = run_process(submit_args(agents, token, {"--steps", "100000", "--seed", seed, "--detach"}), 120);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto at = r.out.find("job job-");
+  REQUIRE(at != std::string::npos);
+  const std::string job = r.out.substr(at + 4, 16);
+  CHECK_FALSE(find_processes({"worker", "--seed " + seed}).empty());  // still training
+  auto st = run_process({HETEXEC_BIN, "status", "--agents", agents.list(), "--token-file", token});
+  CHECK_THAT(st.out, Catch::Contains(job) && Catch::Contains("running"));
+  auto ab = run_process({HETEXEC_BIN, "abort", job, "--agents", agents.list(), "--token-file", token});
+  INFO(ab.out << ab.err);
+  CHECK(ab.exit_code == 0);
+  CHECK_THAT(ab.out, Catch::Contains("on 4 nodes"));
+  CHECK(all_gone({"worker", "--seed " + seed}, 10));
+  auto again = run_process({HETEXEC_BIN, "abort", "job-000000000000", "--agents", agents.list(), "--token-file", token});
+  CHECK(again.exit_code == 1);  // no node holds it
+}
+
+TEST_CASE("an agent with a certificate talks TLS only") {
+  const std::string openssl = het::test::find_program("openssl");
+  if (openssl.empty()) {
+    WARN("openssl is not installed: TLS test skipped");
+    return;
+  }
+  het::test::TempDir dir;
+  REQUIRE(het::test::make_certificate(openssl, dir.path(), "agent"));
+  const std::string cert = dir.path() + "/agent.pem", key = dir.path() + "/agent.key";
+  Background agent({HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", "a100/0", "--devices", "cpu:2", "--tls-cert", cert,
+                    "--tls-key", key});
+  REQUIRE(agent.wait_for_output("listening on ", 20));
+  const std::string out = agent.out();
+  const auto at = out.find("listening on ") + 13;
+  const std::string list = "a100/0=" + out.substr(at, out.find('\n', at) - at);
+  auto tls = run_process({HETEXEC_BIN, "status", "--agents", list, "--tls-ca", cert});
+  INFO(tls.out << tls.err);
+  CHECK(tls.exit_code == 0);
+  CHECK_THAT(tls.out, Catch::Contains("(no jobs)"));
+  auto plain = run_process({HETEXEC_BIN, "status", "--agents", list}, 60);
+  CHECK(plain.exit_code == 1);
+  CHECK_THAT(plain.err, Catch::Contains("UNAVAILABLE"));
+  auto half = run_process({HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", "a100/0", "--devices", "cpu:1", "--tls-cert", cert});
+  CHECK(half.exit_code == 2);
+  CHECK_THAT(half.err, Catch::Contains("TLS needs both --tls-cert and --tls-key"));
+}

@@ -116,7 +116,7 @@ TEST_CASE("a complete plan validates on its own: it embeds its model and cluster
   CHECK_THAT(r.out, Catch::Contains("for opt-350m on demo-1x4a100-1x4v100"));
 }
 
-TEST_CASE("hetplan simulate fills the plan's derived fields; --trace writes a Chrome trace") {
+TEST_CASE("hetplan simulate fills the plan's derived fields, --trace writes a Chrome trace") {
   het::test::TempDir dir;
   const std::string out = dir.path() + "/done.json", trace = dir.path() + "/trace.json";
   auto r = run_process({HETPLAN_BIN, "simulate", kSrc + "/docs/examples/opt-350m-demo.plan.json", "--format", "json",
@@ -189,7 +189,7 @@ TEST_CASE("hetplan search writes a plan that validates and simulates to its own 
         Approx(plan["predicted"]["iteration_s"].get<double>()).epsilon(1e-9));
 }
 
-TEST_CASE("hetplan search --format json prints the plan; compare tabulates the algorithms") {
+TEST_CASE("hetplan search --format json prints the plan, compare tabulates the algorithms") {
   auto r = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", kCluster, "--algo", "heteroauto",
                         "--format", "json"});
   REQUIRE(r.exit_code == 0);

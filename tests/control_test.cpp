@@ -70,32 +70,9 @@ het::v1::PutRequest put_request(const std::string& key, std::uint32_t api_versio
   return r;
 }
 
-// An executable on PATH, or "" when there is none.
-std::string find_program(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "/usr/bin:/bin");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const auto candidate = std::filesystem::path(dir) / name;
-    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-  }
-  return "";
-}
-
-// A self-signed certificate (which is also its own CA) for `name`, valid for localhost and
-// 127.0.0.1: writes DIR/name.pem and DIR/name.key. False when openssl failed.
-bool make_certificate(const std::string& openssl, const std::string& dir, const std::string& name) {
-  auto r = het::test::run_process({openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                                   "-nodes", "-days", "2", "-subj", "/CN=" + name, "-addext",
-                                   "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", dir + "/" + name + ".key",
-                                   "-out", dir + "/" + name + ".pem"},
-                                  60);
-  INFO(r.err);
-  return r.exit_code == 0;
-}
-
 }  // namespace
 
-TEST_CASE("token files: whitespace is trimmed; missing, empty and multi-word tokens are refused clearly") {
+TEST_CASE("token files: whitespace is trimmed, missing, empty and multi-word tokens are refused clearly") {
   het::test::TempDir dir;
   auto ok = het::control::read_token_file(dir.write("token", "  s3cret-Token_01\n\n"));
   REQUIRE(ok.ok());
@@ -189,14 +166,14 @@ TEST_CASE("API version: a request of another version is refused with FAILED_PREC
   }
 }
 
-TEST_CASE("TLS: a client that trusts the server's certificate connects; plaintext and untrusting clients do not") {
-  const std::string openssl = find_program("openssl");
+TEST_CASE("TLS: a client that trusts the server's certificate connects, plaintext and untrusting clients do not") {
+  const std::string openssl = het::test::find_program("openssl");
   if (openssl.empty()) {
     WARN("openssl is not installed: TLS tests skipped");
     return;
   }
   het::test::TempDir dir;
-  REQUIRE(make_certificate(openssl, dir.path(), "server"));
+  REQUIRE(het::test::make_certificate(openssl, dir.path(), "server"));
   het::control::ServerSecurity security;
   security.tls = het::control::ServerTls{dir.path() + "/server.pem", dir.path() + "/server.key", ""};
   security.token = "tls-token";
@@ -230,15 +207,15 @@ TEST_CASE("TLS: a client that trusts the server's certificate connects; plaintex
 }
 
 TEST_CASE("TLS with a client CA: only clients presenting a certificate it signed get in") {
-  const std::string openssl = find_program("openssl");
+  const std::string openssl = het::test::find_program("openssl");
   if (openssl.empty()) {
     WARN("openssl is not installed: TLS tests skipped");
     return;
   }
   het::test::TempDir dir;
-  REQUIRE(make_certificate(openssl, dir.path(), "server"));
-  REQUIRE(make_certificate(openssl, dir.path(), "client"));
-  REQUIRE(make_certificate(openssl, dir.path(), "stranger"));
+  REQUIRE(het::test::make_certificate(openssl, dir.path(), "server"));
+  REQUIRE(het::test::make_certificate(openssl, dir.path(), "client"));
+  REQUIRE(het::test::make_certificate(openssl, dir.path(), "stranger"));
   het::control::ServerSecurity security;
   security.tls = het::control::ServerTls{dir.path() + "/server.pem", dir.path() + "/server.key", dir.path() + "/client.pem"};
   auto server = start_server(security);
@@ -256,7 +233,7 @@ TEST_CASE("TLS with a client CA: only clients presenting a certificate it signed
   CHECK_FALSE(client_with("stranger").put("job", "stranger", "v").ok());
 }
 
-TEST_CASE("credentials: missing or malformed certificate files are named; a client certificate needs its key") {
+TEST_CASE("credentials: missing or malformed certificate files are named, a client certificate needs its key") {
   het::test::TempDir dir;
   het::control::ServerSecurity security;
   security.tls = het::control::ServerTls{dir.path() + "/none.pem", dir.write("key.pem", "not a key"), ""};

@@ -39,7 +39,7 @@ TEST_CASE("layer FLOPs follow DESIGN §6 and 24bsh² + 4bs²h for gpt") {
   CHECK(iteration_model_flops(big) == Approx(six_pt).epsilon(0.1));
 }
 
-TEST_CASE("activation memory is Korthikanti's sbh(34 + 5as/h), 34sbh selective, 2sbh full; /tp") {
+TEST_CASE("activation memory is Korthikanti's sbh(34 + 5as/h), 34sbh selective, 2sbh full, /tp") {
   auto m = gpt(1, 1024, 16, 2048, 50000);
   const double s = 2048, b = 2, h = 1024, a = 16;
   CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::none) == Approx(s * b * h * (34 + 5 * a * s / h)));

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 extern char** environ;
@@ -89,6 +90,24 @@ std::vector<int> find_processes(const std::vector<std::string>& words) {
       out.push_back(std::stoi(name));
   }
   return out;
+}
+
+std::string find_program(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const auto candidate = std::filesystem::path(dir) / name;
+    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return "";
+}
+
+bool make_certificate(const std::string& openssl, const std::string& dir, const std::string& name) {
+  auto r = run_process({openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days",
+                        "2", "-subj", "/CN=" + name, "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout",
+                        dir + "/" + name + ".key", "-out", dir + "/" + name + ".pem"},
+                       60);
+  return r.exit_code == 0;
 }
 
 namespace {

@@ -17,6 +17,13 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
 // Pids of the processes whose command line holds every one of `words`.
 std::vector<int> find_processes(const std::vector<std::string>& words);
 
+// An executable on PATH, or "" when there is none.
+std::string find_program(const std::string& name);
+
+// A self-signed certificate (which is also its own CA) for `name`, valid for localhost and
+// 127.0.0.1: writes DIR/name.pem and DIR/name.key. False when openssl failed.
+bool make_certificate(const std::string& openssl, const std::string& dir, const std::string& name);
+
 // A program running in the background (a daemon under test), its stdout and stderr going to
 // files; killed with SIGKILL and reaped when the object goes away.
 class Background {

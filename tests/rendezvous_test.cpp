@@ -111,7 +111,7 @@ TEST_CASE("rendezvous store: a wait needs a timeout in range, times out, and is 
   CHECK(store.put("job", "k", "v").code == Code::closed);
 }
 
-TEST_CASE("rendezvous server: put then get; get of an absent key is NOT_FOUND; wait answers at once when the key exists") {
+TEST_CASE("rendezvous server: put then get, get of an absent key is NOT_FOUND, wait answers at once when the key exists") {
   auto server = start_server();
   CHECK(server->port() > 0);
   auto client = client_of(*server);
@@ -239,7 +239,7 @@ TEST_CASE("rendezvous client: a call to a server that is not there fails at its 
   CHECK(seconds_since(t0) < 10);
 }
 
-TEST_CASE("directory rendezvous: publish then wait; a missing key times out; bad keys are refused") {
+TEST_CASE("directory rendezvous: publish then wait, a missing key times out, bad keys are refused") {
   het::test::TempDir dir;
   het::rendezvous::DirectoryRendezvous a(dir.path()), b(dir.path());
   REQUIRE(a.publish("rank-0.endpoint", "127.0.0.1:5000").ok());

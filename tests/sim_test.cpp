@@ -75,7 +75,7 @@ TEST_CASE("two stages with transfer c: 1f1b is slowed as HAPT Lemma 2 says") {
   }
 }
 
-TEST_CASE("eager-1f1b hides transfers up to t/2 only; h-1f1b up to t") {
+TEST_CASE("eager-1f1b hides transfers up to t/2 only, h-1f1b up to t") {
   const int m = 400;
   const double f = 1, b = 2, t = f + b;
   auto time = [&](ScheduleKind kind, double c) {
@@ -217,7 +217,7 @@ TEST_CASE("gradient sync overlaps the last backward, and what is not hidden is e
   CHECK(r2->iteration_s == Approx(makespan + 3));
 }
 
-TEST_CASE("pipelines of a plan run side by side; the slowest sets the iteration") {
+TEST_CASE("pipelines of a plan run side by side, the slowest sets the iteration") {
   SimInput in;
   in.pipelines = {pipeline(2, 8, 1.0, 2.0, 0.0, {2, 1}), pipeline(3, 4, 1.0, 1.0, 0.0, {3, 2, 1})};
   in.sync_groups = {{{{0, 0}, {1, 0}}, 0.0}};
