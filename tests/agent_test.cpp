@@ -249,3 +249,29 @@ TEST_CASE("an agent with a certificate talks TLS only") {
   CHECK(half.exit_code == 2);
   CHECK_THAT(half.err, Catch::Contains("TLS needs both --tls-cert and --tls-key"));
 }
+
+TEST_CASE("an agent that stops answering fails the job after the heartbeat timeout, naming it") {
+  het::test::TempDir dir;
+  const std::string token = dir.write("token", "tok");
+  Agents agents(token);
+  const std::string seed = "666666";
+  std::thread freezer([&] {
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (find_processes({"worker", "--rank 5 ", "--seed " + seed}).empty()) continue;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      agents[2].signal(SIGSTOP);  // v100/0: alive, connected, silent
+      return;
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_process(submit_args(agents, token, {"--steps", "100000", "--seed", seed, "--heartbeat-timeout", "2"}), 120);
+  freezer.join();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  agents[2].signal(SIGKILL);  // its workers go with it
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("node v100/0") && Catch::Contains("stopped answering"));
+  CHECK(took < 30);
+  CHECK(all_gone({"worker", "--seed " + seed}, 15));
+}
