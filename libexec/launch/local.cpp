@@ -1,47 +1,31 @@
 #include "launch/local.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/signalfd.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <map>
+#include <mutex>
+#include <thread>
 
-extern char** environ;
+#include "launch/workers.hpp"
 
 namespace het::launch {
-
-namespace {
-std::string last_line(const std::string& file) {
-  std::ifstream in(file);
-  std::string line, last;
-  while (std::getline(in, line))
-    if (!line.empty()) last = line;
-  return last;
-}
-}  // namespace
 
 Result<LocalResult> run_local(const LocalJob& job, const std::function<void(const std::string&)>& on_line) {
   namespace fs = std::filesystem;
   std::string dir = (fs::temp_directory_path() / "hetexec-XXXXXX").string();
   if (!mkdtemp(dir.data())) return Diagnostic{"", 0, 0, "", std::string("cannot create a rendezvous directory: ") + std::strerror(errno)};
-  int out_pipe[2];
-  if (pipe(out_pipe) != 0) return Diagnostic{"", 0, 0, "", "pipe failed"};
-  std::vector<pid_t> pids;
-  auto stop_all = [&] {
-    for (pid_t p : pids) kill(p, SIGTERM);
-  };
   // SIGINT and SIGTERM arrive as reads of a signalfd while the run lasts (no handler, no global
-  // state); the workers start with the usual signal mask.
-  sigset_t stop_signals, previous, none;
-  sigemptyset(&stop_signals), sigemptyset(&none);
+  // state); the workers start with the usual signal mask (WorkerGroup).
+  sigset_t stop_signals, previous;
+  sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT), sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
   const int sig_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
@@ -53,41 +37,21 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
       pthread_sigmask(SIG_SETMASK, &mask, nullptr);
     }
   } restore{previous, sig_fd};
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+
+  std::vector<WorkerCommand> commands;
+  std::vector<std::ofstream> logs(std::size_t(job.world));
   for (int r = 0; r < job.world; ++r) {
-    std::vector<std::string> argv = {job.executable, "worker", "--rank", std::to_string(r), "--world",
-                                     std::to_string(job.world), "--rendezvous", dir};
+    std::vector<std::string> argv = {job.executable, "worker", "--rank", std::to_string(r), "--world", std::to_string(job.world),
+                                     "--rendezvous", dir};
     argv.insert(argv.end(), job.worker_args.begin(), job.worker_args.end());
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (r == 0) posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
-    else posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    const std::string log = dir + "/rank-" + std::to_string(r) + ".log";
-    posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, args[0], &fa, &attr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-      stop_all();
-      posix_spawnattr_destroy(&attr);
-      return Diagnostic{"", 0, 0, "", "cannot start the worker for rank " + std::to_string(r) + ": " + std::strerror(rc)};
-    }
-    pids.push_back(pid);
+    commands.push_back({r, std::move(argv)});
+    logs[std::size_t(r)].open(dir + "/rank-" + std::to_string(r) + ".log");
   }
-  posix_spawnattr_destroy(&attr);
-  close(out_pipe[1]);
 
   LocalResult result;
-  std::string pending, failure;
-  // Failed ranks; the root cause is chosen once all have exited: a rank killed by a signal we
+  WorkerGroup group;
+  std::mutex mu;
+  // Failed ranks; the root cause is chosen once all have ended: a rank killed by a signal we
   // did not send, else one whose error is not a peer's disappearance, else the first.
   struct Failed {
     int rank;
@@ -95,79 +59,69 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
     int score;
   };
   std::vector<Failed> failed;
-  std::vector<bool> stopped_by_us(pids.size(), false);
-  std::vector<bool> done(pids.size(), false);
-  std::size_t finished = 0;
-  bool stream_open = true;
-  while (finished < pids.size()) {
-    pollfd fds[2] = {{sig_fd, POLLIN, 0}, {stream_open ? out_pipe[0] : -1, POLLIN, 0}};
-    if (poll(fds, 2, stream_open ? 100 : 20) > 0 && (fds[0].revents & POLLIN)) {
-      signalfd_siginfo info{};
-      if (read(sig_fd, &info, sizeof info) == ssize_t(sizeof info) && !result.interrupted_by) {
-        result.interrupted_by = int(info.ssi_signo);
-        for (std::size_t k = 0; k < pids.size(); ++k)
-          if (!done[k]) stopped_by_us[k] = true, kill(pids[k], SIGTERM);
-      }
-    }
-    if (stream_open) {
-      if (fds[1].revents & (POLLIN | POLLHUP)) {
-        char buf[4096];
-        ssize_t n = read(out_pipe[0], buf, sizeof buf);
-        if (n <= 0) {
-          stream_open = false;
-        } else {
-          pending.append(buf, std::size_t(n));
-          for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
-            result.lines.push_back(pending.substr(0, nl));
-            if (on_line) on_line(result.lines.back());
-          }
+  std::map<int, std::string> last_error;
+  std::atomic<bool> finished{false};
+  std::atomic<int> interrupted_by{0};
+  std::chrono::steady_clock::time_point stop_at = std::chrono::steady_clock::time_point::max();
+  // Watches for Ctrl-C, and stops the others a moment after the first failure (so that the
+  // root cause, if it is still on its way out, ends by itself and is recognised).
+  std::thread watcher([&] {
+    while (!finished) {
+      pollfd pfd{sig_fd, POLLIN, 0};
+      if (poll(&pfd, 1, 50) > 0 && (pfd.revents & POLLIN)) {
+        signalfd_siginfo info{};
+        if (read(sig_fd, &info, sizeof info) == ssize_t(sizeof info) && !interrupted_by) {
+          interrupted_by = int(info.ssi_signo);
+          group.stop(2);
         }
       }
+      std::lock_guard lock(mu);
+      if (std::chrono::steady_clock::now() >= stop_at) stop_at = std::chrono::steady_clock::time_point::max(), group.stop(2);
     }
-    for (std::size_t r = 0; r < pids.size(); ++r) {
-      if (done[r]) continue;
-      int status = 0;
-      if (waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
-      done[r] = true;
-      ++finished;
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (ok || (stopped_by_us[r] && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)) continue;
-      // Ctrl-C in a terminal reaches the workers too (one process group): an interruption.
-      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGINT && !result.interrupted_by) {
-        result.interrupted_by = SIGINT;
-        for (std::size_t k = 0; k < pids.size(); ++k)
-          if (!done[k]) stopped_by_us[k] = true, kill(pids[k], SIGTERM);
+  });
+  auto run = group.run(commands, [&](const WorkerEvent& e) {
+    std::lock_guard lock(mu);
+    if (e.kind == WorkerEvent::Kind::line) {
+      if (e.from_stderr) {
+        logs[std::size_t(e.rank)] << e.text << "\n" << std::flush;
+        if (!e.text.empty()) last_error[e.rank] = e.text;
+      } else if (e.rank == 0) {
+        result.lines.push_back(e.text);
+        if (on_line) on_line(e.text);
       }
-      if (result.interrupted_by) continue;  // ranks that lost their peers on the way down
-      std::string why = last_line(dir + "/rank-" + std::to_string(r) + ".log");
-      int score = 1;
-      if (WIFSIGNALED(status)) {
-        why = "killed by signal " + std::to_string(WTERMSIG(status)) + (why.empty() ? "" : "; " + why);
-        score = 3;
-      } else if (why.find("closed the connection") == std::string::npos && why.find("reset by") == std::string::npos &&
-                 why.find("no data from rank") == std::string::npos) {
-        score = 2;
-      }
-      if (why.empty()) why = "exit status " + std::to_string(WEXITSTATUS(status));
-      failed.push_back({int(r), why, score});
-      if (failed.size() == 1) {
-        usleep(200000);  // let the root cause exit too before stopping everyone
-        for (std::size_t k = 0; k < pids.size(); ++k)
-          if (!done[k]) stopped_by_us[k] = true, kill(pids[k], SIGTERM);
-      }
+      return;
     }
-  }
-  close(out_pipe[0]);
+    if ((e.signal == 0 && e.exit_code == 0) || (e.stopped && (e.signal == SIGTERM || e.signal == SIGKILL))) return;
+    // Ctrl-C in a terminal reaches the workers too (one process group): an interruption.
+    if (e.signal == SIGINT && !interrupted_by) interrupted_by = SIGINT, group.stop(2);
+    if (interrupted_by) return;  // ranks that lost their peers on the way down
+    std::string why = last_error.count(e.rank) ? last_error[e.rank] : "";
+    int score = 1;
+    if (e.signal) {
+      why = "killed by signal " + std::to_string(e.signal) + (why.empty() ? "" : "; " + why);
+      score = 3;
+    } else if (why.find("closed the connection") == std::string::npos && why.find("reset by") == std::string::npos &&
+               why.find("no data from rank") == std::string::npos) {
+      score = 2;
+    }
+    if (why.empty()) why = "exit status " + std::to_string(e.exit_code);
+    failed.push_back({e.rank, why, score});
+    if (failed.size() == 1) stop_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  });
+  finished = true;
+  watcher.join();
+  result.interrupted_by = interrupted_by;
+  if (!run) return run.errors();
+  std::string failure;
   if (!failed.empty() && !result.interrupted_by) {
     const Failed* root = &failed.front();
     for (const auto& f : failed)
       if (f.score > root->score) root = &f;
-    failure = "rank " + std::to_string(root->rank) + " failed: " + root->why;
+    failure = "rank " + std::to_string(root->rank) + " failed: " + root->why + " (logs in " + dir + ")";
   }
-  std::error_code ec;
-  if (failure.empty()) fs::remove_all(dir, ec);
-  else failure += " (logs in " + dir + ")";
   if (!failure.empty()) return Diagnostic{"", 0, 0, "", failure};
+  std::error_code ec;
+  fs::remove_all(dir, ec);
   return result;
 }
 
