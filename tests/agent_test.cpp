@@ -275,3 +275,25 @@ TEST_CASE("an agent that stops answering fails the job after the heartbeat timeo
   CHECK(took < 30);
   CHECK(all_gone({"worker", "--seed " + seed}, 15));
 }
+
+TEST_CASE("the job's rendezvous can be served over TLS: the workers trust the CA the submitter sends") {
+  const std::string openssl = het::test::find_program("openssl");
+  if (openssl.empty()) {
+    WARN("openssl is not installed: TLS test skipped");
+    return;
+  }
+  het::test::TempDir dir;
+  REQUIRE(het::test::make_certificate(openssl, dir.path(), "rendezvous"));
+  const std::string token = dir.write("token", "tok");
+  Agents agents(token);
+  auto r = run_process(submit_args(agents, token,
+                                   {"--steps", "2", "--rendezvous-tls-cert", dir.path() + "/rendezvous.pem", "--rendezvous-tls-key",
+                                    dir.path() + "/rendezvous.key"}),
+                       120);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("finished"));
+  auto half = run_process(submit_args(agents, token, {"--rendezvous-tls-cert", dir.path() + "/rendezvous.pem"}));
+  CHECK(half.exit_code == 2);
+  CHECK_THAT(half.err, Catch::Contains("needs both"));
+}

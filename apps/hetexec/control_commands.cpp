@@ -86,6 +86,9 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
   submit_->add_flag("--detach", detach_, "return once training runs (no lease: stop it with `hetexec abort`)");
   submit_->add_option("--rendezvous-listen", rendezvous_listen_, "HOST:PORT for the job's rendezvous (default 127.0.0.1:0)");
   submit_->add_option("--rendezvous-advertise", rendezvous_advertise_, "host the workers reach the rendezvous at");
+  submit_->add_option("--rendezvous-tls-cert", rendezvous_cert_, "serve the job's rendezvous over TLS with this PEM certificate");
+  submit_->add_option("--rendezvous-tls-key", rendezvous_key_, "and this PEM key");
+  submit_->add_option("--rendezvous-tls-ca", rendezvous_ca_, "the CA workers trust for it (default: the certificate itself)");
   submit_->add_option("--heartbeat-timeout", heartbeat_timeout_, "seconds an agent may not answer before the job is aborted (default 5)")
       ->check(CLI::Range(0.5, 3600.0));
   submit_->add_option("--lease", lease_, "seconds agents keep a job without a heartbeat from here (default 10)")
@@ -175,6 +178,9 @@ int ControlCommands::run_submit() {
   o.security = *security;
   o.rendezvous_listen = rendezvous_listen_;
   o.rendezvous_advertise = rendezvous_advertise_;
+  if (rendezvous_cert_.empty() != rendezvous_key_.empty())
+    return report({{"", 0, 0, "", "the rendezvous's TLS needs both --rendezvous-tls-cert and --rendezvous-tls-key"}});
+  o.rendezvous_tls_cert = rendezvous_cert_, o.rendezvous_tls_key = rendezvous_key_, o.rendezvous_tls_ca = rendezvous_ca_;
   o.settings = settings_;
   o.heartbeat_timeout_s = heartbeat_timeout_;
   o.heartbeat_interval_s = std::min(1.0, heartbeat_timeout_ / 3);

@@ -111,6 +111,7 @@ struct JobArgs {
   int rank = 0, world = 1;
   std::string rendezvous;                 // a directory, or grpc://HOST:PORT/JOB
   std::optional<std::string> token_file;  // the grpc:// rendezvous's bearer token
+  std::optional<std::string> rendezvous_ca;  // talk TLS to the grpc:// rendezvous, trusting this CA
 };
 
 // The plan and the data every rank uses.
@@ -159,6 +160,7 @@ int run_worker(const JobArgs& a) {
     }
     security.token = *token;
   }
+  if (a.rendezvous_ca) security.tls = het::control::ClientTls{*a.rendezvous_ca, "", "", ""};
   auto rendezvous = het::rendezvous::open_rendezvous(a.rendezvous, security);
   if (!rendezvous) {
     for (const auto& e : rendezvous.errors()) std::cerr << "error: " << e.to_string() << "\n";
@@ -352,6 +354,7 @@ int main(int argc, char** argv) {
                      "where ranks publish their endpoints: a directory, or grpc://HOST:PORT/JOB (a rendezvous server)")
       ->required();
   worker->add_option("--token-file", job.token_file, "file holding the grpc:// rendezvous's bearer token");
+  worker->add_option("--rendezvous-tls-ca", job.rendezvous_ca, "talk TLS to the grpc:// rendezvous, trusting this PEM CA");
   add_job(worker);
   worker->add_option("--host", job.host, "IPv4 address to listen on and publish (default 127.0.0.1)");
   worker->add_option("--slowdown", job.slowdown, "stretch compute by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));

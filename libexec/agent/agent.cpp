@@ -64,7 +64,7 @@ struct Job {
   std::string id;
   std::vector<job::RankOnNode> ranks;
   int world = 0;
-  std::string dir, plan_file, rendezvous;
+  std::string dir, plan_file, rendezvous, rendezvous_ca_file;
   pb::JobSettings settings;
   double lease_s = 0;  // 0: no lease
   Clock::time_point lease_deadline;
@@ -240,6 +240,7 @@ struct Agent::State final : public pb::Agent::Service {
     }
     if (!valid_address(request->rendezvous_address())) return refuse("rendezvous_address must be HOST:PORT");
     if (request->lease_seconds() > 86400) return refuse("lease_seconds must be at most 86400");
+    if (request->rendezvous_ca_pem().size() > (1 << 20)) return refuse("rendezvous_ca_pem must be at most 1 MiB");
     {
       std::lock_guard lock(mu);
       if (stopping) return {grpc::StatusCode::UNAVAILABLE, "the agent is stopping"};
@@ -282,6 +283,10 @@ struct Agent::State final : public pb::Agent::Service {
     j->world = int(runtime::ranks_of(loaded->plan).size());
     j->dir = dir, j->plan_file = plan_file;
     j->rendezvous = "grpc://" + request->rendezvous_address() + "/" + request->job_id();
+    if (!request->rendezvous_ca_pem().empty()) {
+      j->rendezvous_ca_file = dir + "/rendezvous-ca.pem";
+      std::ofstream(j->rendezvous_ca_file) << request->rendezvous_ca_pem();
+    }
     j->settings = st;
     j->lease_s = request->lease_seconds();
     j->lease_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(j->lease_s));
@@ -308,6 +313,7 @@ struct Agent::State final : public pb::Agent::Service {
                                        std::to_string(st.learning_rate()), "--threads", std::to_string(threads),
                                        "--slowdown", std::to_string(opt.emulate_slowdown)};
       if (!opt.worker_token_file.empty()) argv.insert(argv.end(), {"--token-file", opt.worker_token_file});
+      if (!j.rendezvous_ca_file.empty()) argv.insert(argv.end(), {"--rendezvous-tls-ca", j.rendezvous_ca_file});
       if (!st.data_path().empty()) argv.insert(argv.end(), {"--data", st.data_path()});
       if (st.emulate_links()) argv.push_back("--emulate-links");
       if (st.emulate_devices()) argv.push_back("--emulate-devices");

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -174,6 +175,14 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
   rendezvous::ServerOptions ro;
   ro.listen = o.rendezvous_listen;
   ro.security.token = o.security.token;
+  std::string ca_pem;
+  if (!o.rendezvous_tls_cert.empty()) {
+    ro.security.tls = control::ServerTls{o.rendezvous_tls_cert, o.rendezvous_tls_key, ""};
+    const std::string ca = o.rendezvous_tls_ca.empty() ? o.rendezvous_tls_cert : o.rendezvous_tls_ca;
+    std::ifstream in(ca);
+    ca_pem.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (ca_pem.empty()) return refuse("cannot read the rendezvous CA " + ca);
+  }
   auto rdv = rendezvous::RendezvousServer::start(ro);
   if (!rdv) return refuse("cannot start the rendezvous: " + to_string(rdv.errors()));
   const std::string advertised =
@@ -204,6 +213,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     s->set_emulate_devices(o.settings.emulate_devices), s->set_threads(std::uint32_t(std::max(0, o.settings.threads)));
     req.set_rendezvous_address(advertised);
     req.set_lease_seconds(std::uint32_t(std::ceil(lease)));
+    req.set_rendezvous_ca_pem(ca_pem);
     pb::PrepareResponse resp;
     auto ctx = context(o.security, o.call_timeout_s);
     auto st = a.stub->Prepare(ctx.get(), req, &resp);

@@ -44,6 +44,9 @@ struct Options {
   control::ClientSecurity security;         // to reach the agents
   std::string rendezvous_listen = "127.0.0.1:0";
   std::string rendezvous_advertise;         // HOST the workers reach the rendezvous at; empty: the listen host
+  // TLS for the rendezvous: its certificate and key, and the CA the workers trust (empty: the
+  // certificate itself, for a self-signed one). No certificate: plaintext (with the token).
+  std::string rendezvous_tls_cert, rendezvous_tls_key, rendezvous_tls_ca;
   Settings settings;
   double heartbeat_interval_s = 1, heartbeat_timeout_s = 5, lease_s = 10;
   double call_timeout_s = 10;
