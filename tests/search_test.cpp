@@ -39,7 +39,7 @@ TEST_CASE("search on random instances: valid plans, auto never worse than the ex
     cost::ComputeModel cm(in.model, {});
     search::Options o;
     auto oracle = search::run("exhaustive", in.model, in.cluster, cm, o);
-    for (const char* algo : {"uniform", "hapt", "heteroauto", "auto"}) {
+    for (const char* algo : {"uniform", "hapt", "heteroauto", "hexiscale", "auto"}) {
       INFO(algo);
       auto r = search::run(algo, in.model, in.cluster, cm, o);
       if (!r) {
@@ -48,6 +48,10 @@ TEST_CASE("search on random instances: valid plans, auto never worse than the ex
       }
       for (const auto& plan : r->plans) check_plan(plan, cm);
       CHECK(r->plans.front().plan.predicted->iteration_s >= r->lower_bound_s * (1 - 1e-9));
+      if (std::string(algo) == "hexiscale") {  // its k = 1 is heteroauto on the whole cluster
+        auto h = search::run("heteroauto", in.model, in.cluster, cm, o);
+        if (h) CHECK(r->plans.front().plan.predicted->iteration_s <= h->plans.front().plan.predicted->iteration_s * (1 + 1e-9));
+      }
       if (std::string(algo) == "auto" && oracle) {
         // auto includes the oracle on small instances: it can only be better.
         CHECK(r->plans.front().plan.predicted->iteration_s <= oracle->plans.front().plan.predicted->iteration_s * 1.01);

@@ -34,6 +34,11 @@ class Work {
   void offer(const Candidate& c);
   double best() const;
   std::vector<Candidate> take();
+  // Complete plans that a layout cannot express (pipelines of different shapes); run()
+  // predicts them like the candidates.
+  void offer_plan(Plan plan);
+  std::vector<Plan> take_plans();
+  std::chrono::steady_clock::time_point deadline() const { return deadline_; }
   std::int64_t layouts() const { return layouts_.load(); }
   void count(std::int64_t n = 1) { layouts_ += n; }
   bool timed_out() const { return timed_out_.load(); }
@@ -43,6 +48,7 @@ class Work {
   std::chrono::steady_clock::time_point deadline_;
   mutable std::mutex mutex_;
   std::vector<Candidate> top_;
+  std::vector<Plan> plans_;
   std::atomic<std::int64_t> layouts_{0};
   mutable std::atomic<bool> timed_out_{false};
   mutable std::chrono::steady_clock::time_point last_progress_{};
@@ -52,6 +58,8 @@ void run_uniform(Work& w);
 void run_exhaustive(Work& w);
 void run_hapt(Work& w);
 void run_heteroauto(Work& w);
+// HexiScale §4: METIS parts of the cluster as differently-shaped pipelines (hexiscale.cpp).
+void run_hexiscale(Work& w);
 // Best-first search from the given candidates over neighbouring layouts (refine.cpp).
 void run_refine(Work& w, const std::vector<Candidate>& seeds);
 

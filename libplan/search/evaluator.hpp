@@ -92,6 +92,8 @@ class Evaluator {
   const StageTable& table(const Layout& layout, int stage, int offset, Recompute r) const;
   const std::vector<Recompute>& recompute_options() const { return recompute_; }
   const predict::Options& predict_options() const { return predict_; }
+  const cost::ComputeModel& compute() const { return compute_; }
+  Granularity granularity() const { return granularity_; }
 
  private:
   using Table = StageTable;

@@ -15,7 +15,7 @@
 namespace het::search {
 
 const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> names = {"auto", "uniform", "exhaustive", "hapt", "heteroauto"};
+  static const std::vector<std::string> names = {"auto", "uniform", "exhaustive", "hapt", "heteroauto", "hexiscale"};
   return names;
 }
 
@@ -93,7 +93,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
                          const cost::ComputeModel& compute, const Options& opt) {
   const auto& names = algorithm_names();
   if (std::find(names.begin(), names.end(), algorithm) == names.end())
-    return Diagnostic{"", 0, 0, "--algo", "unknown algorithm '" + algorithm + "' (auto, uniform, exhaustive, hapt, heteroauto)"};
+    return Diagnostic{"", 0, 0, "--algo", "unknown algorithm '" + algorithm + "' (auto, uniform, exhaustive, hapt, heteroauto, hexiscale)"};
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.time_budget_s));
   std::unique_ptr<tbb::global_control> threads;
@@ -109,7 +109,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   } else if (!opt.auto_algorithms.empty()) {
     chosen = opt.auto_algorithms;
   } else {
-    chosen = {"uniform", "hapt", "heteroauto"};
+    chosen = {"uniform", "hapt", "heteroauto", "hexiscale"};
     if (small_instance(eval)) chosen.push_back("exhaustive");
   }
   SearchOutput out;
@@ -130,6 +130,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
         else if (w.name == "exhaustive") run_exhaustive(w);
         else if (w.name == "hapt") run_hapt(w);
         else if (w.name == "heteroauto") run_heteroauto(w);
+        else if (w.name == "hexiscale") run_hexiscale(w);
         seconds[i] = std::chrono::duration<double>(Clock::now() - t0).count();
       });
     }
@@ -157,8 +158,10 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     Work& w = *works[i];
     AlgorithmReport report{w.name, seconds[i], w.layouts(), std::nullopt, w.timed_out(), ""};
     total += w.layouts();
-    for (const Candidate& c : w.take()) {
-      Plan plan = eval.to_plan(c);
+    std::vector<Plan> plans;
+    for (const Candidate& c : w.take()) plans.push_back(eval.to_plan(c));
+    for (Plan& p : w.take_plans()) plans.push_back(std::move(p));
+    for (Plan& plan : plans) {
       if (auto problems = validate_plan(plan, "search"); !problems.empty()) continue;  // never expected
       auto outcome = predict::predict(plan, compute, opt.predict);
       if (!outcome) continue;

@@ -37,6 +37,16 @@ std::vector<Candidate> Work::take() {
   return std::move(top_);
 }
 
+void Work::offer_plan(Plan plan) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  plans_.push_back(std::move(plan));
+}
+
+std::vector<Plan> Work::take_plans() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::move(plans_);
+}
+
 namespace {
 // The pipeline micro-batch for `b` sequences per data-parallel replica of every stage.
 int pipeline_microbatch(const Layout& l, int b) {
