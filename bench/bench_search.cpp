@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--format") && i + 1 < argc) json = !std::strcmp(argv[++i], "json");
   }
   auto catalog = builtin_catalog();
-  const std::vector<std::string> algos = {"uniform", "heteroauto", "hapt", "portfolio"};
+  const std::vector<std::string> algos = {"uniform", "heteroauto", "hapt", "mcts", "portfolio"};
   std::map<std::string, std::vector<double>> gaps, secs;
   int compared = 0, infeasible = 0;
   for (int k = 0; k < n; ++k) {
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     const double best = oracle->plans.front().plan.predicted->iteration_s;
     for (const auto& a : algos) {
       search::Options oa = o;
-      if (a == "portfolio") oa.auto_algorithms = {"uniform", "heteroauto", "hapt"};
+      if (a == "portfolio") oa.auto_algorithms = {"uniform", "heteroauto", "hapt", "mcts"};
       const auto t0 = std::chrono::steady_clock::now();
       auto r = search::run(a == "portfolio" ? "auto" : a, in.model, in.cluster, cm, oa);
       secs[a].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -15,22 +15,11 @@
 namespace het::search {
 
 const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> names = {"auto", "uniform", "exhaustive", "hapt", "heteroauto"};
+  static const std::vector<std::string> names = {"auto", "uniform", "exhaustive", "hapt", "heteroauto", "mcts"};
   return names;
 }
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Instances small enough for the exhaustive oracle.
-bool small_instance(const Evaluator& eval) {
-  return eval.cluster().num_devices() <= 16 && eval.num_units() <= 18 && eval.cluster().subclusters.size() <= 3;
-}
-
-// Total work / total effective throughput: the layers of the global batch over Σ devices'
-// layer rates (the fastest per-sequence layer time over the micro-batch sizes, tp = 1).
-double lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
+double work_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
   const ModelSpec& m = eval.model();
   const ClusterSpec& c = eval.cluster();
   double rate = 0;
@@ -47,6 +36,15 @@ double lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
   }
   const double layers = eval.num_units() - 2;  // sublayer units count as themselves
   return layers * m.training.global_batch_size / rate;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Instances small enough for the exhaustive oracle.
+bool small_instance(const Evaluator& eval) {
+  return eval.cluster().num_devices() <= 16 && eval.num_units() <= 18 && eval.cluster().subclusters.size() <= 3;
 }
 
 // Why nothing was found: memory when even the leanest one-layer stage does not fit anywhere,
@@ -93,7 +91,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
                          const cost::ComputeModel& compute, const Options& opt) {
   const auto& names = algorithm_names();
   if (std::find(names.begin(), names.end(), algorithm) == names.end())
-    return Diagnostic{"", 0, 0, "--algo", "unknown algorithm '" + algorithm + "' (auto, uniform, exhaustive, hapt, heteroauto)"};
+    return Diagnostic{"", 0, 0, "--algo", "unknown algorithm '" + algorithm + "' (auto, uniform, exhaustive, hapt, heteroauto, mcts)"};
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.time_budget_s));
   std::unique_ptr<tbb::global_control> threads;
@@ -109,7 +107,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   } else if (!opt.auto_algorithms.empty()) {
     chosen = opt.auto_algorithms;
   } else {
-    chosen = {"uniform", "hapt", "heteroauto"};
+    chosen = {"uniform", "hapt", "heteroauto", "mcts"};
     if (small_instance(eval)) chosen.push_back("exhaustive");
   }
   SearchOutput out;
@@ -130,6 +128,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
         else if (w.name == "exhaustive") run_exhaustive(w);
         else if (w.name == "hapt") run_hapt(w);
         else if (w.name == "heteroauto") run_heteroauto(w);
+        else if (w.name == "mcts") run_mcts(w);
         seconds[i] = std::chrono::duration<double>(Clock::now() - t0).count();
       });
     }
@@ -176,7 +175,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   if (ranked.empty()) return Diagnostic{"", 0, 0, "", binding_constraint(eval, algorithm)};
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  out.lower_bound_s = lower_bound(eval, opt.micro_batch_sizes.empty() ? model.training.micro_batch_sizes : opt.micro_batch_sizes);
+  out.lower_bound_s = work_lower_bound(eval, opt.micro_batch_sizes.empty() ? model.training.micro_batch_sizes : opt.micro_batch_sizes);
   for (auto& [t, outcome] : ranked) {
     AlgorithmInfo info;
     info.name = algorithm;
