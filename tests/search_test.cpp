@@ -70,37 +70,6 @@ TEST_CASE("search on random instances: valid plans, auto never worse than the ex
   CHECK(worst <= 0.10);
 }
 
-TEST_CASE("mcts on random instances: gap to the exhaustive oracle") {
-  // mcts's space holds the oracle's (an ordered subset of subclusters, one (d, c, t) per used
-  // subcluster, all its devices over k pipelines) and small trees are explored to the end.
-  const int n = 40;
-  int compared = 0, within_1pct = 0;
-  double worst = -1, sum = 0;
-  for (int k = 0; k < n; ++k) {
-    auto in = bench::random_instance(7000 + k, test::catalog());
-    INFO(in.description);
-    cost::ComputeModel cm(in.model, {});
-    search::Options o;
-    o.time_budget_s = 30;
-    auto oracle = search::run("exhaustive", in.model, in.cluster, cm, o);
-    auto mcts = search::run("mcts", in.model, in.cluster, cm, o);
-    if (!oracle) continue;
-    REQUIRE(mcts.ok());  // whatever the oracle finds, mcts's space holds
-    for (const auto& plan : mcts->plans) check_plan(plan, cm);
-    CHECK_FALSE(mcts->algorithms.front().timed_out);  // small trees end before the budget
-    const double gap = mcts->plans.front().plan.predicted->iteration_s / oracle->plans.front().plan.predicted->iteration_s - 1;
-    ++compared;
-    within_1pct += gap <= 0.01;
-    worst = std::max(worst, gap);
-    sum += gap;
-  }
-  INFO("mcts within 1% of the oracle on " << within_1pct << "/" << compared << ", mean gap " << sum / std::max(1, compared)
-                                          << ", worst gap " << worst);
-  CHECK(compared >= n * 8 / 10);
-  CHECK(within_1pct == compared);
-  CHECK(worst <= 0.01);
-}
-
 namespace {
 
 struct Seed {
@@ -119,6 +88,50 @@ Seed load_seed(const std::string& model, const std::string& cluster) {
 double best_of(const Result<search::SearchOutput>& r) { return r->plans.front().plan.predicted->iteration_s; }
 
 }  // namespace
+
+TEST_CASE("mcts on random instances: gap to the exhaustive oracle") {
+  // mcts's space holds the oracle's (an ordered subset of subclusters, one (d, c, t) per used
+  // subcluster, all its devices over k pipelines) except where HetAuto's P1 cuts it: the oracle
+  // may give a stage only the embedding or the head, mcts gives every stage a layer. Small
+  // trees are explored to the end, so elsewhere mcts matches the oracle.
+  const int n = 40;
+  int compared = 0, within_1pct = 0, p1 = 0;
+  double worst = -1, worst_p1 = -1, sum = 0;
+  for (int k = 0; k < n; ++k) {
+    auto in = bench::random_instance(7000 + k, test::catalog());
+    INFO(in.description);
+    cost::ComputeModel cm(in.model, {});
+    search::Options o;
+    o.time_budget_s = 30;
+    auto oracle = search::run("exhaustive", in.model, in.cluster, cm, o);
+    auto mcts = search::run("mcts", in.model, in.cluster, cm, o);
+    if (!oracle) continue;
+    REQUIRE(mcts.ok());
+    for (const auto& plan : mcts->plans) check_plan(plan, cm);
+    CHECK_FALSE(mcts->algorithms.front().timed_out);  // small trees end before the budget
+    const double gap = best_of(mcts) / best_of(oracle) - 1;
+    const int head = in.model.num_layers + 1;  // unit of the head (layer granularity)
+    bool layerless = false;                    // the oracle's plan has a stage without a layer
+    for (const auto& st : oracle->plans.front().plan.pipelines.front().stages)
+      layerless |= st.first == st.last && (st.first == 0 || st.first == head);
+    if (layerless) {
+      ++p1;
+      worst_p1 = std::max(worst_p1, gap);
+      continue;
+    }
+    ++compared;
+    within_1pct += gap <= 0.01;
+    worst = std::max(worst, gap);
+    sum += gap;
+  }
+  INFO("mcts within 1% of the oracle on " << within_1pct << "/" << compared << ", mean gap " << sum / std::max(1, compared)
+                                          << ", worst gap " << worst << "; " << p1
+                                          << " where the oracle's plan breaks P1, worst gap there " << worst_p1);
+  CHECK(compared + p1 >= n * 8 / 10);
+  CHECK(within_1pct == compared);
+  CHECK(worst <= 0.01);
+  CHECK(worst_p1 <= 0.05);
+}
 
 TEST_CASE("mcts is deterministic for a seed and a thread count") {
   const Seed s = load_seed("hapt-gpt-15b", "hapt-4x8a100-4x8v100");
