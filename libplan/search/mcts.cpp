@@ -2,7 +2,7 @@
 //
 // Decision tree (Fig. 3), mapped to our Layout (k identical pipelines of stage shapes):
 //   root           k, the number of identical pipelines (data-parallel replicas). One root
-//                  subtree per k, searched in parallel (§6 "Multiprocessing": the root's
+//                  subtree per k, searched in parallel (§7.1 "Multiprocessing": the root's
 //                  children are independent subproblems — there one per stage count p).
 //   level 1 (q)    the micro-batch: b sequences per data-parallel replica of a stage, from the
 //                  model's micro_batch_sizes. HetAuto's q (micro-batches per iteration) and its
@@ -185,7 +185,7 @@ bool apply(const Context& cx, Subtree& t, Prefix& s, const Action& a) {
   s.subclusters.push_back(a);
   // Out-of-memory as soon as this subcluster's choices are made (§4.1, "Custom Reward").
   const int room = layer_room(cx, t, sub, s.b, a.shape);
-  if (room < 1) return false;
+  if (room < 1) return false;  // P1: each of its stages must hold a whole layer
   s.layer_room += double(room) * a.value;
   if (complete(t, s) && s.layer_room < cx.layers) return false;
   return true;
@@ -225,7 +225,7 @@ void keep(const Context& cx, Subtree& t, const Candidate& c) {
   if (t.incumbents.size() > cx.top_k) t.incumbents.pop_back();
 }
 
-// The reward of a complete layout, memoised (§6 "Memoization"). A layout whose lower bound
+// The reward of a complete layout, memoised (§7.1 "Memoization"). A layout whose lower bound
 // cannot enter the subtree's top k is not solved: its reward is that of its bound, an upper
 // bound of its true reward.
 double evaluate(const Context& cx, Subtree& t, const Prefix& s) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include <tbb/global_control.h>
+#include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
 #include "cost/memory.hpp"
@@ -116,30 +117,39 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   const auto algorithms_deadline =
       algorithm == "auto" ? start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(0.8 * opt.time_budget_s))
                           : deadline;
-  for (const auto& name : chosen) works.push_back(std::make_unique<Work>(eval, opt, algorithms_deadline, name));
+  // In auto, mcts is the background filler: it keeps the whole budget (refinement leaves a
+  // core idle) and gets the threads that the other algorithms leave.
+  const bool background_mcts = algorithm == "auto";
+  for (const auto& name : chosen)
+    works.push_back(std::make_unique<Work>(eval, opt, background_mcts && name == "mcts" ? deadline : algorithms_deadline, name));
   std::vector<double> seconds(works.size(), 0);
-  {
-    tbb::task_group group;
-    for (std::size_t i = 0; i < works.size(); ++i) {
-      group.run([&, i] {
-        const auto t0 = Clock::now();
-        Work& w = *works[i];
-        if (w.name == "uniform") run_uniform(w);
-        else if (w.name == "exhaustive") run_exhaustive(w);
-        else if (w.name == "hapt") run_hapt(w);
-        else if (w.name == "heteroauto") run_heteroauto(w);
-        else if (w.name == "mcts") run_mcts(w);
-        seconds[i] = std::chrono::duration<double>(Clock::now() - t0).count();
-      });
-    }
-    group.wait();
+  seconds.reserve(works.size() + 1);  // refine's entry must not move mcts's while it runs
+  // mcts in auto runs in a low-priority arena, so that hapt's batches keep the threads they
+  // would have alone.
+  tbb::task_arena background(tbb::task_arena::automatic, 0, tbb::task_arena::priority::low);
+  tbb::task_group group, background_group;
+  for (std::size_t i = 0; i < works.size(); ++i) {
+    auto job = [w = works[i].get(), sec = &seconds[i]] {
+      const auto t0 = Clock::now();
+      if (w->name == "uniform") run_uniform(*w);
+      else if (w->name == "exhaustive") run_exhaustive(*w);
+      else if (w->name == "hapt") run_hapt(*w);
+      else if (w->name == "heteroauto") run_heteroauto(*w);
+      else if (w->name == "mcts") run_mcts(*w);
+      *sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    if (background_mcts && works[i]->name == "mcts") background.execute([&] { background_group.run(job); });
+    else group.run(job);
   }
+  group.wait();
   // auto: refine the portfolio's best candidates across the algorithms' spaces, in what is
-  // left of the time budget.
+  // left of the time budget (mcts, still running, hands its plans over at the end).
   if (algorithm == "auto") {
     std::vector<Candidate> seeds;
-    for (auto& w : works)
+    for (auto& w : works) {
+      if (w->name == "mcts") continue;
       for (const auto& c : w->take()) seeds.push_back(c), w->offer(c);
+    }
     std::sort(seeds.begin(), seeds.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
     if (seeds.size() > 4) seeds.resize(4);
     works.push_back(std::make_unique<Work>(eval, opt, deadline, "refine"));
@@ -148,6 +158,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     run_refine(*works.back(), seeds);
     seconds.back() = std::chrono::duration<double>(Clock::now() - t0).count();
   }
+  background.execute([&] { background_group.wait(); });
 
   // Re-rank each algorithm's best candidates with the simulator.
   std::vector<std::pair<double, predict::Outcome>> ranked;
