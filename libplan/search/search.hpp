@@ -17,7 +17,8 @@
 //               order of the subclusters used → per subcluster (#stages, (dp, cp, tp)) under
 //               principles P1–P4; UCB with λ, reward 1/(1+ℓ), 0 on out-of-memory; root subtrees
 //               (one per k) in parallel; deterministic for a seed, monotone in the budget.
-//   auto        the applicable algorithms in parallel under one time budget; the best wins.
+//   auto        the applicable algorithms in parallel under one time budget (mcts in a
+//               low-priority arena, for the whole budget), then a refinement; the best wins.
 // Candidates are ranked by the analytic estimate (search/evaluator.hpp); the best top_k of
 // each algorithm are re-ranked by the simulator. Every returned plan is complete (derived
 // fields filled by predict()), validates, and fits memory by the memory model.
