@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Search on the seed configurations: `hetplan compare` (uniform, heteroauto, hapt, auto) per
+# Search on the seed configurations: `hetplan compare` (uniform, heteroauto, hapt, mcts, auto) per
 # seed model and cluster, then the search quality on random instances against the exhaustive
 # oracle (bench_search). Output: a Markdown report on stdout (docs/search.md holds one).
 #   scripts/bench-search.sh [TIME_BUDGET_S]

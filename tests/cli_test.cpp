@@ -205,6 +205,22 @@ TEST_CASE("hetplan search --format json prints the plan, compare tabulates the a
   CHECK(nlohmann::json::parse(cj.out).size() == 2);
 }
 
+TEST_CASE("hetplan search --algo mcts takes --seed, --mcts-lambda and --mcts-iterations and repeats itself") {
+  const std::vector<std::string> args = {HETPLAN_BIN, "search", "--model", kModel, "--cluster", kCluster, "--algo", "mcts",
+                                         "--seed", "5", "--mcts-lambda", "1", "--mcts-iterations", "40", "--format", "json"};
+  auto a = run_process(args);
+  auto b = run_process(args);
+  INFO(a.err);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  auto pa = nlohmann::json::parse(a.out), pb = nlohmann::json::parse(b.out);
+  CHECK(pa["algorithm"]["name"] == "mcts");
+  pa.erase("algorithm"), pb.erase("algorithm");  // holds the search's seconds
+  CHECK(pa == pb);
+  auto bad = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", kCluster, "--algo", "mcts", "--mcts-lambda", "-1"});
+  CHECK(bad.exit_code == 2);
+}
+
 TEST_CASE("hetplan search refuses bad input and impossible instances with exit 2") {
   het::test::TempDir dir;
   auto bad = dir.write("m.yaml", "name: x\n");

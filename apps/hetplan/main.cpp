@@ -129,7 +129,8 @@ struct SearchArgs {
   std::string model, cluster, algo = "auto", schedule = "auto", output, format = "table", granularity = "layer";
   std::vector<std::string> profiles, algos;
   std::optional<std::string> catalog;
-  double time_budget = 60;
+  double time_budget = 60, mcts_lambda = 10;
+  std::int64_t mcts_iterations = 0;
   int threads = 0, top = 1;
   std::uint64_t seed = 1;
 };
@@ -162,6 +163,8 @@ het::search::Options search_options(const SearchArgs& a) {
   o.time_budget_s = a.time_budget;
   o.threads = a.threads;
   o.seed = a.seed;
+  o.mcts_lambda = a.mcts_lambda;
+  o.mcts_iterations = a.mcts_iterations;
   o.top_k = std::max(16, a.top);
   o.granularity = a.granularity == "sublayer" ? het::Granularity::sublayer : het::Granularity::layer;
   if (a.schedule != "auto")
@@ -231,7 +234,7 @@ int run_compare(const SearchArgs& a) {
     return kInvalid;
   }
   het::cost::ComputeModel compute(in->model, in->profiles);
-  std::vector<std::string> algos = a.algos.empty() ? std::vector<std::string>{"uniform", "heteroauto", "hapt", "auto"} : a.algos;
+  std::vector<std::string> algos = a.algos.empty() ? std::vector<std::string>{"uniform", "heteroauto", "hapt", "mcts", "auto"} : a.algos;
   struct Row {
     std::string name;
     std::optional<double> t;
@@ -361,21 +364,26 @@ int main(int argc, char** argv) {
     cmd->add_option("--time-budget", search_args.time_budget, "seconds for the whole search (default 60)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--threads", search_args.threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
-    cmd->add_option("--seed", search_args.seed, "seed for sampling algorithms");
+    cmd->add_option("--seed", search_args.seed, "seed for sampling algorithms (mcts)");
+    cmd->add_option("--mcts-lambda", search_args.mcts_lambda, "mcts: UCB exploration weight (default 10)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--mcts-iterations", search_args.mcts_iterations,
+                    "mcts: iterations per root subtree (default 0: until the time budget ends)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--granularity", search_args.granularity, "layer or sublayer (attn/mlp units, HAPT §5.1)")
         ->check(CLI::IsMember({"layer", "sublayer"}));
     cmd->add_option("--format", search_args.format, "table (default) or json")->check(CLI::IsMember({"table", "json"}));
   };
   auto* search = app.add_subcommand("search", "Find the best plan for a model on a cluster");
   add_search_inputs(search);
-  search->add_option("--algo", search_args.algo, "auto (default), uniform, exhaustive, hapt or heteroauto")
+  search->add_option("--algo", search_args.algo, "auto (default), uniform, exhaustive, hapt, heteroauto or mcts")
       ->check(CLI::IsMember(het::search::algorithm_names()));
   search->add_option("--top", search_args.top, "candidates per algorithm re-ranked by the simulator (default 16)")
       ->check(CLI::PositiveNumber);
   search->add_option("-o,--output", search_args.output, "write the plan to this file");
   auto* compare = app.add_subcommand("compare", "Run several search algorithms on the same inputs and tabulate them");
   add_search_inputs(compare);
-  compare->add_option("--algos", search_args.algos, "algorithms (default: uniform heteroauto hapt auto)")
+  compare->add_option("--algos", search_args.algos, "algorithms (default: uniform heteroauto hapt mcts auto)")
       ->check(CLI::IsMember(het::search::algorithm_names()));
 
   ImportArgs import_args;

@@ -58,6 +58,7 @@ void run_uniform(Work& w);
 void run_exhaustive(Work& w);
 void run_hapt(Work& w);
 void run_heteroauto(Work& w);
+void run_mcts(Work& w);
 // HexiScale §4: METIS parts of the cluster as differently-shaped pipelines (hexiscale.cpp).
 void run_hexiscale(Work& w);
 // Best-first search from the given candidates over neighbouring layouts (refine.cpp).
@@ -69,5 +70,9 @@ struct Shape3 {
   int dp, cp, tp;
 };
 std::vector<Shape3> factorisations(const Evaluator& eval, int sub, int devices);
+
+// Total work / total effective throughput: the layers of the global batch over Σ devices'
+// layer rates (the fastest per-sequence layer time over `micro_batch_sizes`, tp = 1).
+double work_lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes);
 
 }  // namespace het::search

@@ -311,6 +311,12 @@ std::optional<Candidate> Evaluator::best_split(const Layout& layout) const {
   return std::move(found.front());
 }
 
+std::optional<double> Evaluator::bound(const Layout& layout) const {
+  auto p = prepare(layout);
+  if (!p) return std::nullopt;
+  return lower_bound(*p);
+}
+
 double Evaluator::lower_bound(const Prepared& p) const {
   double rate = 0;  // layers per second of all stages together
   for (const auto& by_r : p.tables) {

@@ -79,6 +79,9 @@ class Evaluator {
                                   const std::vector<int>* first_unit = nullptr, double cutoff = kNoCutoff) const;
   // The best split under the layout's own schedule.
   std::optional<Candidate> best_split(const Layout& layout) const;
+  // The lower bound evaluate() prunes with ((m − 1) · L / Σ_i 1/layer_time_i): no split of the
+  // layout estimates below it. Nothing when the layout is impossible (batch, devices).
+  std::optional<double> bound(const Layout& layout) const;
   static constexpr double kNoCutoff = 1e300;
   // The plan of a candidate: devices assigned in order within each subcluster.
   Plan to_plan(const Candidate& c) const;

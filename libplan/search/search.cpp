@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include <tbb/global_control.h>
+#include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
 #include "cost/memory.hpp"
@@ -15,22 +16,11 @@
 namespace het::search {
 
 const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> names = {"auto", "uniform", "exhaustive", "hapt", "heteroauto", "hexiscale"};
+  static const std::vector<std::string> names = {"auto", "uniform", "exhaustive", "hapt", "heteroauto", "mcts", "hexiscale"};
   return names;
 }
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Instances small enough for the exhaustive oracle.
-bool small_instance(const Evaluator& eval) {
-  return eval.cluster().num_devices() <= 16 && eval.num_units() <= 18 && eval.cluster().subclusters.size() <= 3;
-}
-
-// Total work / total effective throughput: the layers of the global batch over Σ devices'
-// layer rates (the fastest per-sequence layer time over the micro-batch sizes, tp = 1).
-double lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
+double work_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
   const ModelSpec& m = eval.model();
   const ClusterSpec& c = eval.cluster();
   double rate = 0;
@@ -47,6 +37,15 @@ double lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
   }
   const double layers = eval.num_units() - 2;  // sublayer units count as themselves
   return layers * m.training.global_batch_size / rate;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Instances small enough for the exhaustive oracle.
+bool small_instance(const Evaluator& eval) {
+  return eval.cluster().num_devices() <= 16 && eval.num_units() <= 18 && eval.cluster().subclusters.size() <= 3;
 }
 
 // Why nothing was found: memory when even the leanest one-layer stage does not fit anywhere,
@@ -93,7 +92,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
                          const cost::ComputeModel& compute, const Options& opt) {
   const auto& names = algorithm_names();
   if (std::find(names.begin(), names.end(), algorithm) == names.end())
-    return Diagnostic{"", 0, 0, "--algo", "unknown algorithm '" + algorithm + "' (auto, uniform, exhaustive, hapt, heteroauto, hexiscale)"};
+    return Diagnostic{"", 0, 0, "--algo", "unknown algorithm '" + algorithm + "' (auto, uniform, exhaustive, hapt, heteroauto, mcts, hexiscale)"};
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.time_budget_s));
   std::unique_ptr<tbb::global_control> threads;
@@ -109,7 +108,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   } else if (!opt.auto_algorithms.empty()) {
     chosen = opt.auto_algorithms;
   } else {
-    chosen = {"uniform", "hapt", "heteroauto", "hexiscale"};
+    chosen = {"uniform", "hapt", "heteroauto", "mcts", "hexiscale"};
     if (small_instance(eval)) chosen.push_back("exhaustive");
   }
   SearchOutput out;
@@ -118,30 +117,40 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   const auto algorithms_deadline =
       algorithm == "auto" ? start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(0.8 * opt.time_budget_s))
                           : deadline;
-  for (const auto& name : chosen) works.push_back(std::make_unique<Work>(eval, opt, algorithms_deadline, name));
+  // In auto, mcts is the background filler: it keeps the whole budget (refinement leaves a
+  // core idle) and gets the threads that the other algorithms leave.
+  const bool background_mcts = algorithm == "auto";
+  for (const auto& name : chosen)
+    works.push_back(std::make_unique<Work>(eval, opt, background_mcts && name == "mcts" ? deadline : algorithms_deadline, name));
   std::vector<double> seconds(works.size(), 0);
-  {
-    tbb::task_group group;
-    for (std::size_t i = 0; i < works.size(); ++i) {
-      group.run([&, i] {
-        const auto t0 = Clock::now();
-        Work& w = *works[i];
-        if (w.name == "uniform") run_uniform(w);
-        else if (w.name == "exhaustive") run_exhaustive(w);
-        else if (w.name == "hapt") run_hapt(w);
-        else if (w.name == "heteroauto") run_heteroauto(w);
-        else if (w.name == "hexiscale") run_hexiscale(w);
-        seconds[i] = std::chrono::duration<double>(Clock::now() - t0).count();
-      });
-    }
-    group.wait();
+  seconds.reserve(works.size() + 1);  // refine's entry must not move mcts's while it runs
+  // mcts in auto runs in a low-priority arena, so that hapt's batches keep the threads they
+  // would have alone.
+  tbb::task_arena background(tbb::task_arena::automatic, 0, tbb::task_arena::priority::low);
+  tbb::task_group group, background_group;
+  for (std::size_t i = 0; i < works.size(); ++i) {
+    auto job = [w = works[i].get(), sec = &seconds[i]] {
+      const auto t0 = Clock::now();
+      if (w->name == "uniform") run_uniform(*w);
+      else if (w->name == "exhaustive") run_exhaustive(*w);
+      else if (w->name == "hapt") run_hapt(*w);
+      else if (w->name == "heteroauto") run_heteroauto(*w);
+      else if (w->name == "mcts") run_mcts(*w);
+      else if (w->name == "hexiscale") run_hexiscale(*w);
+      *sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    if (background_mcts && works[i]->name == "mcts") background.execute([&] { background_group.run(job); });
+    else group.run(job);
   }
+  group.wait();
   // auto: refine the portfolio's best candidates across the algorithms' spaces, in what is
-  // left of the time budget.
+  // left of the time budget (mcts, still running, hands its plans over at the end).
   if (algorithm == "auto") {
     std::vector<Candidate> seeds;
-    for (auto& w : works)
+    for (auto& w : works) {
+      if (w->name == "mcts") continue;
       for (const auto& c : w->take()) seeds.push_back(c), w->offer(c);
+    }
     std::sort(seeds.begin(), seeds.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
     if (seeds.size() > 4) seeds.resize(4);
     works.push_back(std::make_unique<Work>(eval, opt, deadline, "refine"));
@@ -150,6 +159,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     run_refine(*works.back(), seeds);
     seconds.back() = std::chrono::duration<double>(Clock::now() - t0).count();
   }
+  background.execute([&] { background_group.wait(); });
 
   // Re-rank each algorithm's best candidates with the simulator.
   std::vector<std::pair<double, predict::Outcome>> ranked;
@@ -179,7 +189,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   if (ranked.empty()) return Diagnostic{"", 0, 0, "", binding_constraint(eval, algorithm)};
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  out.lower_bound_s = lower_bound(eval, opt.micro_batch_sizes.empty() ? model.training.micro_batch_sizes : opt.micro_batch_sizes);
+  out.lower_bound_s = work_lower_bound(eval, opt.micro_batch_sizes.empty() ? model.training.micro_batch_sizes : opt.micro_batch_sizes);
   for (auto& [t, outcome] : ranked) {
     AlgorithmInfo info;
     info.name = algorithm;

@@ -13,7 +13,12 @@
 //   heteroauto  H2 §4.3: DFS over dp | global batch, tp per device type, pipeline stages per
 //               type (types ordered by memory, descending), the split equalising compute under
 //               memory; then the refinement that splits a type's stages into two groups.
-//   auto        the applicable algorithms in parallel under one time budget; the best wins.
+//   mcts        HetAuto §4.1: Monte Carlo tree search over pipelines k → micro-batch (q) →
+//               order of the subclusters used → per subcluster (#stages, (dp, cp, tp)) under
+//               principles P1–P4; UCB with λ, reward 1/(1+ℓ), 0 on out-of-memory; root subtrees
+//               (one per k) in parallel; deterministic for a seed, monotone in the budget.
+//   auto        the applicable algorithms in parallel under one time budget (mcts in a
+//               low-priority arena, for the whole budget), then a refinement; the best wins.
 // Candidates are ranked by the analytic estimate (search/evaluator.hpp); the best top_k of
 // each algorithm are re-ranked by the simulator. Every returned plan is complete (derived
 // fields filled by predict()), validates, and fits memory by the memory model.
@@ -32,7 +37,7 @@ namespace het::search {
 struct Options {
   double time_budget_s = 60;
   int threads = 0;                        // 0: all cores
-  std::uint64_t seed = 1;                 // for algorithms that sample (none is random yet)
+  std::uint64_t seed = 1;                 // for algorithms that sample (mcts)
   std::vector<ScheduleKind> schedules;    // empty: 1f1b and h-1f1b
   std::vector<int> micro_batch_sizes;     // empty: the model's training.micro_batch_sizes
   std::vector<Recompute> recompute;       // empty: the model's training.recompute
@@ -40,6 +45,8 @@ struct Options {
   Granularity granularity = Granularity::layer;
   predict::Options predict;
   std::vector<std::string> auto_algorithms;  // empty: all that apply
+  double mcts_lambda = 10;                // mcts: UCB exploration weight λ (HetAuto eq. 1)
+  std::int64_t mcts_iterations = 0;       // mcts: iterations per root subtree; 0: until the budget ends or the tree is done
   // Progress for people: called from any thread, at most a few times per second.
   std::function<void(const std::string&)> progress;
 };
@@ -60,7 +67,7 @@ struct SearchOutput {
   double seconds = 0;
 };
 
-// Names: "auto", "uniform", "exhaustive", "hapt", "heteroauto".
+// Names: "auto", "uniform", "exhaustive", "hapt", "heteroauto", "mcts".
 const std::vector<std::string>& algorithm_names();
 
 // Errors: an unknown algorithm; nothing fits (naming the binding constraint).
