@@ -59,7 +59,7 @@ TEST_CASE("parts balance compute power, not node counts") {
   CHECK(p->imbalance < 1.2);
 }
 
-TEST_CASE("partitioning refuses impossible part counts and handles k = 1") {
+TEST_CASE("partitioning refuses impossible part counts and handles k = 1 and k = nodes") {
   const ClusterSpec c = two(2, "A100-40GB", 2);
   CHECK_FALSE(search::partition_nodes(c, search::all_nodes(c), 0, false).ok());
   CHECK_FALSE(search::partition_nodes(c, search::all_nodes(c), 5, false).ok());
@@ -68,6 +68,9 @@ TEST_CASE("partitioning refuses impossible part counts and handles k = 1") {
   CHECK(one->parts.size() == 1);
   CHECK(one->parts[0].size() == 4);
   CHECK(one->cut_bandwidth == 0);
+  auto each = search::partition_nodes(c, search::all_nodes(c), 4, true, 3.0);  // a node per part, no METIS
+  REQUIRE(each.ok());
+  for (const auto& p : each->parts) CHECK(p.size() == 1);
 }
 
 TEST_CASE("ten thousand devices of 8 types (1250 nodes) partition into 16 in well under a second") {

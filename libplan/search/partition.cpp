@@ -34,7 +34,9 @@ Result<Partition> partition_nodes(const ClusterSpec& cluster, const std::vector<
     return Diagnostic{"", 0, 0, "k", "cannot cut " + std::to_string(n) + " nodes into " + std::to_string(k) + " parts"};
   Partition out;
   std::vector<int> part(static_cast<std::size_t>(n), 0);
-  if (k > 1) {
+  if (k == n) {  // a node per part (METIS's bisection would try to split single vertices)
+    for (int i = 0; i < n; ++i) part[std::size_t(i)] = i;
+  } else if (k > 1) {
     // Integer weights: compute in units of the weakest node's, bandwidth relative to the
     // slowest edge (METIS takes integers; ratios are what matter).
     double least_compute = 1e300, least_bw = 1e300, most_bw = 0;

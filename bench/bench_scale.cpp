@@ -1,0 +1,72 @@
+// Search time vs problem size: `auto` (and uniform, for the speed-up) on generated clusters
+// of 64 to 10,000 devices and 2 to 8 device types (nodes of 8 devices, catalog devices, 25 GB/s
+// inside a subcluster, 2-25 GB/s between), for HetAuto exp3's 96-layer Llama model.
+//   build/bench/bench_scale [--budget S] [--format json]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "search/search.hpp"
+#include "spec/catalog.hpp"
+#include "spec/model.hpp"
+
+using namespace het;
+
+namespace {
+ClusterSpec generated(int devices, int types, const DeviceCatalog& catalog) {
+  const char* kinds[] = {"H100-SXM-80GB", "A100-80GB", "A100-40GB", "H800-80GB", "H20-96GB", "V100-32GB", "H200-141GB", "A800-80GB"};
+  ClusterSpec c;
+  c.name = std::to_string(devices) + "x" + std::to_string(types);
+  const int nodes = devices / 8;
+  for (int t = 0; t < types; ++t) {
+    const CatalogDevice* d = catalog.find(kinds[t]);
+    if (!d) d = catalog.find("A100-40GB");
+    SubclusterSpec s;
+    s.name = "s" + std::to_string(t);
+    s.device = d->device;
+    s.nodes = nodes / types + (t < nodes % types ? 1 : 0);
+    s.devices_per_node = 8;
+    s.intra_node = d->intra_node;
+    s.inter_node = LinkSpec{25e9, 10e-6};
+    c.subclusters.push_back(s);
+  }
+  for (int a = 0; a < types; ++a)
+    for (int b = a + 1; b < types; ++b)
+      c.links.push_back({c.subclusters[std::size_t(a)].name, c.subclusters[std::size_t(b)].name, LinkSpec{(2.0 + (a * 7 + b * 3) % 24) * 1e9, 50e-6}});
+  return c;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  double budget = 60;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--budget") && i + 1 < argc) budget = std::atof(argv[++i]);
+    if (!std::strcmp(argv[i], "--format") && i + 1 < argc) json = !std::strcmp(argv[++i], "json");
+  }
+  auto catalog = builtin_catalog();
+  auto model = load_model(HET_SOURCE_DIR "/configs/models/hetauto-exp3-llama-96l.yaml");
+  if (!catalog || !model) return 2;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  if (!json) std::printf("%7s %5s %12s %12s %9s %9s\n", "devices", "types", "uniform_s", "auto_s", "speedup", "search_s");
+  for (int devices : {64, 256, 1024, 4096, 10000})
+    for (int types : {2, 4, 8}) {
+      if (devices / 8 < types) continue;
+      const ClusterSpec c = generated(devices, types, *catalog);
+      cost::ComputeModel cm(*model, {});
+      search::Options o;
+      o.time_budget_s = budget;
+      auto uniform = search::run("uniform", *model, c, cm, o);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto best = search::run("auto", *model, c, cm, o);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double u = uniform ? uniform->plans.front().plan.predicted->iteration_s : 0;
+      const double a = best ? best->plans.front().plan.predicted->iteration_s : 0;
+      rows.push_back({{"devices", devices}, {"types", types}, {"uniform_s", u}, {"auto_s", a}, {"search_s", s}});
+      if (!json) std::printf("%7d %5d %12.3f %12.3f %8.2fx %9.1f\n", devices, types, u, a, u > 0 && a > 0 ? u / a : 0.0, s), std::fflush(stdout);
+    }
+  if (json) std::cout << rows.dump(1) << "\n";
+}
