@@ -21,7 +21,7 @@
 #include "plan/plan_io.hpp"
 #include "process.hpp"
 #include "submit/submit.hpp"
-#include "validation/inputs.hpp"
+#include "test_util.hpp"
 
 using namespace het;
 namespace pb = het::v1;
@@ -53,16 +53,6 @@ void send_garbage(int port, const std::string& bytes) {
   ::close(fd);
 }
 
-Plan mixed_plan() {
-  InputFiles files;
-  files.plan = HET_SOURCE_DIR "/tests/data/plans/mixed.plan.json";
-  files.model = HET_SOURCE_DIR "/configs/models/tiny-gpt.yaml";
-  files.cluster = HET_SOURCE_DIR "/configs/clusters/demo-1x4a100-1x4v100.yaml";
-  auto loaded = load_plan_inputs(files);
-  REQUIRE(loaded.ok());
-  return loaded->plan;
-}
-
 }  // namespace
 
 TEST_CASE("an agent survives 1,000+ malformed and hostile requests and then runs a job correctly") {
@@ -84,7 +74,7 @@ TEST_CASE("an agent survives 1,000+ malformed and hostile requests and then runs
   };
   auto a100 = start_agent("a100/0", "cpu:4");
   auto v100 = start_agent("v100/0", "cpu:1");
-  const Plan plan = mixed_plan();
+  const Plan plan = test::mixed_plan();
   const std::string plan_json = write_plan(plan);
   Client ok(a100->address(), "robust-token"), anonymous(a100->address(), "");
   std::atomic<int> requests{0};

@@ -2,20 +2,11 @@
 #include <catch2/catch.hpp>
 
 #include "job/placement.hpp"
-#include "validation/inputs.hpp"
+#include "test_util.hpp"
 
 using namespace het;
 
 namespace {
-Plan mixed() {  // 3 stages: a100 tp 2 (devices 0, 1), a100 dp 2 (2, 3), v100 (0)
-  InputFiles files;
-  files.plan = HET_SOURCE_DIR "/tests/data/plans/mixed.plan.json";
-  files.model = HET_SOURCE_DIR "/configs/models/tiny-gpt.yaml";
-  files.cluster = HET_SOURCE_DIR "/configs/clusters/demo-1x4a100-1x4v100.yaml";
-  auto loaded = load_plan_inputs(files);
-  REQUIRE(loaded.ok());
-  return loaded->plan;
-}
 job::Offer gpus(const std::string& name, double gib, int n) {
   job::Offer o{"cuda", {}};
   for (int i = 0; i < n; ++i) o.devices.push_back({name, gib * (1 << 30)});
@@ -36,7 +27,7 @@ TEST_CASE("node ids read SUBCLUSTER/INDEX and refuse anything else") {
 }
 
 TEST_CASE("a plan's ranks land on the nodes and devices its stages name, in rank order") {
-  const Plan plan = mixed();
+  const Plan plan = test::mixed_plan();
   const auto nodes = job::nodes_of(plan);
   REQUIRE(nodes.size() == 2);
   CHECK(nodes[0].to_string() == "a100/0");
@@ -51,7 +42,7 @@ TEST_CASE("a plan's ranks land on the nodes and devices its stages name, in rank
 }
 
 TEST_CASE("an offer must have the devices the plan uses: count for CPUs, type and memory for GPUs") {
-  const Plan plan = mixed();
+  const Plan plan = test::mixed_plan();
   CHECK(job::check_offer(plan, {"a100", 0}, {"cpu", {{"cpu", 0}, {"cpu", 0}, {"cpu", 0}, {"cpu", 0}}}).empty());
   auto few = job::check_offer(plan, {"a100", 0}, {"cpu", {{"cpu", 0}, {"cpu", 0}}});
   REQUIRE(few.size() == 1);

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.hpp"
+#include "progress.hpp"
 #include "plan/plan_io.hpp"
 #include "submit/submit.hpp"
 #include "validation/inputs.hpp"
@@ -191,24 +192,8 @@ int ControlCommands::run_submit() {
     metrics.open(metrics_out_);
     if (!metrics) return report({{metrics_out_, 0, 0, "", "cannot write the file"}});
   }
-  bool header = false;
-  auto outcome = submit::submit(
-      o,
-      [&](const std::string& line) {
-        try {
-          auto j = nlohmann::json::parse(line);
-          if (!j.contains("step")) return;
-          if (!header) std::cout << " step        loss    step_s    tokens/s\n", header = true;
-          char buf[128];
-          std::snprintf(buf, sizeof buf, "%5d  %10.6f  %8.4f  %10.0f", j["step"].get<int>(), j["loss"].get<double>(),
-                        j["step_s"].get<double>(), j["tokens_per_s"].get<double>());
-          std::cout << buf << std::endl;
-          if (metrics) metrics << line << "\n" << std::flush;
-        } catch (const std::exception&) {
-          std::cout << line << std::endl;
-        }
-      },
-      [](const std::string& status) { std::cout << status << std::endl; });
+  auto outcome = submit::submit(o, StepPrinter(metrics.is_open() ? &metrics : nullptr, o.plan.model.training.zero_stage >= 1),
+                                [](const std::string& status) { std::cout << status << std::endl; });
   if (outcome.ok) {
     std::cout << (detach_ ? "job " + outcome.job_id + " runs detached; stop it with `hetexec abort " + outcome.job_id + "`"
                           : "job " + outcome.job_id + " finished")

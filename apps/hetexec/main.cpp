@@ -27,6 +27,7 @@
 #include <cstring>
 #include <thread>
 #include "control_commands.hpp"
+#include "progress.hpp"
 #include "importer/importer.hpp"
 #include "node/node.hpp"
 #include "profiler/profiler.hpp"
@@ -243,24 +244,8 @@ int run_local(const JobArgs& a) {
   }
   std::cout << "running " << lj.world << " ranks of " << *a.files.plan << " for " << a.steps << " steps on the "
             << a.backend << " backend, " << threads << " thread" << (threads == 1 ? "" : "s") << " per rank\n";
-  std::cout << " step        loss    step_s    tokens/s\n";
-  auto result = het::launch::run_local(lj, [&](const std::string& line) {
-    try {
-      auto j = nlohmann::json::parse(line);
-      if (j.contains("optimizer_state")) {
-        std::cout << "rank 0: " << j["backend"].get<std::string>() << ", AdamW state " << j["optimizer_state"].get<std::size_t>()
-                  << " values" << (job->plan.model.training.zero_stage >= 1 ? " (ZeRO-1: its share)" : "") << std::endl;
-        return;
-      }
-      char buf[128];
-      std::snprintf(buf, sizeof buf, "%5d  %10.6f  %8.4f  %10.0f", j["step"].get<int>(), j["loss"].get<double>(),
-                    j["step_s"].get<double>(), j["tokens_per_s"].get<double>());
-      std::cout << buf << std::endl;
-      if (metrics) metrics << line << "\n" << std::flush;
-    } catch (const std::exception&) {
-      std::cout << line << std::endl;
-    }
-  });
+  auto result = het::launch::run_local(
+      lj, het::cli::StepPrinter(metrics.is_open() ? &metrics : nullptr, job->plan.model.training.zero_stage >= 1));
   if (!result) {
     for (const auto& e : result.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "launch/workers.hpp"
+#include "transport/tcp.hpp"
 
 namespace het::launch {
 
@@ -100,8 +101,7 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
     if (e.signal) {
       why = "killed by signal " + std::to_string(e.signal) + (why.empty() ? "" : "; " + why);
       score = 3;
-    } else if (why.find("closed the connection") == std::string::npos && why.find("reset by") == std::string::npos &&
-               why.find("no data from rank") == std::string::npos) {
+    } else if (!transport::lost_peer(why)) {
       score = 2;
     }
     if (why.empty()) why = "exit status " + std::to_string(e.exit_code);

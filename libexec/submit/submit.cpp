@@ -18,6 +18,7 @@
 #include "input/input.hpp"
 #include "runtime/runtime.hpp"
 #include "rendezvous/server.hpp"
+#include "transport/tcp.hpp"
 
 namespace het::submit {
 
@@ -129,8 +130,7 @@ job::Offer offer_of(const pb::DescribeResponse& d) {
 
 // How likely a failure is the root cause of the others.
 int score(const std::string& why) {
-  for (const char* peer : {"closed the connection", "reset by", "no data from rank", "peer", "stopping"})
-    if (why.find(peer) != std::string::npos) return 1;
+  if (transport::lost_peer(why) || why.find("stopping") != std::string::npos) return 1;
   if (why.find("signal") != std::string::npos) return 3;
   return 2;
 }

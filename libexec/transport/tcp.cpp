@@ -60,6 +60,12 @@ std::string read_all(int fd, char* p, std::size_t n, double timeout_s, int peer)
 
 }  // namespace
 
+bool lost_peer(const std::string& error) {
+  for (const char* sign : {"closed the connection", "reset by", "no data from rank"})
+    if (error.find(sign) != std::string::npos) return true;
+  return false;
+}
+
 std::uint32_t crc32(const void* data, std::size_t n) {
   static const auto table = [] {
     std::array<std::uint32_t, 256> t{};

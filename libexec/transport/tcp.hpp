@@ -26,6 +26,10 @@ namespace het::transport {
 
 std::uint32_t crc32(const void* data, std::size_t n);
 
+// Whether a rank's error says that a peer went away (closed, reset, silent) — the consequence
+// of another rank's failure rather than a cause; launchers use it to name the root cause.
+bool lost_peer(const std::string& error);
+
 class Peers {
  public:
   // Connects rank `rank` of `world` with all others through the job's rendezvous, within

@@ -60,6 +60,13 @@ struct Outcome {
   std::vector<std::vector<StageDetail>> stages;  // [pipeline][stage]
   double load_balance_eta = 0;
   std::vector<std::string> notes;                // e.g. stages that do not fit, profiles not used
+  // Every stage's peak memory within its devices' capacity.
+  bool fits_memory() const {
+    for (const auto& p : stages)
+      for (const auto& d : p)
+        if (d.memory.total() > d.capacity) return false;
+    return true;
+  }
 };
 
 // Precondition: validate_plan(plan) is empty. Errors: a schedule that deadlocks.

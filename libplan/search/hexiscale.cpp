@@ -71,12 +71,9 @@ std::optional<PartPlan> search_part(Work& w, const ClusterSpec& part, int sequen
   std::optional<PartPlan> best;
   for (const Candidate& c : inner.take()) {
     auto outcome = predict::predict(eval.to_plan(c), w.eval.compute(), w.eval.predict_options());
-    if (!outcome) continue;
-    bool fits = true;
-    for (const auto& p : outcome->stages)
-      for (const auto& d : p) fits &= d.memory.total() <= d.capacity;
+    if (!outcome || !outcome->fits_memory()) continue;
     const double t = outcome->plan.predicted->iteration_s;
-    if (fits && (!best || t / sequences < best->per_sequence_s)) best = PartPlan{std::move(outcome->plan), t / sequences};
+    if (!best || t / sequences < best->per_sequence_s) best = PartPlan{std::move(outcome->plan), t / sequences};
   }
   return best;
 }

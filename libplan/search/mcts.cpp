@@ -215,10 +215,7 @@ void keep(const Context& cx, Subtree& t, const Candidate& c) {
   const Plan plan = cx.w.eval.to_plan(c);
   if (!validate_plan(plan, "search").empty()) return;
   auto outcome = predict::predict(plan, cx.w.eval.compute(), cx.w.eval.predict_options());
-  if (!outcome) return;
-  for (const auto& p : outcome->stages)
-    for (const auto& d : p)
-      if (d.memory.total() > d.capacity) return;
+  if (!outcome || !outcome->fits_memory()) return;
   Simulated sim{c, outcome->plan.predicted->iteration_s};
   auto by_time = [](const Simulated& a, const Simulated& b) { return a.iteration_s < b.iteration_s; };
   t.incumbents.insert(std::upper_bound(t.incumbents.begin(), t.incumbents.end(), sim, by_time), std::move(sim));

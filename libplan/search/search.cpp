@@ -174,11 +174,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     for (Plan& plan : plans) {
       if (auto problems = validate_plan(plan, "search"); !problems.empty()) continue;  // never expected
       auto outcome = predict::predict(plan, compute, opt.predict);
-      if (!outcome) continue;
-      bool fits = true;
-      for (const auto& p : outcome->stages)
-        for (const auto& d : p) fits &= d.memory.total() <= d.capacity;
-      if (!fits) continue;
+      if (!outcome || !outcome->fits_memory()) continue;
       const double t = outcome->plan.predicted->iteration_s;
       if (!report.iteration_s || t < *report.iteration_s) report.iteration_s = t;
       ranked.emplace_back(t, std::move(*outcome));
