@@ -297,3 +297,21 @@ TEST_CASE("the job's rendezvous can be served over TLS: the workers trust the CA
   CHECK(half.exit_code == 2);
   CHECK_THAT(half.err, Catch::Contains("needs both"));
 }
+
+TEST_CASE("bad agent lists, inventories and agent flags are refused with file, line and field, exit 2") {
+  het::test::TempDir dir;
+  const std::string inv = dir.write("inventory.yaml", "agents:\n  - {node: a100/0, adress: 127.0.0.1:1}\n  - {node: a100, address: x:1}\n");
+  auto r = run_process({HETEXEC_BIN, "status", "--inventory", inv});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("inventory.yaml:2:20: agents[0].adress: unknown field; did you mean 'address'?") &&
+                        Catch::Contains("inventory.yaml:3:12: agents[1].node: expected SUBCLUSTER/INDEX"));
+  auto list = run_process({HETEXEC_BIN, "status", "--agents", "a100/0=h:1,a100/0=h:2"});
+  CHECK(list.exit_code == 2);
+  CHECK_THAT(list.err, Catch::Contains("node a100/0 is given twice"));
+  auto node = run_process({HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", "a100", "--devices", "cpu:1"});
+  CHECK(node.exit_code == 2);
+  CHECK_THAT(node.err, Catch::Contains("node: expected SUBCLUSTER/INDEX"));
+  auto devices = run_process({HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", "a100/0", "--devices", "gpu:3"});
+  CHECK(devices.exit_code == 2);
+  CHECK_THAT(devices.err, Catch::Contains("devices: unknown kind 'gpu'"));
+}
