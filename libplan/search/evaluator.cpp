@@ -175,7 +175,7 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
   return p;
 }
 
-std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<int>* fixed) const {
+std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<int>* fixed, double cutoff) const {
   const Layout& l = p.layout;
   const int S = static_cast<int>(l.stages.size());
   const int U = units_;
@@ -200,26 +200,37 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   auto run_dp = [&](double tau, const std::vector<int>& N) {
     std::fill(F.begin(), F.end(), kInf);
     F[at(S, U)] = 0;
+    int covered = U;  // the first unit from which stages i + 1.. cover the rest
     for (int i = S - 1; i >= 0; --i) {
       const int k_lo = fixed ? (*fixed)[i] : i, k_hi = fixed ? (*fixed)[i] : U - (S - i);
       for (int k = k_lo; k <= k_hi; ++k) {
-        const int e_lo = fixed ? (i + 1 < S ? (*fixed)[i + 1] - 1 : U - 1) : k;
+        const int e_lo = std::max(fixed ? (i + 1 < S ? (*fixed)[i + 1] - 1 : U - 1) : k, covered - 1);
         const int e_hi = fixed ? e_lo : (i == S - 1 ? U - 1 : U - (S - i - 1) - 1);
         double best = kInf;
         for (int e = std::max(e_lo, k); e <= e_hi; ++e) {
-          const double rest = F[at(i + 1, e + 1)];
-          if (rest == kInf) continue;
+          // Time and memory only grow with e: once no option fits, none does further on.
+          bool any = false;
           for (int r = 0; r < R; ++r) {
             const Table& t = *p.tables[i][r];
             const double time = t.sum(t.time, k, e);
             if (time > tau) continue;
             if (t.memory(k, e, l.stages[i].tp, N[i], e == U - 1) > t.capacity) continue;
-            if (time + rest < best) best = time + rest, end[at(i, k)] = e, pick[at(i, k)] = r;
+            any = true;
+            const double rest = F[at(i + 1, e + 1)];
+            if (rest != kInf && time + rest < best) best = time + rest, end[at(i, k)] = e, pick[at(i, k)] = r;
             break;  // options are ordered by cost: the first that fits is the fastest
           }
+          if (!any) break;
         }
         F[at(i, k)] = best;
       }
+      covered = U + 1;
+      for (int k = k_lo; k <= k_hi; ++k)
+        if (F[at(i, k)] < kInf) {
+          covered = k;
+          break;
+        }
+      if (covered > U) return kInf;
     }
     return F[at(0, 0)];
   };
@@ -266,23 +277,83 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     if (c.estimate_s < best.estimate_s) best = std::move(c);
     return true;
   };
+  // Whether some split has every t_i <= tau, exactly and in O(S·U·R): the units a stage can
+  // hold from unit k form a run k..reach[k] that grows with k (time and memory only grow with
+  // a stage's units), so the first units that stages 0..i can leave to stage i+1 are a union
+  // of runs, swept with a difference array.
+  std::vector<int> reach(U), ends(U + 2);
+  std::vector<char> starts(U + 1), next(U + 1);
+  auto feasible = [&](double tau, const std::vector<int>& N) {
+    if (fixed) return run_dp(tau, N) < kInf;
+    std::fill(starts.begin(), starts.end(), 0);
+    starts[0] = 1;
+    for (int i = 0; i < S; ++i) {
+      const Table* const* t = p.tables[i].data();
+      auto fits = [&](int k, int e) {
+        for (int r = 0; r < R; ++r)
+          if (t[r]->sum(t[r]->time, k, e) <= tau && t[r]->memory(k, e, l.stages[i].tp, N[i], e == U - 1) <= t[r]->capacity)
+            return true;
+        return false;
+      };
+      for (int k = 0, e = -1; k < U; ++k) {  // reach[k]: the last unit of the longest run from k; k - 1 when none
+        e = std::max(e, k - 1);
+        while (e + 1 < U && fits(k, e + 1)) ++e;
+        reach[k] = e;
+      }
+      std::fill(ends.begin(), ends.end(), 0);
+      for (int k = 0; k < U; ++k)
+        if (starts[k] && reach[k] >= k) ++ends[k + 1], --ends[reach[k] + 2];
+      int open = 0;
+      bool any = false;
+      for (int k = 0; k <= U; ++k) open += ends[k], next[k] = open > 0, any |= open > 0;
+      if (!any) return false;
+      std::swap(starts, next);
+    }
+    return starts[U] != 0;
+  };
   // Bounds of t_max: no stage is faster than its fastest unit set, none slower than all units.
-  double hi = 0;
+  double top = 0;
   for (int i = 0; i < S; ++i)
-    for (int r = 0; r < R; ++r) hi = std::max(hi, p.tables[i][r]->time[U]);
-  if (!try_tau(hi * 1.0000001)) return std::nullopt;
-  double lo = 0;
+    for (int r = 0; r < R; ++r) top = std::max(top, p.tables[i][r]->time[U]);
+  top *= 1.0000001;
+  if (!feasible(top, warmups(top))) return std::nullopt;
+  double lo = 0, hi = top;
   for (int it = 0; it < 40 && hi - lo > 1e-4 * hi; ++it) {
     const double mid = (lo + hi) / 2;
-    const std::vector<int> N = warmups(mid);
-    if (run_dp(mid, N) < kInf) hi = mid;
+    if (feasible(mid, warmups(mid))) hi = mid;
     else lo = mid;
   }
+  // No split's Σ t_i is below the fastest stage's time for every unit: a split whose t_max
+  // exceeds tau estimates at least (m − 1)·tau + fastest (+ the step below).
+  double fastest = 0;
+  for (int u = 0; u < U; ++u) {
+    double t = kInf;
+    for (int i = 0; i < S; ++i)
+      for (int r = 0; r < R; ++r) t = std::min(t, p.tables[i][r]->sum(p.tables[i][r]->time, u, u));
+    fastest += t;
+  }
+  // Nor is its optimizer step, the slowest stage's, below that of parameters spread so that
+  // every stage steps for equally long: P / Σ_i (1 / seconds per parameter of stage i).
+  double step_rate = 0, params = kInf;
+  for (int i = 0; i < S; ++i) {
+    const Table& tb = *p.tables[i][0];
+    const int replicas = l.pipelines * l.stages[i].dp * l.stages[i].cp;
+    step_rate += l.stages[i].tp * (model_.training.zero_stage >= 1 ? replicas : 1) * tb.mem_bandwidth / 28;
+    params = std::min(params, tb.params[U]);
+  }
+  fastest += params / step_rate;
   try_tau(hi);
-  // Upward from the smallest feasible t_max while (m-1)·t_max can still beat the best (HAPT
-  // §5.2's t_E = T(t_S)/B), on a geometric ladder.
-  for (double tau = hi * 1.01; (m - 1) * tau < best.estimate_s && tau <= kLadderTop * hi; tau *= 1.05) try_tau(tau);
-  if (m > 1 && (m - 1) * hi * kLadderTop < best.estimate_s) try_tau(best.estimate_s / (m - 1));
+  // Upward from the smallest feasible t_max while splits of larger t_max can still beat the
+  // best (HAPT §5.2's t_E = T(t_S)/B), on a geometric ladder; a rung finds splits with t_max
+  // above the rung below.
+  // What a rung must beat: the best so far, and the caller's cutoff.
+  auto target = [&] { return std::min(best.estimate_s, cutoff); };
+  double below = hi;
+  for (double tau = hi * 1.01; (m - 1) * below + fastest < target() && tau <= kLadderTop * hi; below = tau, tau *= 1.05)
+    try_tau(tau);
+  if (m > 1 && (m - 1) * hi * kLadderTop + fastest < target()) try_tau((target() - fastest) / (m - 1));
+  // No bound on t_max at all, unless that cannot beat the best either.
+  if ((m - 1) * lo + fastest < target()) try_tau(top);
   if (best.estimate_s == kInf) return std::nullopt;
   return best;
 }
@@ -300,7 +371,7 @@ std::vector<Candidate> Evaluator::evaluate(const Layout& layout, const std::vect
   std::vector<Candidate> out;
   for (ScheduleKind kind : schedules) {  // the schedule only changes the warm-ups
     p->layout.schedule = kind;
-    if (auto c = solve(*p, first_unit)) out.push_back(std::move(*c));
+    if (auto c = solve(*p, first_unit, cutoff)) out.push_back(std::move(*c));
   }
   return out;
 }

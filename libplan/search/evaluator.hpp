@@ -74,7 +74,9 @@ class Evaluator {
   // best split — or the given `first_unit` split — and each stage's recomputation. Nothing when
   // the layout is impossible (batch, devices), no split fits memory, or its lower bound,
   // (m − 1) · L / Σ_i 1/layer_time_i (the steady phase of a perfectly balanced split without
-  // recomputation), is at least `cutoff`: it cannot beat what the caller already has.
+  // recomputation), is at least `cutoff`: it cannot beat what the caller already has. With a
+  // cutoff, the split returned is the best only when it estimates below the cutoff (the
+  // search for better splits stops where none could get below it).
   std::vector<Candidate> evaluate(const Layout& layout, const std::vector<ScheduleKind>& schedules,
                                   const std::vector<int>* first_unit = nullptr, double cutoff = kNoCutoff) const;
   // The best split under the layout's own schedule.
@@ -103,7 +105,7 @@ class Evaluator {
   struct Prepared;             // a layout with its stage tables, hops and warm-up inputs
   std::optional<Prepared> prepare(const Layout& layout) const;
   double lower_bound(const Prepared& p) const;
-  std::optional<Candidate> solve(const Prepared& p, const std::vector<int>* fixed_split) const;
+  std::optional<Candidate> solve(const Prepared& p, const std::vector<int>* fixed_split, double cutoff) const;
 
   ModelSpec model_;
   ClusterSpec cluster_;

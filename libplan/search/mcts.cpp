@@ -224,7 +224,8 @@ void keep(const Context& cx, Subtree& t, const Candidate& c) {
 
 // The reward of a complete layout, memoised (§7.1 "Memoization"). A layout whose lower bound
 // cannot enter the subtree's top k is not solved: its reward is that of its bound, an upper
-// bound of its true reward.
+// bound of its true reward. One that can is solved only as far as it can still enter: when it
+// does not, its reward is that of the best split found, a lower bound of its true reward.
 double evaluate(const Context& cx, Subtree& t, const Prefix& s) {
   const Layout l = layout_of(t, s);
   std::vector<int> key = {l.micro_batch_size};
@@ -238,7 +239,7 @@ double evaluate(const Context& cx, Subtree& t, const Prefix& s) {
       reward = reward_of(cx, *bound);
     } else if (bound) {
       cx.w.count(static_cast<std::int64_t>(cx.w.schedules.size()));
-      for (const Candidate& c : cx.w.eval.evaluate(l, cx.w.schedules)) {
+      for (const Candidate& c : cx.w.eval.evaluate(l, cx.w.schedules, nullptr, cutoff)) {
         reward = std::max(reward, reward_of(cx, c.estimate_s));
         keep(cx, t, c);
       }
