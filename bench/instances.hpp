@@ -65,4 +65,52 @@ inline Instance random_instance(std::uint64_t seed, const DeviceCatalog& catalog
   return in;
 }
 
+// Instances whose best plan needs pipelines of two shapes (fixed seeds): one H100 with room
+// for the whole model, and eight V100s with 4 or 8 GiB each, which need the model cut in two,
+// behind a 10 Gbit/s link. Pipelines that cross the link send every micro-batch over it;
+// a pipeline on each side sends only the gradients. GPT of 4, 6 or 8 layers, hidden 1024, 512 × 2048 tokens.
+inline Instance asymmetric_instance(std::uint64_t seed, const DeviceCatalog& catalog) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](auto... v) {
+    const std::array<std::common_type_t<decltype(v)...>, sizeof...(v)> a{v...};
+    return a[std::uniform_int_distribution<std::size_t>(0, a.size() - 1)(rng)];
+  };
+  Instance in;
+  ModelSpec& m = in.model;
+  m.name = "asymmetric-" + std::to_string(seed);
+  m.architecture = Architecture::gpt;
+  m.num_layers = pick(4, 6, 8);
+  m.hidden_size = 1024;
+  m.num_attention_heads = m.num_kv_heads = 16;
+  m.ffn_hidden_size = 4 * m.hidden_size;
+  m.vocab_size = 8192;
+  m.seq_length = 2048;
+  m.dtype = DType::fp16;  // V100s
+  m.training.global_batch_size = 512;
+  m.training.micro_batch_sizes = {1, 2, 4};
+  m.training.zero_stage = 0;
+  m.training.recompute = {Recompute::none, Recompute::selective, Recompute::full};
+
+  ClusterSpec& c = in.cluster;
+  c.name = m.name;
+  SubclusterSpec fast;
+  fast.name = "fast";
+  fast.device = catalog.find("H100-SXM-80GB")->device;
+  fast.nodes = fast.devices_per_node = 1;
+  fast.intra_node = {300e9, 2e-6};
+  SubclusterSpec small;
+  small.name = "small";
+  small.device = catalog.find("V100-16GB")->device;
+  small.device.memory = pick(4.0, 8.0) * (1 << 30);
+  small.nodes = 4;
+  small.devices_per_node = 2;
+  small.intra_node = {300e9, 2e-6};
+  small.inter_node = LinkSpec{100e9 / 8, 5e-6};
+  c.subclusters = {fast, small};
+  c.default_link = LinkSpec{10e9 / 8, 1e-3};
+  in.description = m.name + ": " + std::to_string(m.num_layers) + " layers, 1 H100 + 8 V100 with " +
+                   std::to_string(int(small.device.memory / (1 << 30))) + " GiB, 10 Gbit/s between";
+  return in;
+}
+
 }  // namespace het::bench

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <set>
 
 #include "../bench/instances.hpp"
 #include "plan/plan_io.hpp"
@@ -143,6 +144,7 @@ TEST_CASE("mcts is deterministic for a seed and a thread count") {
   search::Options o;
   o.time_budget_s = 120;  // the iteration cap, not the budget, ends it
   o.mcts_iterations = 150;
+  o.mcts_patience = 0;
   o.seed = 7;
   for (int threads : {1, 2}) {
     INFO("threads " << threads);
@@ -175,6 +177,7 @@ TEST_CASE("mcts is monotone in its budget for a fixed seed") {
     search::Options o;
     o.time_budget_s = 120;
     o.seed = 3;
+    o.mcts_patience = 0;  // caps and budgets alone end it
     // Iteration caps: exact prefixes of one sequence per subtree.
     double previous = 1e300;
     for (std::int64_t cap : {10, 40, 160}) {
@@ -194,6 +197,83 @@ TEST_CASE("mcts is monotone in its budget for a fixed seed") {
     REQUIRE(long_run.ok());
     check_plan(long_run->plans.front(), cm);
     if (short_run) CHECK(best_of(long_run) <= best_of(short_run));
+  }
+}
+
+TEST_CASE("auto finds the plans of two pipeline shapes that beat every plan of identical pipelines") {
+  // The exhaustive oracle covers every layout of identical pipelines: on these instances a
+  // plan with pipelines of different shapes (hexiscale's) beats its best, and auto returns one.
+  for (int k = 0; k < 12; ++k) {
+    auto in = bench::asymmetric_instance(9000 + k, test::catalog());
+    INFO(in.description);
+    cost::ComputeModel cm(in.model, {});
+    search::Options o;
+    o.time_budget_s = 120;
+    auto symmetric = search::run("exhaustive", in.model, in.cluster, cm, o);
+    auto best = search::run("auto", in.model, in.cluster, cm, o);
+    REQUIRE(symmetric.ok());
+    REQUIRE(best.ok());
+    check_plan(best->plans.front(), cm);
+    const Plan& plan = best->plans.front().plan;
+    std::set<std::string> shapes;
+    for (const auto& pipe : plan.pipelines) {
+      std::string shape;
+      for (const auto& st : pipe.stages)
+        shape += st.subcluster + ":" + std::to_string(st.first) + "-" + std::to_string(st.last) + "/" + std::to_string(st.tp) + " ";
+      shapes.insert(shape);
+    }
+    INFO(write_plan(plan));
+    CHECK(shapes.size() >= 2);
+    CHECK(best_of(best) < 0.95 * best_of(symmetric));
+  }
+}
+
+TEST_CASE("mcts stops by itself once its subtrees converge") {
+  const Seed s = load_seed("hetauto-exp2-llama-64l", "hetauto-exp2-32h20-32a100-32a2");
+  cost::ComputeModel cm(s.model, {});
+  search::Options o;
+  o.time_budget_s = 300;
+  auto converged = search::run("mcts", s.model, s.cluster, cm, o);
+  REQUIRE(converged.ok());
+  CHECK_FALSE(converged->algorithms.front().timed_out);
+  CHECK(converged->seconds < 60);
+  // Without the rule it runs to the budget: the rule, not an exhausted tree, stopped it.
+  o.mcts_patience = 0;
+  o.time_budget_s = 2 * converged->seconds + 1;
+  auto to_budget = search::run("mcts", s.model, s.cluster, cm, o);
+  REQUIRE(to_budget.ok());
+  CHECK(to_budget->algorithms.front().timed_out);
+  CHECK(best_of(to_budget) <= best_of(converged));  // the same sequences, extended
+}
+
+TEST_CASE("auto is at least as good as each algorithm alone on the seed configurations") {
+  // Each algorithm runs in auto as it runs alone (deterministic, ending by itself), so with a
+  // budget that stops none of them, auto's plan is the best of theirs or better (refinement).
+  const std::pair<const char*, const char*> seeds[] = {
+      {"hapt-gpt-15b", "hapt-4x8a100-4x8v100"},
+      {"hetauto-exp1-llama-48l", "hetauto-exp1-32a100-32a2"},
+      {"hexiscale-llama2-7b", "hexiscale-setting1"},
+      {"opt-350m", "demo-1x4a100-1x4v100"},
+  };
+  for (auto [model_name, cluster_name] : seeds) {
+    INFO(model_name << " on " << cluster_name);
+    const Seed s = load_seed(model_name, cluster_name);
+    cost::ComputeModel cm(s.model, {});
+    search::Options o;
+    o.time_budget_s = 600;
+    auto best = search::run("auto", s.model, s.cluster, cm, o);
+    REQUIRE(best.ok());
+    check_plan(best->plans.front(), cm);
+    for (const auto& r : best->algorithms) CHECK_FALSE(r.timed_out);
+    for (const char* algo : {"uniform", "hapt", "heteroauto", "mcts", "hexiscale"}) {
+      INFO(algo);
+      auto alone = search::run(algo, s.model, s.cluster, cm, o);
+      if (!alone) continue;
+      CHECK_FALSE(alone->algorithms.front().timed_out);
+      CHECK(best_of(best) <= best_of(alone) * (1 + 1e-12));
+      for (const auto& r : best->algorithms)  // the same result inside auto as alone
+        if (r.name == algo) CHECK(r.iteration_s.value_or(0) == Approx(best_of(alone)).epsilon(1e-12));
+    }
   }
 }
 

@@ -129,8 +129,8 @@ struct SearchArgs {
   std::string model, cluster, algo = "auto", schedule = "auto", output, format = "table", granularity = "layer";
   std::vector<std::string> profiles, algos;
   std::optional<std::string> catalog;
-  double time_budget = 60, mcts_lambda = 10;
-  std::int64_t mcts_iterations = 0;
+  double time_budget = 0, mcts_lambda = 10;
+  std::int64_t mcts_iterations = 0, mcts_patience = 256;
   int threads = 0, top = 1;
   std::uint64_t seed = 1;
 };
@@ -165,6 +165,7 @@ het::search::Options search_options(const SearchArgs& a) {
   o.seed = a.seed;
   o.mcts_lambda = a.mcts_lambda;
   o.mcts_iterations = a.mcts_iterations;
+  o.mcts_patience = a.mcts_patience;
   o.top_k = std::max(16, a.top);
   o.granularity = a.granularity == "sublayer" ? het::Granularity::sublayer : het::Granularity::layer;
   if (a.schedule != "auto")
@@ -361,14 +362,19 @@ int main(int argc, char** argv) {
     cmd->add_option("--catalog", search_args.catalog, "device catalog (default: built in)");
     cmd->add_option("--schedule", search_args.schedule, "auto (1f1b and h-1f1b) or one schedule")
         ->check(CLI::IsMember({"auto", "gpipe", "1f1b", "eager-1f1b", "h-1f1b", "virtual-1f1b"}));
-    cmd->add_option("--time-budget", search_args.time_budget, "seconds for the whole search (default 60)")
+    cmd->add_option("--time-budget", search_args.time_budget, "seconds for the whole search (default: 8, or devices / 200 above 1,600 devices, at most 50; "
+                    "auto returns earlier when all its algorithms are done)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--threads", search_args.threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--seed", search_args.seed, "seed for sampling algorithms (mcts)");
     cmd->add_option("--mcts-lambda", search_args.mcts_lambda, "mcts: UCB exploration weight (default 10)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--mcts-iterations", search_args.mcts_iterations,
-                    "mcts: iterations per root subtree (default 0: until the time budget ends)")
+                    "mcts: iterations per root subtree (default 0: no cap)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--mcts-patience", search_args.mcts_patience,
+                    "mcts: a subtree stops after evaluating max(N, i) layouts without a better plan than the one "
+                    "found after i (default 256; 0: run until the time budget ends)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--granularity", search_args.granularity, "layer or sublayer (attn/mlp units, HAPT §5.1)")
         ->check(CLI::IsMember({"layer", "sublayer"}));
@@ -376,7 +382,7 @@ int main(int argc, char** argv) {
   };
   auto* search = app.add_subcommand("search", "Find the best plan for a model on a cluster");
   add_search_inputs(search);
-  search->add_option("--algo", search_args.algo, "auto (default), uniform, exhaustive, hapt, heteroauto or mcts")
+  search->add_option("--algo", search_args.algo, "auto (default), uniform, exhaustive, hapt, heteroauto, mcts or hexiscale")
       ->check(CLI::IsMember(het::search::algorithm_names()));
   search->add_option("--top", search_args.top, "candidates per algorithm re-ranked by the simulator (default 16)")
       ->check(CLI::PositiveNumber);

@@ -126,6 +126,8 @@ class HaptDp {
   void extend(std::vector<Cell>& cell, std::size_t from_id, int k, int sub, const Mesh& mesh, int offset, double tau,
               To to_id) {
     const Cell& from = cell[from_id];
+    // Not even the last unit fits within t_max (the cheapest option is the fastest).
+    if (const StageTable& t = table(sub, mesh, offset, 0); t.sum(t.time, k - 1, k - 1) > tau) return;
     // Hop to the suffix's first stage, and the new stage's warm-up count.
     double c = 0;
     int warmup = 1;
@@ -278,8 +280,22 @@ void run_hapt(Work& w) {
             hi = std::max(hi, t.time.back());
           }
         }
-        if (dp.solve(hi * 1.000001).empty()) continue;
+        // Bracketed from below by doubling: a DP costs more the larger t_max is.
         double lo = 0;
+        {
+          const double top = hi * 1.000001;
+          double up = top;
+          for (double t = hi / 1024; t < top; t *= 2) {
+            if (!dp.solve(t).empty()) {
+              up = t;
+              break;
+            }
+            lo = t;
+            if (w.expired()) return;
+          }
+          if (up == top && dp.solve(top).empty()) continue;
+          hi = up;
+        }
         for (int it = 0; it < 30 && hi - lo > 1e-4 * hi; ++it) {
           const double mid = (lo + hi) / 2;
           if (dp.solve(mid).empty()) lo = mid;
@@ -291,12 +307,15 @@ void run_hapt(Work& w) {
         const int m = w.eval.model().training.global_batch_size / mbs;
         double best_T = std::numeric_limits<double>::infinity();
         double tau = hi;
-        for (int batch = 0; batch < 8 && (m - 1) * tau < best_T && !w.expired(); ++batch) {
+        // What a rung must beat: this order's best, and the worst of the k best kept so far.
+        auto target = [&] { return std::min(best_T, w.best()); };
+        for (int batch = 0; batch < 8 && (m - 1) * tau < target() && !w.expired(); ++batch) {
           std::vector<double> taus;
           for (int i = 0; i < 6; ++i, tau *= 1.08) taus.push_back(tau);
           std::vector<std::vector<StageShape>> found(taus.size());
+          const double bar = target();
           tbb::parallel_for(std::size_t(0), taus.size(), [&](std::size_t i) {
-            if (w.expired() || (m - 1) * taus[i] >= best_T) return;
+            if (w.expired() || (m - 1) * taus[i] >= bar) return;
             HaptDp local(w, order, mbs, kind);
             found[i] = local.solve(taus[i]);
           });
@@ -306,9 +325,9 @@ void run_hapt(Work& w) {
             l.stages = shapes;
             l.micro_batch_size = mbs;
             l.schedule = kind;
-            if (auto c = w.eval.best_split(l)) {
-              best_T = std::min(best_T, c->estimate_s);
-              w.offer(*c);
+            for (const Candidate& c : w.eval.evaluate(l, {kind}, nullptr, w.best())) {
+              best_T = std::min(best_T, c.estimate_s);
+              w.offer(c);
             }
           }
         }

@@ -11,12 +11,16 @@
 //   Batch shares: each pipeline takes a share of the global batch proportional to its speed
 //     (§4.4): first to its compute power, then once more to its predicted throughput.
 //   Iteration (§4.4): k from 1 up (one part per node at most, 8 at most), two balance factors
-//     and both cut options, while the time budget lasts; every combined plan is predicted by
-//     the simulator.
+//     and both cut options, while the time budget lasts and k can still pay off (below);
+//     every combined plan is predicted by the simulator.
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <numeric>
+#include <set>
+
+#include <tbb/parallel_for.h>
 
 #include "search/algorithms.hpp"
 #include "search/partition.hpp"
@@ -85,9 +89,20 @@ void run_hexiscale(Work& w) {
   const auto nodes = all_nodes(c);
   const int G = w.eval.model().training.global_batch_size;
   const int k_max = std::min({int(nodes.size()), 8, G});
+  using Key = std::pair<std::map<int, int>, int>;  // a part's nodes per subcluster, its sequences
+  std::map<Key, std::optional<PartPlan>> memo;
+  std::mutex mutex;
+  std::set<std::vector<std::map<int, int>>> seen;
   // The balance factor is HexiScale's hyperparameter (§4.2): tight, or loose enough to cut
   // along the slow links between unequal subclusters (the batch shares then even the speeds).
-  for (int k = 1; k <= k_max && !w.expired(); ++k)
+  // Stopping (ours): k grows while it can still pay off: once the combined plans of two k in
+  // a row, simulated, stay above 1.5× the best so far, larger k are not tried. Shares are not
+  // refined when even perfectly shared (G / Σ_i 1 / seconds per sequence of part i) the
+  // pipelines would stay above that.
+  double best = 1e300;
+  int hopeless = 0;
+  for (int k = 1; k <= k_max && !w.expired() && hopeless < 2; ++k) {
+    double best_k = 1e300;
     for (double balance : {1.05, 3.0})
     for (bool max_cut : {false, true}) {
       if (w.expired() || (k == 1 && (max_cut || balance > 1.05))) break;
@@ -103,18 +118,41 @@ void run_hexiscale(Work& w) {
           const auto& s = c.subclusters[std::size_t(n.sub)];
           power[std::size_t(i)] += s.devices_per_node * s.device.peak;
         }
+      // Partitions met before (another balance or cut giving the same parts) add nothing.
+      {
+        auto parts_key = per_sub;
+        std::sort(parts_key.begin(), parts_key.end());
+        if (!seen.insert(parts_key).second) continue;
+      }
       std::vector<double> weight = power;
       std::optional<std::vector<PartPlan>> parts;
       for (int round = 0; round < 2 && !w.expired(); ++round) {  // shares by compute, then by predicted speed
-        const auto seqs = shares(weight, G);
-        std::vector<PartPlan> found;
-        for (int i = 0; i < k && !w.expired(); ++i) {
-          auto p = search_part(w, part_cluster(c, per_sub[std::size_t(i)]), seqs[std::size_t(i)]);
-          if (!p) break;
-          found.push_back(std::move(*p));
+        if (round == 1) {  // not when even perfectly shared the pipelines are far too slow
+          double rate = 0;
+          for (const auto& p : *parts) rate += 1 / p.per_sequence_s;
+          if (G / rate > 1.5 * best) break;
         }
-        if (int(found.size()) != k) break;
-        parts = std::move(found);
+        const auto seqs = shares(weight, G);
+        // Parts are searched in parallel, each (nodes per subcluster, sequences) once.
+        std::vector<std::optional<PartPlan>> found(static_cast<std::size_t>(k));
+        tbb::parallel_for(0, k, [&](int i) {
+          const Key key{per_sub[std::size_t(i)], seqs[std::size_t(i)]};
+          {
+            std::lock_guard lock(mutex);
+            if (auto it = memo.find(key); it != memo.end()) {
+              found[std::size_t(i)] = it->second;
+              return;
+            }
+          }
+          if (w.expired()) return;
+          auto p = search_part(w, part_cluster(c, key.first), key.second);
+          std::lock_guard lock(mutex);
+          if (!w.expired() || p) memo.emplace(key, p);
+          found[std::size_t(i)] = std::move(p);
+        });
+        if (!std::all_of(found.begin(), found.end(), [](const auto& f) { return f.has_value(); })) break;
+        parts.emplace();
+        for (auto& f : found) parts->push_back(std::move(*f));
         for (int i = 0; i < k; ++i) weight[std::size_t(i)] = 1 / (*parts)[std::size_t(i)].per_sequence_s;
       }
       if (!parts) continue;
@@ -137,9 +175,14 @@ void run_hexiscale(Work& w) {
         }
         for (const auto& s : p.cluster.subclusters) offset[s.name] += s.nodes;
       }
+      if (auto o = predict::predict(plan, w.eval.compute(), w.eval.predict_options()); o && o->fits_memory())
+        best_k = std::min(best_k, o->plan.predicted->iteration_s);
       w.offer_plan(std::move(plan));
       w.note_progress("k = " + std::to_string(k) + (max_cut ? ", max-cut" : ", min-cut"));
     }
+    best = std::min(best, best_k);
+    hopeless = best_k > 1.5 * best ? hopeless + 1 : 0;
+  }
 }
 
 }  // namespace het::search

@@ -93,6 +93,8 @@ struct Subtree {
   std::vector<Candidate> top;                       // best by estimate, at most top_k
   std::vector<Simulated> incumbents;                // best by simulated time, at most top_k
   std::int64_t iterations = 0;
+  std::int64_t evaluations = 0;  // layouts evaluated (memo misses)
+  std::int64_t improved_at = 0;  // evaluations when the subtree's best simulated last improved
 };
 
 // Everything an iteration reads but does not change.
@@ -218,7 +220,9 @@ void keep(const Context& cx, Subtree& t, const Candidate& c) {
   if (!outcome || !outcome->fits_memory()) return;
   Simulated sim{c, outcome->plan.predicted->iteration_s};
   auto by_time = [](const Simulated& a, const Simulated& b) { return a.iteration_s < b.iteration_s; };
-  t.incumbents.insert(std::upper_bound(t.incumbents.begin(), t.incumbents.end(), sim, by_time), std::move(sim));
+  const auto at = std::upper_bound(t.incumbents.begin(), t.incumbents.end(), sim, by_time);
+  if (at == t.incumbents.begin()) t.improved_at = t.evaluations;
+  t.incumbents.insert(at, std::move(sim));
   if (t.incumbents.size() > cx.top_k) t.incumbents.pop_back();
 }
 
@@ -232,6 +236,7 @@ double evaluate(const Context& cx, Subtree& t, const Prefix& s) {
   for (const StageShape& st : l.stages) key.insert(key.end(), {st.sub, st.dp, st.cp, st.tp});
   if (auto it = t.memo.find(key); it != t.memo.end()) return it->second;
   double reward = 0;
+  ++t.evaluations;
   if (cx.w.eval.admissible(l)) {
     const double cutoff = t.top.size() >= cx.top_k ? t.top.back().estimate_s : Evaluator::kNoCutoff;
     const auto bound = cx.w.eval.bound(l);
@@ -358,8 +363,14 @@ void run_mcts(Work& w) {
   const Context cx{w, w.eval.num_units() - 2, work_lower_bound(w.eval, w.micro_batch_sizes), w.opt.mcts_lambda,
                    static_cast<std::size_t>(std::max(1, w.opt.top_k))};
   std::vector<Subtree> trees = make_subtrees(cx);
-  const std::int64_t cap = w.opt.mcts_iterations;
-  auto done = [&](const Subtree& t) { return t.root.exhausted || (cap > 0 && t.iterations >= cap); };
+  const std::int64_t cap = w.opt.mcts_iterations, patience = w.opt.mcts_patience;
+  // Converged: as many layouts evaluated without a better best as it took to find it, and at
+  // least `patience` (ours; HetAuto runs to its time budget). Iterations that only revisit
+  // memoised layouts do not count: small trees are still explored to the end.
+  auto converged = [&](const Subtree& t) {
+    return patience > 0 && t.evaluations - t.improved_at >= std::max(patience, t.improved_at);
+  };
+  auto done = [&](const Subtree& t) { return t.root.exhausted || (cap > 0 && t.iterations >= cap) || converged(t); };
   // Rounds of a few iterations per subtree keep every subtree moving on few cores; a
   // subtree's own sequence does not depend on how the rounds are scheduled.
   constexpr int kChunk = 8;

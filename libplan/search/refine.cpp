@@ -4,6 +4,7 @@
 // parallelism for identical pipelines and back, refactors a stage's (dp, cp, tp), splits,
 // merges, drops and adds stages, and swaps the order of subclusters.
 #include <algorithm>
+#include <numeric>
 #include <set>
 
 #include "search/algorithms.hpp"
@@ -111,31 +112,43 @@ void run_refine(Work& w, const std::vector<Candidate>& seeds) {
   // Best-first over layouts: expand the best unexpanded one (all its neighbours), up to a
   // number of expansions, so that a step that is no better by itself (adding a stage before
   // splitting it) can still lead somewhere better.
-  constexpr int kExpansions = 128;
-  std::set<Key> seen, expanded;
+  // It stops after kExpansions, or once kPatience expansions in a row found nothing better.
+  constexpr int kExpansions = 128, kPatience = 16;
+  std::set<Key> seen;
   std::vector<Candidate> frontier;
   for (const auto& s : seeds) {
     w.offer(s);
     if (seen.insert(key_of(s.layout)).second) frontier.push_back(s);
   }
-  for (int step = 0; step < kExpansions && !frontier.empty() && !w.expired(); ++step) {
+  double best = 1e300;
+  for (const auto& s : seeds) best = std::min(best, s.estimate_s);
+  for (int step = 0, stale = 0; step < kExpansions && stale < kPatience && !frontier.empty() && !w.expired(); ++step) {
     auto it = std::min_element(frontier.begin(), frontier.end(),
                                [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
     const Layout at = it->layout;
     frontier.erase(it);
     for (const Layout& n : neighbours(w.eval, at)) {
       if (!seen.insert(key_of(n)).second) continue;
-      Work probe(w.eval, w.opt, std::chrono::steady_clock::now() + std::chrono::seconds(3600), "probe");
-      probe.micro_batch_sizes = w.micro_batch_sizes;
-      probe.schedules = w.schedules;
-      probe.consider(n);
-      w.count(probe.layouts());
-      auto found = probe.take();
+      // A neighbour that cannot enter the k best kept is not followed.
+      std::vector<Candidate> found;
+      for (int b : w.micro_batch_sizes) {
+        Layout l = n;
+        int d = 1;
+        for (const auto& st : l.stages) d = std::lcm(d, st.dp);
+        l.micro_batch_size = b * d;
+        if (!w.eval.admissible(l)) continue;
+        w.count(static_cast<std::int64_t>(w.schedules.size()));
+        for (auto& c : w.eval.evaluate(l, w.schedules, nullptr, w.best()))
+          if (c.estimate_s < w.best()) found.push_back(std::move(c));
+      }
       if (found.empty()) continue;
+      std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
       for (const auto& c : found) w.offer(c);
+      if (found.front().estimate_s < best) best = found.front().estimate_s, stale = -1;
       frontier.push_back(found.front());  // the layout's best micro-batch size and schedule
       if (w.expired()) return;
     }
+    ++stale;
     w.note_progress("refining");
   }
 }

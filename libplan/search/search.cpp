@@ -4,10 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include <tbb/global_control.h>
-#include <tbb/task_arena.h>
-#include <tbb/task_group.h>
 
 #include "cost/memory.hpp"
 #include "plan/validate.hpp"
@@ -18,6 +17,10 @@ namespace het::search {
 const std::vector<std::string>& algorithm_names() {
   static const std::vector<std::string> names = {"auto", "uniform", "exhaustive", "hapt", "heteroauto", "mcts", "hexiscale"};
   return names;
+}
+
+double default_time_budget(const ClusterSpec& cluster) {
+  return std::clamp(cluster.num_devices() / 200.0, 8.0, 50.0);
 }
 
 double work_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
@@ -94,7 +97,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   if (std::find(names.begin(), names.end(), algorithm) == names.end())
     return Diagnostic{"", 0, 0, "--algo", "unknown algorithm '" + algorithm + "' (auto, uniform, exhaustive, hapt, heteroauto, mcts, hexiscale)"};
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.time_budget_s));
+  const double budget = opt.time_budget_s > 0 ? opt.time_budget_s : default_time_budget(cluster);
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget));
   std::unique_ptr<tbb::global_control> threads;
   if (opt.threads > 0)
     threads = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, opt.threads);
@@ -115,51 +119,44 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   std::vector<std::unique_ptr<Work>> works;
   // auto keeps a fifth of the budget for refining the portfolio's best plans.
   const auto algorithms_deadline =
-      algorithm == "auto" ? start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(0.8 * opt.time_budget_s))
+      algorithm == "auto" ? start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(0.8 * budget))
                           : deadline;
-  // In auto, mcts is the background filler: it keeps the whole budget (refinement leaves a
-  // core idle) and gets the threads that the other algorithms leave.
-  const bool background_mcts = algorithm == "auto";
-  for (const auto& name : chosen)
-    works.push_back(std::make_unique<Work>(eval, opt, background_mcts && name == "mcts" ? deadline : algorithms_deadline, name));
-  std::vector<double> seconds(works.size(), 0);
-  seconds.reserve(works.size() + 1);  // refine's entry must not move mcts's while it runs
-  // mcts in auto runs in a low-priority arena, so that hapt's batches keep the threads they
-  // would have alone.
-  tbb::task_arena background(tbb::task_arena::automatic, 0, tbb::task_arena::priority::low);
-  tbb::task_group group, background_group;
-  for (std::size_t i = 0; i < works.size(); ++i) {
-    auto job = [w = works[i].get(), sec = &seconds[i]] {
-      const auto t0 = Clock::now();
-      if (w->name == "uniform") run_uniform(*w);
-      else if (w->name == "exhaustive") run_exhaustive(*w);
-      else if (w->name == "hapt") run_hapt(*w);
-      else if (w->name == "heteroauto") run_heteroauto(*w);
-      else if (w->name == "mcts") run_mcts(*w);
-      else if (w->name == "hexiscale") run_hexiscale(*w);
-      *sec = std::chrono::duration<double>(Clock::now() - t0).count();
-    };
-    if (background_mcts && works[i]->name == "mcts") background.execute([&] { background_group.run(job); });
-    else group.run(job);
+  for (const auto& name : chosen) works.push_back(std::make_unique<Work>(eval, opt, algorithms_deadline, name));
+  std::vector<double> seconds(works.size() + 1, 0);
+  auto run_one = [&](std::size_t i) {
+    Work& w = *works[i];
+    const auto t0 = Clock::now();
+    if (w.name == "uniform") run_uniform(w);
+    else if (w.name == "exhaustive") run_exhaustive(w);
+    else if (w.name == "hapt") run_hapt(w);
+    else if (w.name == "heteroauto") run_heteroauto(w);
+    else if (w.name == "mcts") run_mcts(w);
+    else if (w.name == "hexiscale") run_hexiscale(w);
+    seconds[i] = std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  // The quick ones first, then the rest side by side, each on a thread of its own so that
+  // the system shares the cores fairly among them (tasks of one task group would queue
+  // behind the long ones). Each algorithm ends by itself (mcts when its subtrees converge),
+  // so auto returns as soon as all of them are done, or at the deadline.
+  for (const bool quick : {true, false}) {
+    std::vector<std::thread> running;
+    for (std::size_t i = 0; i < works.size(); ++i)
+      if ((works[i]->name == "uniform" || works[i]->name == "heteroauto") == quick) running.emplace_back(run_one, i);
+    for (auto& t : running) t.join();
   }
-  group.wait();
   // auto: refine the portfolio's best candidates across the algorithms' spaces, in what is
-  // left of the time budget (mcts, still running, hands its plans over at the end).
+  // left of the time budget.
   if (algorithm == "auto") {
     std::vector<Candidate> seeds;
-    for (auto& w : works) {
-      if (w->name == "mcts") continue;
+    for (auto& w : works)
       for (const auto& c : w->take()) seeds.push_back(c), w->offer(c);
-    }
     std::sort(seeds.begin(), seeds.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
     if (seeds.size() > 4) seeds.resize(4);
     works.push_back(std::make_unique<Work>(eval, opt, deadline, "refine"));
-    seconds.push_back(0);
     const auto t0 = Clock::now();
     run_refine(*works.back(), seeds);
     seconds.back() = std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  background.execute([&] { background_group.wait(); });
 
   // Re-rank each algorithm's best candidates with the simulator.
   std::vector<std::pair<double, predict::Outcome>> ranked;

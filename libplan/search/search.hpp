@@ -16,9 +16,14 @@
 //   mcts        HetAuto §4.1: Monte Carlo tree search over pipelines k → micro-batch (q) →
 //               order of the subclusters used → per subcluster (#stages, (dp, cp, tp)) under
 //               principles P1–P4; UCB with λ, reward 1/(1+ℓ), 0 on out-of-memory; root subtrees
-//               (one per k) in parallel; deterministic for a seed, monotone in the budget.
-//   auto        the applicable algorithms in parallel under one time budget (mcts in a
-//               low-priority arena, for the whole budget), then a refinement; the best wins.
+//               (one per k) in parallel, each until it converges (mcts_patience); deterministic
+//               for a seed, monotone in the budget.
+//   hexiscale   HexiScale §4: METIS parts of the cluster's nodes as pipelines of different
+//               shapes, each searched on its part, batch shares by speed.
+//   auto        the portfolio: uniform and heteroauto, then the others side by side under one
+//               time budget, then a refinement of the best; the best wins. Each algorithm
+//               runs as it would alone, so auto is at least as good as any of them unless
+//               the budget cuts one short; it returns when all are done.
 // Candidates are ranked by the analytic estimate (search/evaluator.hpp); the best top_k of
 // each algorithm are re-ranked by the simulator. Every returned plan is complete (derived
 // fields filled by predict()), validates, and fits memory by the memory model.
@@ -35,7 +40,7 @@
 namespace het::search {
 
 struct Options {
-  double time_budget_s = 60;
+  double time_budget_s = 0;               // 0: default_time_budget(cluster)
   int threads = 0;                        // 0: all cores
   std::uint64_t seed = 1;                 // for algorithms that sample (mcts)
   std::vector<ScheduleKind> schedules;    // empty: 1f1b and h-1f1b
@@ -46,7 +51,11 @@ struct Options {
   predict::Options predict;
   std::vector<std::string> auto_algorithms;  // empty: all that apply
   double mcts_lambda = 10;                // mcts: UCB exploration weight λ (HetAuto eq. 1)
-  std::int64_t mcts_iterations = 0;       // mcts: iterations per root subtree; 0: until the budget ends or the tree is done
+  std::int64_t mcts_iterations = 0;       // mcts: iterations per root subtree; 0: no cap
+  // mcts: a root subtree stops once it has evaluated max(patience, i) layouts without a
+  // better best simulated plan than the one found after i evaluations; 0: only the budget,
+  // the cap or an exhausted tree stop it.
+  std::int64_t mcts_patience = 256;
   // Progress for people: called from any thread, at most a few times per second.
   std::function<void(const std::string&)> progress;
 };
@@ -67,7 +76,10 @@ struct SearchOutput {
   double seconds = 0;
 };
 
-// Names: "auto", "uniform", "exhaustive", "hapt", "heteroauto", "mcts".
+// The budget when none is given: 8 s, or one second per 200 devices beyond 1,600, at most 50 s.
+double default_time_budget(const ClusterSpec& cluster);
+
+// Names: "auto", "uniform", "exhaustive", "hapt", "heteroauto", "mcts", "hexiscale".
 const std::vector<std::string>& algorithm_names();
 
 // Errors: an unknown algorithm; nothing fits (naming the binding constraint).
