@@ -18,6 +18,7 @@
 #include "plan/plan_io.hpp"
 #include "predict/predict.hpp"
 #include "report/report.hpp"
+#include "review_commands.hpp"
 #include "search/search.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
@@ -397,6 +398,8 @@ int main(int argc, char** argv) {
   import->add_option("--llm-info", import_args.llm_info, "sailor: misc/llm_info.json, for memory sizes");
   import->add_option("-o,--output", import_args.output, "profile.yaml to write")->required();
 
+  hetplan::ReviewCommands review(app);  // diff, check
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -409,5 +412,6 @@ int main(int argc, char** argv) {
   if (import->parsed()) return run_import(import_args);
   if (search->parsed()) return run_search(search_args);
   if (compare->parsed()) return run_compare(search_args);
+  if (auto status = review.run()) return *status;
   return kInvalid;
 }
