@@ -1,5 +1,6 @@
 // hetplan: the planner's command line. Argument parsing and output formatting only; the
-// work is done in libplan. Exit status: 0 success, 2 invalid input or usage.
+// work is done in libplan. Exit status: 0 success, 2 invalid input or usage; diff and check
+// (review_commands.cpp) also 1: the plans differ, a rule is violated.
 #include <CLI/CLI.hpp>
 
 #include <iostream>

@@ -34,6 +34,12 @@ std::string seconds(double s) {
   return fmt("%.1f us", s * 1e6);
 }
 
+std::string bytes(double b) {
+  if (std::abs(b) >= 1 << 30) return fmt("%.2f GiB", b / (1 << 30));
+  if (std::abs(b) >= 1 << 20) return fmt("%.2f MiB", b / (1 << 20));
+  return fmt("%.1f KiB", b / (1 << 10));
+}
+
 std::string where(std::optional<int> pipeline, std::optional<int> stage) {
   std::string out;
   if (pipeline) out = "pipeline " + std::to_string(*pipeline);
@@ -268,8 +274,7 @@ void metrics(const Plan& a, const Plan& b, PlanDiff& out) {
       const int p = static_cast<int>(pi), s = static_cast<int>(si);
       metric(out, "forward_s", p, s, u.forward_s, v.forward_s, "forward per micro-batch", seconds);
       metric(out, "backward_s", p, s, u.backward_s, v.backward_s, "backward per micro-batch", seconds);
-      metric(out, "memory_bytes", p, s, u.memory_bytes, v.memory_bytes, "peak memory per device",
-             [](double m) { return fmt("%.2f GiB", m / (1024.0 * 1024 * 1024)); });
+      metric(out, "memory_bytes", p, s, u.memory_bytes, v.memory_bytes, "peak memory per device", bytes);
     }
   }
 }
