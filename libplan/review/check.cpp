@@ -77,7 +77,10 @@ std::vector<std::string> missing_profiles(const Plan& plan, const Plan* baseline
   for (const Plan* recorded : {&plan, baseline}) {
     if (!recorded || !recorded->predicted) continue;
     for (const auto& st : recorded->predicted->per_stage) {
-      if (!st.is_object() || !st.contains("subcluster") || st.value("source", "analytic") == "analytic") continue;
+      // per_stage is the simulator's free-form detail: read it without trusting its types.
+      if (!st.is_object() || !st.contains("subcluster") || !st["subcluster"].is_string() || !st.contains("source") ||
+          !st["source"].is_string() || st["source"] == "analytic")
+        continue;
       const SubclusterSpec* sub = plan.cluster.find(st["subcluster"].get<std::string>());
       if (sub && !compute.has_profile(sub->device.type)) types.insert(sub->device.type);
     }
