@@ -1,5 +1,6 @@
 // hetplan: the planner's command line. Argument parsing and output formatting only; the
-// work is done in libplan. Exit status: 0 success, 2 invalid input or usage.
+// work is done in libplan. Exit status: 0 success, 2 invalid input or usage; diff and check
+// (review_commands.cpp) also 1: the plans differ, a rule is violated.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -18,6 +19,7 @@
 #include "plan/plan_io.hpp"
 #include "predict/predict.hpp"
 #include "report/report.hpp"
+#include "review_commands.hpp"
 #include "search/search.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
@@ -403,6 +405,8 @@ int main(int argc, char** argv) {
   import->add_option("--llm-info", import_args.llm_info, "sailor: misc/llm_info.json, for memory sizes");
   import->add_option("-o,--output", import_args.output, "profile.yaml to write")->required();
 
+  hetplan::ReviewCommands review(app);  // diff, check
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -415,5 +419,6 @@ int main(int argc, char** argv) {
   if (import->parsed()) return run_import(import_args);
   if (search->parsed()) return run_search(search_args);
   if (compare->parsed()) return run_compare(search_args);
+  if (auto status = review.run()) return *status;
   return kInvalid;
 }

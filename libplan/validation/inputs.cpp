@@ -139,7 +139,7 @@ InputsReport check_inputs(const InputFiles& files) {
   return report;
 }
 
-Result<LoadedPlan> load_plan_inputs(const InputFiles& files) {
+Result<LoadedPlan> read_plan_inputs(const InputFiles& files) {
   Diagnostics errors;
   auto take = [&](const Diagnostics& d) { errors.insert(errors.end(), d.begin(), d.end()); };
   auto catalog = files.catalog ? load_catalog(*files.catalog) : builtin_catalog();
@@ -163,9 +163,15 @@ Result<LoadedPlan> load_plan_inputs(const InputFiles& files) {
   if (!errors.empty()) return errors;
   auto plan = load_plan(*files.plan, {model ? &*model : nullptr, cluster ? &*cluster : nullptr, &*catalog});
   if (!plan) return plan.errors();
-  if (auto problems = validate_plan(*plan, *files.plan); !problems.empty()) return problems;
   out.plan = std::move(*plan);
   return out;
+}
+
+Result<LoadedPlan> load_plan_inputs(const InputFiles& files) {
+  auto loaded = read_plan_inputs(files);
+  if (!loaded) return loaded;
+  if (auto problems = validate_plan(loaded->plan, *files.plan); !problems.empty()) return problems;
+  return loaded;
 }
 
 }  // namespace het
