@@ -17,7 +17,10 @@ Exit status: 0 all plans valid, 1 a plan is invalid (each error names the file a
 JSON path), 2 usage, 77 python3-jsonschema is missing (ctest reports the test as skipped).
 """
 import argparse
+import concurrent.futures
+import contextlib
 import copy
+import io
 import json
 import os
 import subprocess
@@ -91,6 +94,24 @@ def check_text(validator, name, text):
     if len(errors) > 10:
         print(f"{name}: ... and {len(errors) - 10} more")
     return not errors
+
+
+_validator = None  # one per worker process
+
+
+def _init_worker(schema_path):
+    global _validator
+    _validator = load_validator(schema_path)
+
+
+def _check_file(path):
+    """(valid, what check_text printed) for one file, in a worker process."""
+    out = io.StringIO()
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    with contextlib.redirect_stdout(out):
+        ok = check_text(_validator, path, text)
+    return ok, out.getvalue()
 
 
 def search_plans(hetplan, pairs, budget):
@@ -199,15 +220,18 @@ def main():
     checked = failed = 0
     counts = {}
 
+    # Thousands of kept plans: checked on every core.
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count() or 1, initializer=_init_worker,
+                                                  initargs=(a.schema,))
+
     def check_files(paths, what):
         nonlocal checked, failed
         counts.setdefault(what, 0)
-        for path in plan_files(paths):
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+        for ok, printed in pool.map(_check_file, list(plan_files(paths)), chunksize=16):
+            print(printed, end="")
             checked += 1
-            counts[what] = counts.get(what, 0) + 1
-            if not check_text(validator, path, text):
+            counts[what] += 1
+            if not ok:
                 failed += 1
 
     try:
@@ -217,6 +241,7 @@ def main():
         return 2
     if a.kept:
         check_files([a.kept] if os.path.isdir(a.kept) else [], "kept by the tests")
+    pool.shutdown()
     for name, text, why in search_plans(a.hetplan, a.search, a.time_budget):
         if text is None:
             print(f"{name}: no plan ({why})")

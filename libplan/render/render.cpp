@@ -213,8 +213,8 @@ struct View {
 
 // ---- title and summary --------------------------------------------------------------------
 
-double draw_title(const View& m, double y, std::string& out) {
-  const Plan& plan = m.plan;
+double draw_title(const View& view, double y, std::string& out) {
+  const Plan& plan = view.plan;
   int stages = 0, used = 0;
   for (const auto& p : plan.pipelines) {
     stages += static_cast<int>(p.stages.size());
@@ -235,12 +235,12 @@ double draw_title(const View& m, double y, std::string& out) {
       {"MFU", fmt("%.1f %%", 100 * pr.mfu)},
       {"bubble", fmt("%.1f %%", 100 * pr.bubble_fraction)},
       {"load balance", fmt("%.1f %%", 100 * pr.load_balance_eta)},
-      {"exposed sync", duration(m.o.sim.exposed_sync_s)},
+      {"exposed sync", duration(view.o.sim.exposed_sync_s)},
       {"cross-subcluster", fmt("%.2f GB", pr.cross_cluster_bytes / 1e9) + fmt(", %.0f %% hidden", 100 * pr.cross_overlap)}};
   double x = kMargin;
   out += "<g class=\"summary\">\n";
   for (const auto& [k, v] : numbers) {
-    const double w = 8 + 7.2 * static_cast<double>(std::max(k.size(), v.size()));
+    const double w = 12 + std::max(6.2 * static_cast<double>(k.size()), 8.0 * static_cast<double>(v.size()));
     out += rect(x, y + 48, w, 38, "#f4f6f8", "rx=\"4\" stroke=\"#d0d4d8\"");
     out += text(x + 6, y + 62, k, std::string(kFont) + " font-size=\"11\" fill=\"#555\"");
     out += text(x + 6, y + 79, v, std::string(kFont) + " font-size=\"13\" font-weight=\"bold\"");
@@ -252,8 +252,8 @@ double draw_title(const View& m, double y, std::string& out) {
 
 // ---- the cluster ---------------------------------------------------------------------------
 
-double draw_cluster(const View& m, double y, std::string& out) {
-  const Plan& plan = m.plan;
+double draw_cluster(const View& view, double y, std::string& out) {
+  const Plan& plan = view.plan;
   const ClusterSpec& cluster = plan.cluster;
   const int total = cluster.num_devices();
   // Cells shrink with the device count so that ~1000 devices fit in a few rows per subcluster.
@@ -283,9 +283,9 @@ double draw_cluster(const View& m, double y, std::string& out) {
               std::string(kFont) + " font-size=\"14\" font-weight=\"bold\"");
   y += 24;
   // Centres of each legend entry's cells (a stage of a group of identical pipelines), for the arrows.
-  std::vector<Point> sum(static_cast<std::size_t>(m.entries));
-  std::vector<int> count(static_cast<std::size_t>(m.entries));
-  std::vector<double> band_mid(cluster.subclusters.size());
+  std::vector<Point> sum(static_cast<std::size_t>(view.entries));
+  std::vector<int> count(static_cast<std::size_t>(view.entries));
+  std::vector<double> band_top(cluster.subclusters.size()), band_bottom(cluster.subclusters.size());
   std::string devices;
   const double x0 = kMargin + kLabel, x1 = kWidth - kMargin;
   for (std::size_t sc = 0; sc < cluster.subclusters.size(); ++sc) {
@@ -297,7 +297,7 @@ double draw_cluster(const View& m, double y, std::string& out) {
     const int node_rows = (sub.nodes + per_row - 1) / per_row;
     const double inner_h = node_rows * (node_h + label_h + node_gap) - node_gap;
     const double band_h = std::max(sub.inter_node ? 72.0 : 58.0, inner_h + 16);
-    band_mid[sc] = y + band_h / 2;
+    band_top[sc] = y, band_bottom[sc] = y + band_h;
     out += "<g class=\"subcluster\" data-subcluster=\"" + escape(sub.name) + "\">\n";
     out += rect(kMargin, y, kWidth - 2 * kMargin, band_h, "#fafbfc", "rx=\"6\" stroke=\"#c9ced4\"");
     out += text(kMargin + 10, y + 20, sub.name, std::string(kFont) + " font-size=\"14\" font-weight=\"bold\"");
@@ -326,11 +326,11 @@ double draw_cluster(const View& m, double y, std::string& out) {
           continue;
         }
         const Stage& st = plan.pipelines[p].stages[s];
-        devices += rect(dx, dy, cell, cell, colour(m.colour_index[p][s]),
+        devices += rect(dx, dy, cell, cell, colour(view.colour_index[p][s]),
                         "class=\"device\" " + data + " data-stage=\"p" + std::to_string(p) + " s" + std::to_string(s) + "\"",
                         where + ": pipeline " + std::to_string(p) + " stage " + std::to_string(s) + ", " +
                             units_text(plan, st) + ", " + layout_text(st));
-        const auto e = static_cast<std::size_t>(m.colour_index[p][s]);
+        const auto e = static_cast<std::size_t>(view.colour_index[p][s]);
         sum[e].x += dx + cell / 2, sum[e].y += dy + cell / 2, ++count[e];
       }
     }
@@ -343,11 +343,11 @@ double draw_cluster(const View& m, double y, std::string& out) {
   // stage's devices (over the group's replicas) to the next stage's; groups bend alternately.
   std::set<std::pair<std::string, std::string>> labelled;
   std::string arrows, labels;
-  for (std::size_t g = 0; g < m.groups.size(); ++g) {
-    const int p = m.groups[g].first;
+  for (std::size_t g = 0; g < view.groups.size(); ++g) {
+    const int p = view.groups[g].first;
     const auto& stages = plan.pipelines[p].stages;
     for (std::size_t s = 0; s + 1 < stages.size(); ++s) {
-      const auto e = static_cast<std::size_t>(m.colour_index[p][s]);
+      const auto e = static_cast<std::size_t>(view.colour_index[p][s]);
       if (!count[e] || !count[e + 1]) continue;
       const Point a{sum[e].x / count[e], sum[e].y / count[e]};
       const Point b{sum[e + 1].x / count[e + 1], sum[e + 1].y / count[e + 1]};
@@ -355,7 +355,7 @@ double draw_cluster(const View& m, double y, std::string& out) {
       const double dx = b.x - a.x, dy = b.y - a.y, len = std::max(1.0, std::hypot(dx, dy));
       const double bend = std::clamp(0.18 * len, 8.0, 60.0) * (g % 2 == 0 ? 1 : -1);
       const Point c{(a.x + b.x) / 2 - dy / len * bend, (a.y + b.y) / 2 + dx / len * bend};
-      const std::string title = m.groups[g].name() + ": stage " + std::to_string(s) + " (" +
+      const std::string title = view.groups[g].name() + ": stage " + std::to_string(s) + " (" +
                                 stages[s].subcluster + ") to stage " + std::to_string(s + 1) + " (" +
                                 stages[s + 1].subcluster + ")";
       arrows += "<path class=\"hop" + std::string(cross ? " cross" : "") + "\" d=\"M" + px(a.x) + "," + px(a.y) + " Q" +
@@ -368,11 +368,20 @@ double draw_cluster(const View& m, double y, std::string& out) {
       if (!labelled.insert({key.first, key.second}).second) continue;
       const LinkSpec link = cluster.link_between(stages[s].subcluster, stages[s + 1].subcluster);
       const std::string label = link_text(link);
-      const Point mid{0.25 * a.x + 0.5 * c.x + 0.25 * b.x, 0.25 * a.y + 0.5 * c.y + 0.25 * b.y};
+      // The label sits where the arrow leaves its band, in the gap between bands (not on the
+      // devices), and beside the arrow when it is steep.
+      const int from = cluster.index_of(stages[s].subcluster), to = cluster.index_of(stages[s + 1].subcluster);
+      const double gap_y = to > from ? (band_bottom[from] + band_top[from + 1]) / 2 : (band_top[from] + band_bottom[from - 1]) / 2;
+      Point at = a;
+      for (int k = 0; k <= 100; ++k) {
+        const double t = k / 100.0;
+        const Point q{(1 - t) * (1 - t) * a.x + 2 * (1 - t) * t * c.x + t * t * b.x,
+                      (1 - t) * (1 - t) * a.y + 2 * (1 - t) * t * c.y + t * t * b.y};
+        if (std::fabs(q.y - gap_y) < std::fabs(at.y - gap_y)) at = q;
+      }
       const double w = 12 + 6.4 * static_cast<double>(label.size());
-      // Beside a steep arrow, above a flat one, so that the label does not hide it.
       const bool steep = std::fabs(dy) > std::fabs(dx);
-      const double lx = steep ? mid.x + 8 + w / 2 : mid.x, ly = steep ? mid.y : mid.y - 14;
+      const double lx = steep ? at.x + 8 + w / 2 : at.x, ly = at.y;
       labels += "<g class=\"link-label\">" + rect(lx - w / 2, ly - 9, w, 18, "#ffffff", "rx=\"3\" stroke=\"" + std::string(kCross) + "\" fill-opacity=\"0.92\"",
                                                   key.first + " – " + key.second + " link") +
                 text(lx, ly + 4, label, std::string(kFont) + " font-size=\"11\" text-anchor=\"middle\" fill=\"" + kCross + "\"") + "</g>\n";
@@ -383,11 +392,11 @@ double draw_cluster(const View& m, double y, std::string& out) {
   // Legend: one entry per stage (of each group of identical pipelines), then unused devices.
   std::vector<std::string> entries;
   std::vector<std::string> colours, titles;
-  for (const auto& g : m.groups) {
+  for (const auto& g : view.groups) {
     const auto& stages = plan.pipelines[g.first].stages;
     for (std::size_t s = 0; s < stages.size(); ++s) {
-      entries.push_back(m.stage_name(g.first, static_cast<int>(s)) + " " + stages[s].subcluster + ": " + short_units(plan, stages[s]));
-      colours.push_back(colour(m.colour_index[g.first][s]));
+      entries.push_back(view.stage_name(g.first, static_cast<int>(s)) + " " + stages[s].subcluster + ": " + short_units(plan, stages[s]));
+      colours.push_back(colour(view.colour_index[g.first][s]));
       titles.push_back(layout_text(stages[s]) + ", " + std::to_string(stages[s].devices.size()) + " devices per pipeline");
     }
   }
@@ -446,9 +455,9 @@ double tick_step(double span, int n) {
   return 10 * mag;
 }
 
-double draw_timeline(const View& m, double y, std::string& out) {
-  const Plan& plan = m.plan;
-  const auto& sim = m.o.sim;
+double draw_timeline(const View& view, double y, std::string& out) {
+  const Plan& plan = view.plan;
+  const auto& sim = view.o.sim;
   const double T = sim.iteration_s > 0 ? sim.iteration_s : 1;
   const double tx0 = kMargin + kLabel, tx1 = kWidth - kMargin - kRight;
   const double scale = (tx1 - tx0) / T;
@@ -485,14 +494,14 @@ double draw_timeline(const View& m, double y, std::string& out) {
   const double row = 7, send_row = 3, lane_h = 2 * row + 2 * send_row + 2, lane_gap = 9;
   const double join = 1.0 / scale;  // a pixel
   const double lanes_top = y;
-  for (const auto& g : m.groups) {
+  for (const auto& g : view.groups) {
     const int p = g.first;
     const auto& stages = plan.pipelines[p].stages;
     for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
       const Stage& st = stages[s];
-      const auto& detail = m.o.stages[p][s];
+      const auto& detail = view.o.stages[p][s];
       const auto& report = sim.pipelines[p].stages[s];
-      const std::string name = m.stage_name(p, s);
+      const std::string name = view.stage_name(p, s);
       const std::string pre = "p" + std::to_string(p) + " s" + std::to_string(s);
       std::vector<Interval> fwd, bwd, opt, on, back;
       for (const auto* e : events(pre + " compute")) {
@@ -514,7 +523,7 @@ double draw_timeline(const View& m, double y, std::string& out) {
                     fmt("; computing %.0f %% of the pipeline's time", 100 * busy)) +
              "</title>\n";
       // Label: the stage's colour, name and subcluster; its units and layout below.
-      out += rect(kMargin, y + 1, 10, 10, colour(m.colour_index[p][s]), "stroke=\"#555\" stroke-width=\"0.5\"");
+      out += rect(kMargin, y + 1, 10, 10, colour(view.colour_index[p][s]), "stroke=\"#555\" stroke-width=\"0.5\"");
       out += text(kMargin + 15, y + 10, name + "  " + st.subcluster, std::string(kFont) + " font-size=\"11\" font-weight=\"bold\"");
       std::string sub = short_units(plan, st) + " · " + short_layout(st);
       if (sub.size() > 48) sub = sub.substr(0, 46) + "..";
@@ -565,12 +574,12 @@ double draw_timeline(const View& m, double y, std::string& out) {
 }
 
 std::string svg_element(const predict::Outcome& outcome) {
-  const View m(outcome);
+  const View view(outcome);
   std::string body;
   double y = kMargin;
-  y = draw_title(m, y, body);
-  y = draw_cluster(m, y, body);
-  y = draw_timeline(m, y, body);
+  y = draw_title(view, y, body);
+  y = draw_cluster(view, y, body);
+  y = draw_timeline(view, y, body);
   for (const auto& n : outcome.notes) {
     body += text(kMargin, y + 12, "note: " + n, std::string(kFont) + " font-size=\"11\" fill=\"#a33\"");
     y += 16;
