@@ -14,6 +14,8 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libibverbs-dev catch2 libmetis-dev libspdlog-dev libfmt-dev
   openssl  # tests make throw-away TLS certificates with it (the TLS tests skip without it)
+  python3-jsonschema  # tests check every plan against docs/plan.schema.json (skipped without it)
+  chromium fonts-dejavu-core  # tests render hetplan show's pictures headless (skipped without chromium)
 )
 
 missing_packages() {

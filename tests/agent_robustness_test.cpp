@@ -19,6 +19,7 @@
 #include "control/admission.hpp"
 #include "hetexec.grpc.pb.h"
 #include "plan/plan_io.hpp"
+#include "kept_plans.hpp"
 #include "process.hpp"
 #include "submit/submit.hpp"
 #include "test_util.hpp"
@@ -76,6 +77,7 @@ TEST_CASE("an agent survives 1,000+ malformed and hostile requests and then runs
   auto v100 = start_agent("v100/0", "cpu:1");
   const Plan plan = test::mixed_plan();
   const std::string plan_json = write_plan(plan);
+  test::keep_plan(plan_json);
   Client ok(a100->address(), "robust-token"), anonymous(a100->address(), "");
   std::atomic<int> requests{0};
   std::mt19937 rng(7);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kept_plans.hpp"
 #include "process.hpp"
 
 using het::test::run_process;
@@ -123,6 +124,7 @@ TEST_CASE("hetplan simulate fills the plan's derived fields, --trace writes a Ch
                         "-o", out, "--trace", trace, "--schedule", "h-1f1b"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
+  het::test::keep_plan(r.out);
   auto plan = nlohmann::json::parse(r.out);
   CHECK(plan["schedule"]["kind"] == "h-1f1b");
   CHECK(plan["predicted"]["iteration_s"].get<double>() > 0);
@@ -152,6 +154,66 @@ TEST_CASE("hetplan show prints the stage table and the summary") {
   CHECK_THAT(r.out, Catch::Contains("embedding .. layer 15"));
 }
 
+TEST_CASE("hetplan show --format svg and html draw the plan into a self-contained file") {
+  het::test::TempDir dir;
+  const std::string plan = kSrc + "/docs/examples/opt-350m-demo.plan.json", svg = dir.path() + "/plan.svg";
+  auto r = run_process({HETPLAN_BIN, "show", plan, "--format", "svg", "-o", svg});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("wrote " + svg));
+  std::ifstream in(svg);
+  std::stringstream s;
+  s << in.rdbuf();
+  const std::string text = s.str();
+  CHECK_THAT(text, Catch::StartsWith("<?xml") && Catch::EndsWith("</svg>\n"));
+  CHECK_THAT(text, Catch::Contains("opt-350m on demo-1x4a100-1x4v100"));
+  for (const char* outside : {"<script", "href", "@import", "url(http", "<image"}) CHECK_THAT(text, !Catch::Contains(outside));
+  // A real XML parser reads it, and finds the 8 devices and the 2 stage lanes.
+  if (auto python = het::test::find_program("python3"); !python.empty()) {
+    auto p = run_process({python, "-c",
+                          "import sys, xml.etree.ElementTree as E\n"
+                          "r = E.parse(sys.argv[1]).getroot()\n"
+                          "c = [e.get('class') for e in r.iter()]\n"
+                          "print(c.count('device'), c.count('lane'), r.get('width'))\n",
+                          svg});
+    INFO(p.err);
+    CHECK(p.exit_code == 0);
+    CHECK(p.out == "8 2 1280.0\n");
+  }
+  // HTML to stdout: the page with the picture and the tables.
+  auto h = run_process({HETPLAN_BIN, "show", plan, "--format", "html"});
+  REQUIRE(h.exit_code == 0);
+  CHECK_THAT(h.out, Catch::StartsWith("<!DOCTYPE html>") && Catch::Contains("<svg") && Catch::Contains("<table class=\"stages\">") &&
+                        Catch::EndsWith("</html>\n"));
+  // The text format, to a file.
+  const std::string txt = dir.path() + "/plan.txt";
+  auto t = run_process({HETPLAN_BIN, "show", plan, "--format", "text", "-o", txt});
+  REQUIRE(t.exit_code == 0);
+  std::ifstream tin(txt);
+  std::stringstream ts;
+  ts << tin.rdbuf();
+  CHECK_THAT(ts.str(), Catch::Contains("tp/cp/dp") && Catch::Contains("iteration"));
+}
+
+TEST_CASE("hetplan show refuses a missing or invalid plan, an unknown format and an unwritable output with exit 2") {
+  het::test::TempDir dir;
+  const std::string plan = kSrc + "/docs/examples/opt-350m-demo.plan.json";
+  auto missing = run_process({HETPLAN_BIN, "show", dir.path() + "/none.json", "--format", "svg"});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("none.json"));
+  auto broken = run_process({HETPLAN_BIN, "show", dir.write("broken.json", "{\"format\": \"hetplan.plan/v1\", \"pipelines\": [}"),
+                             "--format", "html"});
+  CHECK(broken.exit_code == 2);
+  CHECK_THAT(broken.err, Catch::Contains("broken.json:1:"));
+  CHECK(broken.out.empty());
+  auto format = run_process({HETPLAN_BIN, "show", plan, "--format", "png"});
+  CHECK(format.exit_code == 2);
+  CHECK_THAT(format.err, Catch::Contains("png"));
+  auto unwritable = run_process({HETPLAN_BIN, "show", plan, "--format", "svg", "-o", dir.path() + "/no/such/dir/p.svg"});
+  CHECK(unwritable.exit_code == 2);
+  CHECK_THAT(unwritable.err, Catch::Contains("cannot write " + dir.path() + "/no/such/dir/p.svg"));
+}
+
 TEST_CASE("hetplan simulate refuses an invalid plan with exit 2 and the problem") {
   het::test::TempDir dir;
   std::ifstream in(kSrc + "/docs/examples/opt-350m-demo.plan.json");
@@ -173,6 +235,7 @@ TEST_CASE("hetplan search writes a plan that validates and simulates to its own 
   auto r = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", kCluster, "--time-budget", "5", "-o", out});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
+  het::test::keep_plan_file(out);
   CHECK_THAT(r.out, Catch::Contains("algorithm") && Catch::Contains("uniform") && Catch::Contains("hapt") &&
                         Catch::Contains("heteroauto") && Catch::Contains("lower bound"));
   auto v = run_process({HETPLAN_BIN, "validate", "--plan", out});
@@ -193,6 +256,7 @@ TEST_CASE("hetplan search --format json prints the plan, compare tabulates the a
   auto r = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", kCluster, "--algo", "heteroauto",
                         "--format", "json"});
   REQUIRE(r.exit_code == 0);
+  het::test::keep_plan(r.out);
   auto plan = nlohmann::json::parse(r.out);
   CHECK(plan["algorithm"]["name"] == "heteroauto");
   auto c = run_process({HETPLAN_BIN, "compare", "--model", kModel, "--cluster", kCluster, "--time-budget", "3"});
@@ -213,6 +277,7 @@ TEST_CASE("hetplan search --algo mcts takes --seed, --mcts-lambda and --mcts-ite
   INFO(a.err);
   REQUIRE(a.exit_code == 0);
   REQUIRE(b.exit_code == 0);
+  het::test::keep_plan(a.out);
   auto pa = nlohmann::json::parse(a.out), pb = nlohmann::json::parse(b.out);
   CHECK(pa["algorithm"]["name"] == "mcts");
   pa.erase("algorithm"), pb.erase("algorithm");  // holds the search's seconds

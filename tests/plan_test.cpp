@@ -8,6 +8,7 @@
 #include "plan/validate.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
+#include "kept_plans.hpp"
 #include "test_util.hpp"
 
 using namespace het;
@@ -111,6 +112,7 @@ TEST_CASE("a written plan embeds its specs and reads back identically") {
   p.per_stage = nlohmann::ordered_json::array({{{"stage", 0}, {"name", "s0"}, {"busy", 0.75}}});
   plan->predicted = p;
   std::string text = write_plan(*plan);
+  test::keep_plan(text);
   auto back = read(text, PlanSpecs{nullptr, nullptr, &test::catalog()});  // self-contained: no specs given
   REQUIRE(back.ok());
   CHECK(validate_plan(*back, "plan.json").empty());

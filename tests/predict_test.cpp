@@ -3,6 +3,7 @@
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
 #include "predict/predict.hpp"
+#include "kept_plans.hpp"
 #include "test_util.hpp"
 #include "validation/inputs.hpp"
 
@@ -72,6 +73,7 @@ TEST_CASE("predict fills every derived field, and the result validates and round
     CHECK(done.pipelines[0].stages[s].predicted->memory_bytes > 0);
   }
   CHECK(validate_plan(done, "p").empty());
+  test::keep_plan(write_plan(done));
   auto back = read_plan(test::doc(write_plan(done), "p.json"), {nullptr, nullptr, &test::catalog()});
   REQUIRE(back.ok());
   CHECK(write_plan(*back) == write_plan(done));

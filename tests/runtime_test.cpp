@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "data/data.hpp"
+#include "kept_plans.hpp"
 #include "process.hpp"
 #include "rendezvous/directory.hpp"
 #include "rendezvous/server.hpp"
@@ -92,6 +93,7 @@ TEST_CASE("run-local reproduces single-device losses under every schedule kind")
     auto s = run_process({HETPLAN_BIN, "simulate", kSrc + "/tests/data/plans/mixed.plan.json", "--model", m, "--cluster",
                           kCluster, "--schedule", kind, "-o", plan});
     REQUIRE(s.exit_code == 0);
+    het::test::keep_plan_file(plan);
     check_equal(run_local(plan, m, 6), want);
   }
 }

@@ -7,6 +7,7 @@
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
 #include "search/search.hpp"
+#include "kept_plans.hpp"
 #include "test_util.hpp"
 
 using namespace het;
@@ -16,6 +17,7 @@ namespace {
 // Every plan a search returns must validate, fit memory, and simulate to its own prediction.
 void check_plan(const predict::Outcome& o, const cost::ComputeModel& cm) {
   INFO(write_plan(o.plan));
+  test::keep_plan(write_plan(o.plan));
   REQUIRE(validate_plan(o.plan, "search").empty());
   for (const auto& p : o.stages)
     for (const auto& d : p) CHECK(d.memory.total() <= d.capacity);

@@ -21,6 +21,7 @@
 #include "report/report.hpp"
 #include "review_commands.hpp"
 #include "search/search.hpp"
+#include "show_command.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
 #include "spec/profile.hpp"
@@ -91,8 +92,9 @@ struct SimulateArgs {
   bool no_overlap_sync = false;
 };
 
-// simulate and show: load, validate, predict; print a table or the completed plan.
-int run_simulate(const SimulateArgs& a, bool show) {
+// simulate and show: load, validate, predict; print a table or the completed plan (simulate),
+// or what `show` was asked for.
+int run_simulate(const SimulateArgs& a, const hetplan::ShowArgs* show) {
   auto loaded = het::load_plan_inputs(a.files);
   if (!loaded) {
     print_errors(loaded.errors());
@@ -109,7 +111,7 @@ int run_simulate(const SimulateArgs& a, bool show) {
                  het::predict::Resharding::send_recv_allgather})
     if (a.resharding == het::predict::to_string(r)) opt.resharding = r;
   opt.overlap_sync = !a.no_overlap_sync;
-  opt.trace = !a.trace.empty();
+  opt.trace = !a.trace.empty() || (show && hetplan::show_needs_trace(*show));
   het::cost::ComputeModel compute(loaded->plan.model, loaded->profiles);
   auto outcome = het::predict::predict(loaded->plan, compute, opt);
   if (!outcome) {
@@ -119,7 +121,8 @@ int run_simulate(const SimulateArgs& a, bool show) {
   if (!a.trace.empty() && !write_file(a.trace, het::sim::chrome_trace(outcome->sim.trace))) return kInvalid;
   const std::string plan_json = het::write_plan(outcome->plan);
   if (!a.output.empty() && !write_file(a.output, plan_json)) return kInvalid;
-  if (a.format == "json" && !show) {
+  if (show) return hetplan::print_show(*outcome, *show);
+  if (a.format == "json") {
     std::cout << plan_json;
   } else {
     std::cout << het::report::stage_table(*outcome) << "\n" << het::report::summary(*outcome);
@@ -353,8 +356,10 @@ int main(int argc, char** argv) {
   simulate->add_option("--format", sim_args.format, "table (default) or json (the completed plan)")
       ->check(CLI::IsMember({"table", "json"}));
   simulate->add_option("-o,--output", sim_args.output, "write the completed plan to this file");
-  auto* show = app.add_subcommand("show", "Print a plan's stage table and predicted summary");
+  auto* show = app.add_subcommand("show", "Print a plan's stage table and predicted summary, or draw it (svg, html)");
   add_plan_inputs(show);
+  hetplan::ShowArgs show_args;
+  hetplan::add_show_options(show, show_args);
 
   SearchArgs search_args;
   auto add_search_inputs = [&](CLI::App* cmd) {
@@ -414,8 +419,8 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kInvalid;
   }
   if (validate->parsed()) return run_validate(files, format);
-  if (simulate->parsed()) return run_simulate(sim_args, false);
-  if (show->parsed()) return run_simulate(sim_args, true);
+  if (simulate->parsed()) return run_simulate(sim_args, nullptr);
+  if (show->parsed()) return run_simulate(sim_args, &show_args);
   if (import->parsed()) return run_import(import_args);
   if (search->parsed()) return run_search(search_args);
   if (compare->parsed()) return run_compare(search_args);
