@@ -240,7 +240,7 @@ int run_compare(const SearchArgs& a) {
     return kInvalid;
   }
   het::cost::ComputeModel compute(in->model, in->profiles);
-  std::vector<std::string> algos = a.algos.empty() ? std::vector<std::string>{"uniform", "heteroauto", "hapt", "mcts", "auto"} : a.algos;
+  std::vector<std::string> algos = a.algos.empty() ? std::vector<std::string>{"uniform", "heteroauto", "hapt", "mcts", "hexiscale", "auto"} : a.algos;
   struct Row {
     std::string name;
     std::optional<double> t;
@@ -396,7 +396,7 @@ int main(int argc, char** argv) {
   search->add_option("-o,--output", search_args.output, "write the plan to this file");
   auto* compare = app.add_subcommand("compare", "Run several search algorithms on the same inputs and tabulate them");
   add_search_inputs(compare);
-  compare->add_option("--algos", search_args.algos, "algorithms (default: uniform heteroauto hapt mcts auto)")
+  compare->add_option("--algos", search_args.algos, "algorithms (default: uniform heteroauto hapt mcts hexiscale auto)")
       ->check(CLI::IsMember(het::search::algorithm_names()));
 
   ImportArgs import_args;

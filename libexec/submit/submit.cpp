@@ -161,8 +161,15 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     pb::DescribeRequest req;
     req.set_api_version(control::api_version());
     pb::DescribeResponse resp;
-    auto ctx = context(o.security, o.call_timeout_s);
-    auto st = a.stub->Describe(ctx.get(), req, &resp);
+    // The first call on a new channel: a connection attempt that fails on a busy machine is
+    // retried twice before the agent counts as unreachable.
+    grpc::Status st;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250 * attempt));
+      auto ctx = context(o.security, o.call_timeout_s);
+      st = a.stub->Describe(ctx.get(), req, &resp);
+      if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    }
     if (!st.ok()) problems[i] = a.name() + ": " + control::describe(st);
     else if (resp.node() != a.where.node.to_string())
       problems[i] = a.name() + ": that agent serves node " + resp.node() + ", not " + a.where.node.to_string();
