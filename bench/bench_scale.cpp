@@ -1,7 +1,8 @@
 // Search time vs problem size: `auto` (and uniform, for the speed-up) on generated clusters
 // of 64 to 10,000 devices and 2 to 8 device types (nodes of 8 devices, catalog devices, 25 GB/s
 // inside a subcluster, 2-25 GB/s between), for HetAuto exp3's 96-layer Llama model.
-//   build/bench/bench_scale [--budget S] [--format json]   (budget: default, the search's own default)
+//   build/bench/bench_scale [--budget S] [--devices N] [--types T] [--format json]
+//   (budget: default, the search's own default; --devices/--types: only those rows)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -43,7 +44,10 @@ ClusterSpec generated(int devices, int types, const DeviceCatalog& catalog) {
 int main(int argc, char** argv) {
   double budget = 0;  // 0: search::default_time_budget
   bool json = false;
+  int only_devices = 0, only_types = 0;
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--devices") && i + 1 < argc) only_devices = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--types") && i + 1 < argc) only_types = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--budget") && i + 1 < argc) budget = std::atof(argv[++i]);
     if (!std::strcmp(argv[i], "--format") && i + 1 < argc) json = !std::strcmp(argv[++i], "json");
   }
@@ -54,7 +58,7 @@ int main(int argc, char** argv) {
   if (!json) std::printf("%7s %5s %12s %12s %9s %9s %9s\n", "devices", "types", "uniform_s", "auto_s", "speedup", "budget_s", "search_s");
   for (int devices : {64, 256, 1024, 4096, 10000})
     for (int types : {2, 4, 8}) {
-      if (devices / 8 < types) continue;
+      if (devices / 8 < types || (only_devices && devices != only_devices) || (only_types && types != only_types)) continue;
       const ClusterSpec c = generated(devices, types, *catalog);
       cost::ComputeModel cm(*model, {});
       search::Options o;

@@ -369,7 +369,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--catalog", search_args.catalog, "device catalog (default: built in)");
     cmd->add_option("--schedule", search_args.schedule, "auto (1f1b and h-1f1b) or one schedule")
         ->check(CLI::IsMember({"auto", "gpipe", "1f1b", "eager-1f1b", "h-1f1b", "virtual-1f1b"}));
-    cmd->add_option("--time-budget", search_args.time_budget, "seconds for the whole search (default: 8, or devices / 200 above 1,600 devices, at most 50; "
+    cmd->add_option("--time-budget", search_args.time_budget, "seconds for the whole search (default: 8, or devices / 200 above 1,600 devices, at most 45; "
                     "auto returns earlier when all its algorithms are done)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--threads", search_args.threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);

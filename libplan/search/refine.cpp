@@ -132,6 +132,7 @@ void run_refine(Work& w, const std::vector<Candidate>& seeds) {
       // A neighbour that cannot enter the k best kept is not followed.
       std::vector<Candidate> found;
       for (int b : w.micro_batch_sizes) {
+        if (w.expired()) break;
         Layout l = n;
         int d = 1;
         for (const auto& st : l.stages) d = std::lcm(d, st.dp);

@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <thread>
 
 #include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
 
 #include "cost/memory.hpp"
 #include "plan/validate.hpp"
@@ -20,7 +22,7 @@ const std::vector<std::string>& algorithm_names() {
 }
 
 double default_time_budget(const ClusterSpec& cluster) {
-  return std::clamp(cluster.num_devices() / 200.0, 8.0, 50.0);
+  return std::clamp(cluster.num_devices() / 200.0, 8.0, 45.0);
 }
 
 double work_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
@@ -158,23 +160,41 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     seconds.back() = std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
-  // Re-rank each algorithm's best candidates with the simulator.
+  // Re-rank each algorithm's best candidates with the simulator: each distinct candidate once
+  // (the refinement starts from the others' best), all in parallel.
+  std::vector<Plan> plans;
+  std::vector<std::vector<std::size_t>> of_work(works.size());
+  std::map<std::vector<int>, std::size_t> index;
+  for (std::size_t i = 0; i < works.size(); ++i) {
+    for (const Candidate& c : works[i]->take()) {
+      std::vector<int> key = {c.layout.pipelines, c.layout.micro_batch_size, static_cast<int>(c.layout.schedule)};
+      for (const auto& st : c.layout.stages) key.insert(key.end(), {st.sub, st.dp, st.cp, st.tp});
+      key.insert(key.end(), c.first_unit.begin(), c.first_unit.end());
+      for (Recompute r : c.recompute) key.push_back(static_cast<int>(r));
+      auto [it, fresh] = index.emplace(std::move(key), plans.size());
+      if (fresh) plans.push_back(eval.to_plan(c));
+      of_work[i].push_back(it->second);
+    }
+    for (Plan& p : works[i]->take_plans()) of_work[i].push_back(plans.size()), plans.push_back(std::move(p));
+  }
+  std::vector<std::optional<predict::Outcome>> outcomes(plans.size());
+  tbb::parallel_for(std::size_t(0), plans.size(), [&](std::size_t j) {
+    if (!validate_plan(plans[j], "search").empty()) return;  // never expected
+    auto outcome = predict::predict(plans[j], compute, opt.predict);
+    if (outcome && outcome->fits_memory()) outcomes[j] = std::move(*outcome);
+  });
   std::vector<std::pair<double, predict::Outcome>> ranked;
+  std::vector<bool> taken(plans.size(), false);
   std::int64_t total = 0;
   for (std::size_t i = 0; i < works.size(); ++i) {
     Work& w = *works[i];
     AlgorithmReport report{w.name, seconds[i], w.layouts(), std::nullopt, w.timed_out(), ""};
     total += w.layouts();
-    std::vector<Plan> plans;
-    for (const Candidate& c : w.take()) plans.push_back(eval.to_plan(c));
-    for (Plan& p : w.take_plans()) plans.push_back(std::move(p));
-    for (Plan& plan : plans) {
-      if (auto problems = validate_plan(plan, "search"); !problems.empty()) continue;  // never expected
-      auto outcome = predict::predict(plan, compute, opt.predict);
-      if (!outcome || !outcome->fits_memory()) continue;
-      const double t = outcome->plan.predicted->iteration_s;
+    for (std::size_t j : of_work[i]) {
+      if (!outcomes[j]) continue;
+      const double t = outcomes[j]->plan.predicted->iteration_s;
       if (!report.iteration_s || t < *report.iteration_s) report.iteration_s = t;
-      ranked.emplace_back(t, std::move(*outcome));
+      if (!taken[j]) taken[j] = true, ranked.emplace_back(t, *outcomes[j]);
     }
     if (!report.iteration_s) report.note = w.timed_out() ? "ran out of time before finding a plan" : "found no plan that fits";
     out.algorithms.push_back(std::move(report));

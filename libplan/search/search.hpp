@@ -76,7 +76,7 @@ struct SearchOutput {
   double seconds = 0;
 };
 
-// The budget when none is given: 8 s, or one second per 200 devices beyond 1,600, at most 50 s.
+// The budget when none is given: 8 s, or one second per 200 devices beyond 1,600, at most 45 s.
 double default_time_budget(const ClusterSpec& cluster);
 
 // Names: "auto", "uniform", "exhaustive", "hapt", "heteroauto", "mcts", "hexiscale".
