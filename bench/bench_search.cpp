@@ -1,11 +1,15 @@
 // Search quality and speed on random instances: each algorithm's gap to the exhaustive
 // oracle (same cost model), and search seconds. Prints a table, or JSON with --format json.
-//   build/bench/bench_search [--instances N] [--format json]
+// Then, on instances whose best plan needs pipelines of two shapes (instances.hpp), the best
+// plan of identical pipelines (the exhaustive oracle) against hexiscale and auto.
+//   build/bench/bench_search [--instances N] [--asymmetric N] [--format json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "instances.hpp"
@@ -14,14 +18,15 @@
 using namespace het;
 
 int main(int argc, char** argv) {
-  int n = 200;
+  int n = 200, n_asym = 12;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--instances") && i + 1 < argc) n = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--asymmetric") && i + 1 < argc) n_asym = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--format") && i + 1 < argc) json = !std::strcmp(argv[++i], "json");
   }
   auto catalog = builtin_catalog();
-  const std::vector<std::string> algos = {"uniform", "heteroauto", "hapt", "mcts", "portfolio"};
+  const std::vector<std::string> algos = {"uniform", "heteroauto", "hapt", "mcts", "hexiscale", "portfolio"};
   std::map<std::string, std::vector<double>> gaps, secs;
   int compared = 0, infeasible = 0;
   // Instances whose oracle plan gives a stage no layer (only the embedding or the head): outside
@@ -45,7 +50,7 @@ int main(int argc, char** argv) {
     outside_p1.push_back(layerless);
     for (const auto& a : algos) {
       search::Options oa = o;
-      if (a == "portfolio") oa.auto_algorithms = {"uniform", "heteroauto", "hapt", "mcts"};
+      if (a == "portfolio") oa.auto_algorithms = {"uniform", "heteroauto", "hapt", "mcts", "hexiscale"};
       const auto t0 = std::chrono::steady_clock::now();
       auto r = search::run(a == "portfolio" ? "auto" : a, in.model, in.cluster, cm, oa);
       secs[a].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -81,8 +86,35 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < outside_p1.size(); ++i)
     if (!outside_p1[i]) worst_p1 = std::max(worst_p1, gaps["mcts"][i]);
     else ++p1;
-  if (json) std::printf("], \"outside_p1\": %d, \"mcts_worst_gap_within_p1\": %.5f}\n", p1, worst_p1);
+  if (json) std::printf("], \"outside_p1\": %d, \"mcts_worst_gap_within_p1\": %.5f, \"asymmetric\": [", p1, worst_p1);
   else
-    std::printf("mcts: worst gap %.2f%% where the oracle's plan keeps HetAuto's P1 (%d instances where it gives a stage no layer)\n",
-                100 * worst_p1, p1);
+    std::printf("mcts: worst gap %.2f%% where the oracle's plan keeps HetAuto's P1 (%d instances where it gives a stage no layer)\n"
+                "\n%d instances where pipelines of two shapes win (iteration s; shapes = distinct pipeline layouts)\n"
+                "%-14s %10s %10s %10s %7s %14s\n",
+                100 * worst_p1, p1, n_asym, "instance", "identical", "hexiscale", "auto", "shapes", "auto/identical");
+  for (int k = 0; k < n_asym; ++k) {
+    auto in = bench::asymmetric_instance(9000 + k, *catalog);
+    cost::ComputeModel cm(in.model, {});
+    search::Options o;
+    o.time_budget_s = 60;
+    auto oracle = search::run("exhaustive", in.model, in.cluster, cm, o);
+    auto hexi = search::run("hexiscale", in.model, in.cluster, cm, o);
+    auto best = search::run("auto", in.model, in.cluster, cm, o);
+    auto t = [](const auto& r) { return r ? r->plans.front().plan.predicted->iteration_s : 0.0; };
+    std::set<std::string> shapes;
+    if (best)
+      for (const auto& pipe : best->plans.front().plan.pipelines) {
+        std::string shape;
+        for (const auto& st : pipe.stages)
+          shape += st.subcluster + std::to_string(st.first) + "-" + std::to_string(st.last) + "/" + std::to_string(st.tp) + " ";
+        shapes.insert(shape);
+      }
+    const double ratio = t(oracle) > 0 ? t(best) / t(oracle) : 0;
+    if (json)
+      std::printf("%s{\"instance\": \"%s\", \"identical_s\": %.5f, \"hexiscale_s\": %.5f, \"auto_s\": %.5f, \"shapes\": %zu}",
+                  k ? ", " : "", in.model.name.c_str(), t(oracle), t(hexi), t(best), shapes.size());
+    else
+      std::printf("%-14s %10.4f %10.4f %10.4f %7zu %13.3fx\n", in.model.name.c_str(), t(oracle), t(hexi), t(best), shapes.size(), ratio);
+  }
+  if (json) std::printf("]}\n");
 }

@@ -70,6 +70,7 @@ class HaptDp {
       meshes_.push_back(meshes(w.eval, j, mbs));
       capacity_.push_back(c.subclusters[j].num_devices());
     }
+    tables_.resize(order_.size());
     base_.assign(order_.size() + 1, 0);
     for (std::size_t q = 0; q < order_.size(); ++q) base_[q + 1] = base_[q] + capacity_[q] + 1;
     bytes_ = mbs * double(w.eval.model().seq_length) * w.eval.model().hidden_size * dtype_bytes(w.eval.model().dtype);
@@ -175,21 +176,25 @@ class HaptDp {
 
   // The evaluator's table, remembered here without the evaluator's lock (one DP, one thread).
   const StageTable& table(int sub, const Mesh& mesh, int offset, std::size_t r) {
-    const std::int64_t key = ((std::int64_t(sub) * 4096 + mesh.devices) * 64 + mesh.tp) * 65536 * 8 + std::int64_t(offset) * 8 + std::int64_t(r);
-    auto [it, fresh] = tables_.emplace(key, nullptr);
-    if (fresh) {
+    const std::size_t q = position(sub), R = w_.eval.recompute_options().size();
+    auto& slots = tables_[q];
+    if (slots.empty()) slots.assign(meshes_[q].size() * std::size_t(capacity_[q] + 1) * R, nullptr);
+    const std::size_t at = (std::size_t(&mesh - meshes_[q].data()) * std::size_t(capacity_[q] + 1) + std::size_t(offset)) * R + r;
+    if (!slots[at]) {
       Layout one;
       one.micro_batch_size = mbs_;
       one.stages = {{sub, mesh.dp, 1, mesh.tp}};
-      it->second = &w_.eval.table(one, 0, offset, w_.eval.recompute_options()[r]);
+      slots[at] = &w_.eval.table(one, 0, offset, w_.eval.recompute_options()[r]);
     }
-    return *it->second;
+    return *slots[at];
   }
 
   double hop(int sub, const Mesh& mesh, int offset, const Cell& next) {
     const ClusterSpec& c = w_.eval.cluster();
     const Mesh& nm = meshes_[position(next.first_sub)][static_cast<std::size_t>(next.first_mesh)];
-    const auto key = std::make_tuple(sub, mesh.devices, mesh.tp, offset, next.first_sub, nm.devices, nm.tp, next.first_offset);
+    // (subcluster, mesh, offset) of both ends.
+    auto end = [](int s, std::ptrdiff_t m, int off) { return std::uint64_t(s) << 48 | std::uint64_t(m) << 24 | std::uint64_t(off); };
+    const HopKey key{end(sub, &mesh - meshes_[position(sub)].data(), offset), end(next.first_sub, next.first_mesh, next.first_offset)};
     if (auto it = hops_.find(key); it != hops_.end()) return it->second;
     auto stage = [&](int s, const Mesh& me, int off) {
       Stage st;
@@ -215,8 +220,12 @@ class HaptDp {
   std::vector<std::vector<Mesh>> meshes_;
   std::vector<int> capacity_;
   std::vector<std::size_t> base_;
-  std::map<std::tuple<int, int, int, int, int, int, int, int>, double> hops_;
-  std::unordered_map<std::int64_t, const StageTable*> tables_;
+  using HopKey = std::pair<std::uint64_t, std::uint64_t>;
+  struct HopHash {
+    std::size_t operator()(const HopKey& k) const { return std::hash<std::uint64_t>()(k.first * 0x9e3779b97f4a7c15ULL ^ k.second); }
+  };
+  std::unordered_map<HopKey, double, HopHash> hops_;
+  std::vector<std::vector<const StageTable*>> tables_;  // per subcluster position: [mesh][offset][r], filled lazily
 };
 
 std::vector<std::vector<int>> orders(const ClusterSpec& c) {
@@ -243,7 +252,6 @@ std::vector<std::vector<int>> orders(const ClusterSpec& c) {
 }  // namespace
 
 void run_hapt(Work& w) {
-  std::set<std::vector<int>> evaluated;  // stage shapes already split and estimated, per micro-batch and schedule
   // Pipeline micro-batches: b sequences per replica times a power of two (a stage of dp d
   // splits the micro-batch d ways), dividing the global batch.
   const int B = w.eval.model().training.global_batch_size;
@@ -251,10 +259,24 @@ void run_hapt(Work& w) {
   for (int b : w.micro_batch_sizes)
     for (int d = 1; b * d <= B; d *= 2)
       if (B % (b * d) == 0) sizes.insert(b * d);
-  for (const auto& order : orders(w.eval.cluster())) {
-    for (int mbs : sizes) {
-      for (ScheduleKind kind : w.schedules) {
+  // Each (subcluster order, micro-batch, schedule) is searched on its own, all in parallel: the
+  // bisection is sequential, and what one finds does not change what another does (the k best
+  // kept only stop rungs whose plans could not enter them).
+  struct Combo {
+    std::vector<int> order;
+    int mbs;
+    ScheduleKind kind;
+  };
+  std::vector<Combo> combos;
+  for (const auto& order : orders(w.eval.cluster()))
+    for (int mbs : sizes)
+      for (ScheduleKind kind : w.schedules) combos.push_back({order, mbs, kind});
+  tbb::parallel_for(std::size_t(0), combos.size(), [&](std::size_t ci) {
+        const std::vector<int>& order = combos[ci].order;
+        const int mbs = combos[ci].mbs;
+        const ScheduleKind kind = combos[ci].kind;
         if (w.expired()) return;
+        std::set<std::vector<int>> evaluated;  // stage shapes already split and estimated
         HaptDp dp(w, order, mbs, kind);
         auto fresh = [&](const std::vector<StageShape>& shapes) {
           std::vector<int> key = {mbs, static_cast<int>(kind)};
@@ -293,10 +315,10 @@ void run_hapt(Work& w) {
             lo = t;
             if (w.expired()) return;
           }
-          if (up == top && dp.solve(top).empty()) continue;
+          if (up == top && dp.solve(top).empty()) return;
           hi = up;
         }
-        for (int it = 0; it < 30 && hi - lo > 1e-4 * hi; ++it) {
+        for (int it = 0; it < 30 && hi - lo > 1e-3 * hi; ++it) {  // the ladder steps by 8%
           const double mid = (lo + hi) / 2;
           if (dp.solve(mid).empty()) lo = mid;
           else hi = mid;
@@ -337,9 +359,7 @@ void run_hapt(Work& w) {
           evaluate(local.solve(best_T / (m - 1)));
         }
         w.note_progress("hapt order " + std::to_string(order.front()) + ", micro-batch " + std::to_string(mbs));
-      }
-    }
-  }
+  });
 }
 
 }  // namespace het::search

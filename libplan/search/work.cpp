@@ -20,6 +20,12 @@ bool Work::expired() const {
 
 void Work::offer(const Candidate& c) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // The same candidate twice (found on two ways) would take two of the k places.
+  for (const Candidate& t : top_)
+    if (t.estimate_s == c.estimate_s && t.first_unit == c.first_unit && t.recompute == c.recompute &&
+        t.layout.pipelines == c.layout.pipelines && t.layout.stages == c.layout.stages &&
+        t.layout.micro_batch_size == c.layout.micro_batch_size && t.layout.schedule == c.layout.schedule)
+      return;
   top_.push_back(c);
   std::sort(top_.begin(), top_.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
   if (static_cast<int>(top_.size()) > std::max(1, opt.top_k)) top_.resize(std::max(1, opt.top_k));
