@@ -259,9 +259,8 @@ void run_hapt(Work& w) {
   for (int b : w.micro_batch_sizes)
     for (int d = 1; b * d <= B; d *= 2)
       if (B % (b * d) == 0) sizes.insert(b * d);
-  // Each (subcluster order, micro-batch, schedule) is searched on its own, all in parallel: the
-  // bisection is sequential, and what one finds does not change what another does (the k best
-  // kept only stop rungs whose plans could not enter them).
+  // Each (subcluster order, micro-batch, schedule) is searched on its own (its bisection is
+  // sequential), several in parallel.
   struct Combo {
     std::vector<int> order;
     int mbs;
@@ -271,7 +270,13 @@ void run_hapt(Work& w) {
   for (const auto& order : orders(w.eval.cluster()))
     for (int mbs : sizes)
       for (ScheduleKind kind : w.schedules) combos.push_back({order, mbs, kind});
-  tbb::parallel_for(std::size_t(0), combos.size(), [&](std::size_t ci) {
+  // In waves of four: within a wave the combinations run in parallel against the k best kept
+  // when the wave began (the earlier waves' plans), so what prunes them does not depend on
+  // how they interleave.
+  constexpr std::size_t kWave = 4;
+  for (std::size_t wave = 0; wave < combos.size() && !w.expired(); wave += kWave) {
+  const double kept = w.best();
+  tbb::parallel_for(wave, std::min(combos.size(), wave + kWave), [&](std::size_t ci) {
         const std::vector<int>& order = combos[ci].order;
         const int mbs = combos[ci].mbs;
         const ScheduleKind kind = combos[ci].kind;
@@ -329,8 +334,8 @@ void run_hapt(Work& w) {
         const int m = w.eval.model().training.global_batch_size / mbs;
         double best_T = std::numeric_limits<double>::infinity();
         double tau = hi;
-        // What a rung must beat: this order's best, and the worst of the k best kept so far.
-        auto target = [&] { return std::min(best_T, w.best()); };
+        // What a rung must beat: this combination's best, and the k-th best kept before the wave.
+        auto target = [&] { return std::min(best_T, kept); };
         for (int batch = 0; batch < 8 && (m - 1) * tau < target() && !w.expired(); ++batch) {
           std::vector<double> taus;
           for (int i = 0; i < 6; ++i, tau *= 1.08) taus.push_back(tau);
@@ -347,7 +352,7 @@ void run_hapt(Work& w) {
             l.stages = shapes;
             l.micro_batch_size = mbs;
             l.schedule = kind;
-            for (const Candidate& c : w.eval.evaluate(l, {kind}, nullptr, w.best())) {
+            for (const Candidate& c : w.eval.evaluate(l, {kind}, nullptr, kept)) {
               best_T = std::min(best_T, c.estimate_s);
               w.offer(c);
             }
@@ -360,6 +365,7 @@ void run_hapt(Work& w) {
         }
         w.note_progress("hapt order " + std::to_string(order.front()) + ", micro-batch " + std::to_string(mbs));
   });
+  }
 }
 
 }  // namespace het::search
