@@ -23,7 +23,9 @@ inline void check(cudaError_t err, const std::string& what) {
 // After enqueueing kernels: surfaces a launch error (bad configuration, no kernel image).
 inline void check_launch(const std::string& what) { check(cudaGetLastError(), what); }
 
-// n elements of T in device memory (uninitialised), freed with the buffer.
+// n elements of T in device memory (uninitialised), freed with the buffer. Given a stream, it
+// comes from CUDA's stream-ordered allocator (cudaMallocAsync/cudaFreeAsync on that stream):
+// freeing it while kernels on that stream still use it is then safe and cheap.
 template <class T>
 class DeviceBuffer {
  public:
@@ -31,15 +33,23 @@ class DeviceBuffer {
   explicit DeviceBuffer(std::size_t n) : n_(n) {
     if (n > 0) check(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)), "cudaMalloc of " + std::to_string(n * sizeof(T)) + " bytes");
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer(cudaStream_t stream, std::size_t n) : n_(n), stream_(stream), async_(true) {
+    if (n > 0)
+      check(cudaMallocAsync(reinterpret_cast<void**>(&p_), n * sizeof(T), stream),
+            "cudaMallocAsync of " + std::to_string(n * sizeof(T)) + " bytes");
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), stream_(o.stream_), async_(o.async_) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(p_, o.p_), std::swap(n_, o.n_);
+    std::swap(p_, o.p_), std::swap(n_, o.n_), std::swap(stream_, o.stream_), std::swap(async_, o.async_);
     return *this;
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() {
-    if (p_) cudaFree(p_);
+    if (!p_) return;
+    if (async_) cudaFreeAsync(p_, stream_);
+    else cudaFree(p_);
   }
   T* get() const { return p_; }
   std::size_t size() const { return n_; }
@@ -48,6 +58,8 @@ class DeviceBuffer {
  private:
   T* p_ = nullptr;
   std::size_t n_ = 0;
+  cudaStream_t stream_ = nullptr;
+  bool async_ = false;
 };
 
 }  // namespace het::cuda
