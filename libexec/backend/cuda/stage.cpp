@@ -4,6 +4,7 @@
 // names, order and initial values are those of the CPU backend by construction.
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -336,6 +337,12 @@ class CudaBackend final : public Backend {
   std::string describe() const override { return "cuda (device " + std::to_string(device_) + ": " + name_ + ", bf16)"; }
   std::unique_ptr<Stage> make_stage(const StageSpec& spec) override {
     cuda::check(cudaSetDevice(device_), "cudaSetDevice");
+    // Activations come from the stream-ordered pool; keep freed memory in it across the
+    // synchronisations at every forward/backward instead of returning it to the driver.
+    cudaMemPool_t pool = nullptr;
+    cuda::check(cudaDeviceGetDefaultMemPool(&pool, device_), "cudaDeviceGetDefaultMemPool");
+    std::uint64_t keep = UINT64_MAX;
+    cuda::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
     return std::make_unique<CudaStage>(spec);
   }
 
