@@ -49,14 +49,16 @@ Vec random(std::size_t n, std::uint32_t seed, float scale = 1.f, bool bf = true)
   return v;
 }
 
-// One stream per test; the helpers below copy synchronously.
+// One stream per test; everything runs on it (a non-blocking stream does not wait for the
+// legacy default one), and the helpers below return after their copies are done.
 struct Gpu {
   het::cuda::Stream stream;
   cudaStream_t s() const { return stream.get(); }
 
   Buf<float> f32(const Vec& h) {
     Buf<float> d(h.size());
-    check(cudaMemcpy(d.get(), h.data(), d.bytes(), cudaMemcpyHostToDevice), "test upload");
+    check(cudaMemcpyAsync(d.get(), h.data(), d.bytes(), cudaMemcpyHostToDevice, s()), "test upload");
+    sync();
     return d;
   }
   Buf<bf16> b16(const Vec& h) {
@@ -69,13 +71,14 @@ struct Gpu {
   template <class T>
   Buf<T> poisoned(std::size_t n) {  // all bits set: NaN in fp32 and bf16
     Buf<T> d(n);
-    check(cudaMemset(d.get(), 0xFF, d.bytes()), "test poison");
+    check(cudaMemsetAsync(d.get(), 0xFF, d.bytes(), s()), "test poison");
     return d;
   }
   Vec host(const Buf<float>& d) {
     sync();
     Vec h(d.size());
-    check(cudaMemcpy(h.data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost), "test download");
+    check(cudaMemcpyAsync(h.data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost, s()), "test download");
+    check(cudaStreamSynchronize(s()), "test download");
     return h;
   }
   Vec host(const Buf<bf16>& d) {
@@ -221,8 +224,9 @@ TEST_CASE("embedding, cross-entropy and the bias gradient match the CPU kernels"
   std::vector<int> tokens(N), targets(N);
   for (int i = 0; i < N; ++i) tokens[std::size_t(i)] = (i * 37 + 5) % V, targets[std::size_t(i)] = (i * 11 + 3) % V;
   Buf<int> gtok(tokens.size()), gtgt(targets.size());
-  check(cudaMemcpy(gtok.get(), tokens.data(), gtok.bytes(), cudaMemcpyHostToDevice), "tokens");
-  check(cudaMemcpy(gtgt.get(), targets.data(), gtgt.bytes(), cudaMemcpyHostToDevice), "targets");
+  check(cudaMemcpyAsync(gtok.get(), tokens.data(), gtok.bytes(), cudaMemcpyHostToDevice, g.s()), "tokens");
+  check(cudaMemcpyAsync(gtgt.get(), targets.data(), gtgt.bytes(), cudaMemcpyHostToDevice, g.s()), "targets");
+  g.sync();
   {
     const Vec wte = random(std::size_t(V) * C, 41), wpe = random(std::size_t(T + pos0) * C, 42), dout = random(std::size_t(N) * C, 43);
     Vec out(std::size_t(N) * C), dwte(wte.size(), 0.f), dwpe(wpe.size(), 0.f);
