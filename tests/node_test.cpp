@@ -24,6 +24,6 @@ TEST_CASE("build info reports what this build links") {
   if (b.nccl) CHECK(b.cuda);
   if (b.cuda) CHECK_FALSE(b.cuda_runtime.empty());
   // What can run plans: the CPU backend over TCP (tests/runtime_test.cpp runs them).
-  CHECK(b.backends == std::vector<std::string>{"cpu"});
+  CHECK(b.backends == (b.cuda ? std::vector<std::string>{"cpu", "cuda"} : std::vector<std::string>{"cpu"}));
   CHECK(b.transports == std::vector<std::string>{"tcp"});
 }

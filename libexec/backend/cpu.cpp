@@ -5,6 +5,9 @@
 
 #include "backend/backend.hpp"
 #include "model/stage.hpp"
+#ifdef HET_HAVE_CUDA
+#include "backend/cuda/cuda_backend.hpp"
+#endif
 
 namespace het::backend {
 
@@ -43,14 +46,28 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::vector<std::string> available() { return {"cpu"}; }
+std::vector<std::string> available() {
+#ifdef HET_HAVE_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
 
 Result<std::unique_ptr<Backend>> open(const std::string& name, int threads) {
   if (threads < 0) return Diagnostic{"", 0, 0, "threads", "must be 0 (every core) or more, got " + std::to_string(threads)};
   if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(threads));
   std::string known;
   for (const auto& b : available()) known += (known.empty() ? "" : ", ") + b;
-  if (name == "cuda") return Diagnostic{"", 0, 0, "backend", "the CUDA backend is not built yet (available: " + known + ")"};
+#ifdef HET_HAVE_CUDA
+  if (name == "cuda") {  // host threads play no part: the device runs the kernels
+    auto cuda = open_cuda();
+    if (!cuda.ok()) return Diagnostic{"", 0, 0, "backend", cuda.errors().front().message + " (available: " + known + ")"};
+    return cuda;
+  }
+#else
+  if (name == "cuda") return Diagnostic{"", 0, 0, "backend", "not built with CUDA: this hetexec was configured without nvcc (available: " + known + ")"};
+#endif
   return Diagnostic{"", 0, 0, "backend", "unknown backend '" + name + "' (available: " + known + ")"};
 }
 

@@ -50,9 +50,10 @@ BuildInfo build_info(const std::string& version) {
   BuildInfo b;
   b.version = version;
   describe_cuda(b);
-  // What can run plans today: the CPU backend over TCP (libexec/runtime, transport/tcp). CUDA,
-  // NCCL and ibverbs are linked for device discovery; their backends come later.
-  b.backends = {"cpu"};
+  // What can run plans today: the CPU backend, and the CUDA one when built with CUDA
+  // (libexec/backend), over TCP (transport/tcp). NCCL and ibverbs are linked for device
+  // discovery; their transports come later.
+  b.backends = b.cuda ? std::vector<std::string>{"cpu", "cuda"} : std::vector<std::string>{"cpu"};
   b.transports = {"tcp"};
   return b;
 }

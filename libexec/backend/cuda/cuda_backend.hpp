@@ -1,0 +1,27 @@
+#pragma once
+// The CUDA backend (DESIGN.md §9): bf16 compute with fp32 master weights and fp32
+// accumulation, cuBLASLt GEMMs and the kernels of kernels.hpp, one stage per process on the
+// current CUDA device. Built only with CUDA (HET_HAVE_CUDA); backend::open("cuda") reaches it.
+//
+// Contract with the runtime (backend.hpp), beyond the CPU backend's:
+//  * Activations and their gradients cross the interface as host fp32 tensors; forward and
+//    backward copy them to and from the device and return when the device work is done.
+//  * params() returns fp32 MASTER weights in host memory (model::Param<float>). The device keeps
+//    a bf16 copy of each value and an fp32 gradient. Values written on the host (the optimizer,
+//    a checkpoint load) reach the device at the next zero_grad() — the runtime calls it at the
+//    start of every step — or at construction. Gradients are copied to the host grad vectors at
+//    the end of every backward(), so the host always sees the sum over the micro-batches so far.
+//  * Only tp = 1 and cp = 1 (no tensor or context parallelism yet), head dimension <= 256;
+//    activation recomputation is not implemented (all activations are kept; results equal).
+//  * Errors (an unsupported spec, a failing CUDA or cuBLASLt call, out of device memory) are
+//    thrown as std::runtime_error with a sentence; the interface has no other error channel.
+#include <memory>
+
+#include "backend/backend.hpp"
+
+namespace het::backend {
+
+// The CUDA backend on this process's current device. Errors: "no CUDA device: <reason>".
+Result<std::unique_ptr<Backend>> open_cuda();
+
+}  // namespace het::backend

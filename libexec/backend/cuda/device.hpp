@@ -1,0 +1,84 @@
+#pragma once
+// Device memory and CUDA errors for the CUDA backend. A failing CUDA call becomes a CudaError
+// (a std::runtime_error whose what() is a sentence: "CUDA error in <what>: <reason>"); the
+// backend's Stage lets it propagate to the runtime, which reports it and stops the rank —
+// never an abort inside the library. No global state: buffers own their memory.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace het::cuda {
+
+struct CudaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Throws CudaError when `err` is not cudaSuccess.
+inline void check(cudaError_t err, const std::string& what) {
+  if (err != cudaSuccess) throw CudaError("CUDA error in " + what + ": " + cudaGetErrorString(err));
+}
+// After enqueueing kernels: surfaces a launch error (bad configuration, no kernel image).
+inline void check_launch(const std::string& what) { check(cudaGetLastError(), what); }
+
+// n elements of T in device memory (uninitialised), freed with the buffer. Given a stream, it
+// comes from CUDA's stream-ordered allocator (cudaMallocAsync/cudaFreeAsync on that stream):
+// freeing it while kernels on that stream still use it is then safe and cheap.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t n) : n_(n) {
+    if (n > 0) check(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)), "cudaMalloc of " + std::to_string(n * sizeof(T)) + " bytes");
+  }
+  DeviceBuffer(cudaStream_t stream, std::size_t n) : n_(n), stream_(stream), async_(true) {
+    if (n > 0)
+      check(cudaMallocAsync(reinterpret_cast<void**>(&p_), n * sizeof(T), stream),
+            "cudaMallocAsync of " + std::to_string(n * sizeof(T)) + " bytes");
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), stream_(o.stream_), async_(o.async_) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p_, o.p_), std::swap(n_, o.n_), std::swap(stream_, o.stream_), std::swap(async_, o.async_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (!p_) return;
+    if (async_) cudaFreeAsync(p_, stream_);
+    else cudaFree(p_);
+  }
+  T* get() const { return p_; }
+  std::size_t size() const { return n_; }
+  std::size_t bytes() const { return n_ * sizeof(T); }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+  cudaStream_t stream_ = nullptr;
+  bool async_ = false;
+};
+
+}  // namespace het::cuda
+
+namespace het::cuda {
+
+// A non-blocking CUDA stream on the current device, destroyed with the object.
+class Stream {
+ public:
+  Stream() { check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  ~Stream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+}  // namespace het::cuda

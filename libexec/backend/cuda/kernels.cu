@@ -1,0 +1,403 @@
+// The CUDA backend's layer kernels (kernels.hpp). Written for clarity first: one thread block
+// per row for the norms, cross-entropy and attention, grid-stride loops for elementwise ops.
+#include "backend/cuda/kernels.hpp"
+
+#include <cmath>
+
+namespace het::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;  // every block-reducing kernel runs 256 threads
+constexpr float kEps = 1e-5f;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+
+__device__ float load(const bf16* p, std::int64_t i) { return __bfloat162float(p[i]); }
+__device__ float load(const float* p, std::int64_t i) { return p[i]; }
+__device__ void store(bf16* p, std::int64_t i, float x) { p[i] = __float2bfloat16(x); }
+__device__ void store(float* p, std::int64_t i, float x) { p[i] = x; }
+
+__device__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ float warp_max(float x) {
+  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+// Sum (or max) over a block of kThreads threads; every thread gets the result.
+template <bool Max>
+__device__ float block_reduce(float x) {
+  __shared__ float partial[kThreads / 32];
+  __shared__ float result;
+  x = Max ? warp_max(x) : warp_sum(x);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = x;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float y = threadIdx.x < kThreads / 32 ? partial[threadIdx.x] : (Max ? -INFINITY : 0.f);
+    y = Max ? warp_max(y) : warp_sum(y);
+    if (threadIdx.x == 0) result = y;
+  }
+  __syncthreads();
+  const float r = result;
+  __syncthreads();  // `result` and `partial` may be reused by the next call
+  return r;
+}
+__device__ float block_sum(float x) { return block_reduce<false>(x); }
+__device__ float block_max(float x) { return block_reduce<true>(x); }
+
+int blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return int(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
+}
+
+// ---- LayerNorm: one block per row -----------------------------------------------------
+__global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int C) {
+  const std::int64_t row = blockIdx.x;
+  const bf16* x = inp + row * C;
+  float s = 0;
+  for (int c = threadIdx.x; c < C; c += kThreads) s += load(x, c);
+  const float m = block_sum(s) / C;
+  float v = 0;
+  for (int c = threadIdx.x; c < C; c += kThreads) v += (load(x, c) - m) * (load(x, c) - m);
+  const float r = rsqrtf(block_sum(v) / C + kEps);
+  for (int c = threadIdx.x; c < C; c += kThreads) store(out, row * C + c, (load(x, c) - m) * r * load(w, c) + load(b, c));
+  if (threadIdx.x == 0) mean[row] = m, rstd[row] = r;
+}
+
+__global__ void layernorm_backward_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
+                                          const float* mean, const float* rstd, int C) {
+  const std::int64_t row = blockIdx.x;
+  const bf16* x = inp + row * C;
+  const bf16* d = dout + row * C;
+  const float m = mean[row], r = rstd[row];
+  float a = 0, bsum = 0;  // Σ dnorm, Σ dnorm·norm
+  for (int c = threadIdx.x; c < C; c += kThreads) {
+    const float norm = (load(x, c) - m) * r, dnorm = load(w, c) * load(d, c);
+    a += dnorm, bsum += dnorm * norm;
+  }
+  const float dnorm_mean = block_sum(a) / C, dnorm_norm_mean = block_sum(bsum) / C;
+  for (int c = threadIdx.x; c < C; c += kThreads) {
+    const float norm = (load(x, c) - m) * r, dnorm = load(w, c) * load(d, c);
+    atomicAdd(db + c, load(d, c));
+    atomicAdd(dw + c, norm * load(d, c));
+    store(dinp, row * C + c, load(dinp, row * C + c) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r);
+  }
+}
+
+// ---- RMSNorm: one block per row -------------------------------------------------------
+__global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, const bf16* w, int C) {
+  const std::int64_t row = blockIdx.x;
+  const bf16* x = inp + row * C;
+  float ss = 0;
+  for (int c = threadIdx.x; c < C; c += kThreads) ss += load(x, c) * load(x, c);
+  const float r = rsqrtf(block_sum(ss) / C + kEps);
+  for (int c = threadIdx.x; c < C; c += kThreads) store(out, row * C + c, load(x, c) * r * load(w, c));
+  if (threadIdx.x == 0) rstd[row] = r;
+}
+
+__global__ void rmsnorm_backward_kernel(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd,
+                                        int C) {
+  const std::int64_t row = blockIdx.x;
+  const bf16* x = inp + row * C;
+  const bf16* d = dout + row * C;
+  const float r = rstd[row];
+  float dot = 0;  // Σ_c d_c w_c x_c
+  for (int c = threadIdx.x; c < C; c += kThreads) dot += load(d, c) * load(w, c) * load(x, c);
+  dot = block_sum(dot);
+  for (int c = threadIdx.x; c < C; c += kThreads) {
+    atomicAdd(dw + c, load(d, c) * load(x, c) * r);
+    store(dinp, row * C + c, load(dinp, row * C + c) + r * (load(d, c) * load(w, c) - load(x, c) * r * r * dot / C));
+  }
+}
+
+// ---- elementwise ----------------------------------------------------------------------
+#define HET_GRID_STRIDE(i, n) \
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < (n); i += std::int64_t(gridDim.x) * blockDim.x)
+
+__global__ void gelu_forward_kernel(bf16* out, const bf16* inp, std::int64_t n) {
+  HET_GRID_STRIDE(i, n) {
+    const float x = load(inp, i);
+    store(out, i, 0.5f * x * (1 + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
+  }
+}
+__global__ void gelu_backward_kernel(bf16* dinp, const bf16* inp, const bf16* dout, std::int64_t n) {
+  HET_GRID_STRIDE(i, n) {
+    const float x = load(inp, i);
+    const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+    const float grad = 0.5f * (1 + th) + 0.5f * x * (1 - th * th) * kGeluScale * (1 + 3 * 0.044715f * x * x);
+    store(dinp, i, grad * load(dout, i));
+  }
+}
+__global__ void swiglu_forward_kernel(bf16* out, const bf16* gate, const bf16* up, std::int64_t n) {
+  HET_GRID_STRIDE(i, n) {
+    const float g = load(gate, i), sig = 1 / (1 + expf(-g));
+    store(out, i, g * sig * load(up, i));
+  }
+}
+__global__ void swiglu_backward_kernel(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, std::int64_t n) {
+  HET_GRID_STRIDE(i, n) {
+    const float g = load(gate, i), sig = 1 / (1 + expf(-g)), d = load(dout, i);
+    store(dup, i, g * sig * d);
+    store(dgate, i, load(up, i) * d * sig * (1 + g * (1 - sig)));
+  }
+}
+
+// One thread per rotated pair: x[(b,t,h), 2i], x[(b,t,h), 2i+1].
+template <class T>
+__global__ void rope_kernel(T* x, std::int64_t pairs, int Tn, int H, int D, int pos0, float sign) {
+  HET_GRID_STRIDE(p, pairs) {
+    const int i = int(p % (D / 2));
+    const std::int64_t row = p / (D / 2);  // (b·T + t)·H + h
+    const int t = int((row / H) % Tn);
+    // the angle in double precision, as ops.cpp: positions times small frequencies lose bits in fp32
+    const double angle = sign * double(pos0 + t) * pow(10000.0, -2.0 * i / D);
+    const float c = float(cos(angle)), s = float(sin(angle));
+    const std::int64_t at = row * D + 2 * i;
+    const float a = load(x, at), b = load(x, at + 1);
+    store(x, at, a * c - b * s);
+    store(x, at + 1, a * s + b * c);
+  }
+}
+
+// ---- attention: one block per query row (b, h, t) ---------------------------------------
+// Scores for the visible keys in shared memory (Tk floats), then softmax, then out = Σ a_s v_s.
+__global__ void attention_forward_kernel(bf16* out, float* att, const bf16* q, const bf16* k, const bf16* v, int Tq, int Tk, int q0,
+                                         int H, int KH, int D, float scale) {
+  extern __shared__ float score[];  // [Tk]
+  __shared__ float qs[256];
+  const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / (H / KH);
+  const int visible = min(Tk, q0 + t + 1);
+  const std::int64_t qrow = ((std::int64_t(b) * Tq + t) * H + h) * D;
+  for (int d = threadIdx.x; d < D; d += kThreads) qs[d] = load(q, qrow + d);
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < visible; s += kThreads) {
+    const std::int64_t krow = ((std::int64_t(b) * Tk + s) * KH + kh) * D;
+    float dot = 0;
+    for (int d = 0; d < D; ++d) dot += qs[d] * load(k, krow + d);
+    score[s] = dot * scale;
+    mx = fmaxf(mx, dot * scale);
+  }
+  mx = block_max(mx);
+  float sum = 0;
+  for (int s = threadIdx.x; s < visible; s += kThreads) sum += (score[s] = expf(score[s] - mx));
+  sum = block_sum(sum);  // its barriers also publish score[] to the whole block
+  float* a = att + ((std::int64_t(b) * H + h) * Tq + t) * Tk;
+  for (int s = threadIdx.x; s < Tk; s += kThreads) a[s] = s < visible ? (score[s] /= sum) : 0.f;
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += kThreads) {
+    float o = 0;
+    for (int s = 0; s < visible; ++s) o += score[s] * load(v, ((std::int64_t(b) * Tk + s) * KH + kh) * D + d);
+    store(out, qrow + d, o);
+  }
+}
+
+// datt_s = dout·v_s; dpre_s = a_s (datt_s - Σ_r a_r datt_r) · scale; dq += Σ_s dpre_s k_s;
+// dk_s += dpre_s q; dv_s += a_s dout.
+__global__ void attention_backward_kernel(float* dq, float* dk, float* dv, const bf16* dout, const float* att, const bf16* q,
+                                          const bf16* k, const bf16* v, int Tq, int Tk, int q0, int H, int KH, int D, float scale) {
+  extern __shared__ float dpre[];  // [Tk]
+  __shared__ float ds[256], qs[256];
+  const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / (H / KH);
+  const int visible = min(Tk, q0 + t + 1);
+  const std::int64_t qrow = ((std::int64_t(b) * Tq + t) * H + h) * D;
+  const float* a = att + ((std::int64_t(b) * H + h) * Tq + t) * Tk;
+  for (int d = threadIdx.x; d < D; d += kThreads) ds[d] = load(dout, qrow + d), qs[d] = load(q, qrow + d);
+  __syncthreads();
+  float inner = 0;
+  for (int s = threadIdx.x; s < visible; s += kThreads) {
+    const std::int64_t krow = ((std::int64_t(b) * Tk + s) * KH + kh) * D;
+    float dot = 0;
+    for (int d = 0; d < D; ++d) {
+      dot += ds[d] * load(v, krow + d);
+      atomicAdd(dv + krow + d, a[s] * ds[d]);
+    }
+    dpre[s] = dot;
+    inner += a[s] * dot;
+  }
+  inner = block_sum(inner);
+  for (int s = threadIdx.x; s < visible; s += kThreads) {
+    dpre[s] = a[s] * (dpre[s] - inner) * scale;
+    const std::int64_t krow = ((std::int64_t(b) * Tk + s) * KH + kh) * D;
+    for (int d = 0; d < D; ++d) atomicAdd(dk + krow + d, dpre[s] * qs[d]);
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += kThreads) {
+    float g = 0;
+    for (int s = 0; s < visible; ++s) g += dpre[s] * load(k, ((std::int64_t(b) * Tk + s) * KH + kh) * D + d);
+    dq[qrow + d] += g;
+  }
+}
+
+// ---- embedding ------------------------------------------------------------------------
+__global__ void embedding_forward_kernel(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, std::int64_t n, int Tn,
+                                         int C, int pos0) {
+  HET_GRID_STRIDE(i, n) {
+    const std::int64_t row = i / C;
+    const int c = int(i % C);
+    float x = load(wte, std::int64_t(tokens[row]) * C + c);
+    if (wpe) x += load(wpe, std::int64_t(pos0 + row % Tn) * C + c);
+    store(out, i, x);
+  }
+}
+__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const bf16* dout, const int* tokens, std::int64_t n, int Tn,
+                                          int C, int pos0) {
+  HET_GRID_STRIDE(i, n) {
+    const std::int64_t row = i / C;
+    const int c = int(i % C);
+    const float d = load(dout, i);
+    atomicAdd(dwte + std::int64_t(tokens[row]) * C + c, d);
+    if (dwpe) atomicAdd(dwpe + std::int64_t(pos0 + row % Tn) * C + c, d);
+  }
+}
+
+// ---- cross-entropy: one block per row --------------------------------------------------
+__global__ void crossentropy_kernel(bf16* dlogits, float* losses, const bf16* logits, const int* targets, int V, float scale) {
+  const std::int64_t row = blockIdx.x;
+  const bf16* l = logits + row * V;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += kThreads) mx = fmaxf(mx, load(l, i));
+  mx = block_max(mx);
+  float sum = 0;
+  for (int i = threadIdx.x; i < V; i += kThreads) sum += expf(load(l, i) - mx);
+  sum = block_sum(sum);
+  const int target = targets[row];
+  if (threadIdx.x == 0) losses[row] = -(load(l, target) - mx - logf(sum));
+  if (dlogits)
+    for (int i = threadIdx.x; i < V; i += kThreads)
+      store(dlogits, row * V + i, (expf(load(l, i) - mx) / sum - (i == target ? 1.f : 0.f)) * scale);
+}
+
+// One thread per output column, a loop over rows (columns are contiguous across threads).
+__global__ void bias_backward_kernel(float* db, const bf16* dout, int N, int OC) {
+  const int oc = blockIdx.x * kThreads + threadIdx.x;
+  if (oc >= OC) return;
+  float s = 0;
+  for (int n = 0; n < N; ++n) s += load(dout, std::int64_t(n) * OC + oc);
+  db[oc] += s;
+}
+
+__global__ void add_inplace_kernel(bf16* x, const bf16* y, std::int64_t n) {
+  HET_GRID_STRIDE(i, n) store(x, i, load(x, i) + load(y, i));
+}
+__global__ void to_bf16_kernel(bf16* out, const float* in, std::int64_t n) {
+  HET_GRID_STRIDE(i, n) store(out, i, in[i]);
+}
+__global__ void to_float_kernel(float* out, const bf16* in, std::int64_t n) {
+  HET_GRID_STRIDE(i, n) out[i] = load(in, i);
+}
+
+__global__ void adamw_kernel(float* value, const float* grad, float* mom1, float* mom2, std::int64_t n, AdamWArgs o, float c1,
+                             float c2) {
+  HET_GRID_STRIDE(i, n) {
+    const float g = grad[i];
+    const float m = o.beta1 * mom1[i] + (1 - o.beta1) * g;
+    const float v = o.beta2 * mom2[i] + (1 - o.beta2) * g * g;
+    mom1[i] = m, mom2[i] = v;
+    const float update = (m / c1) / (sqrtf(v / c2) + o.eps) + (o.decay ? o.weight_decay * value[i] : 0.f);
+    value[i] -= o.lr * update;
+  }
+}
+
+__global__ void sum_squares_kernel(float* sum, const float* x, std::int64_t n) {
+  float s = 0;
+  HET_GRID_STRIDE(i, n) s += x[i] * x[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) atomicAdd(sum, s);
+}
+
+}  // namespace
+
+void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int N, int C,
+                       cudaStream_t stream) {
+  if (N > 0) layernorm_forward_kernel<<<N, kThreads, 0, stream>>>(out, mean, rstd, inp, w, b, C);
+}
+void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
+                        const float* rstd, int N, int C, cudaStream_t stream) {
+  if (N > 0) layernorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, C);
+}
+void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C, cudaStream_t stream) {
+  if (N > 0) rmsnorm_forward_kernel<<<N, kThreads, 0, stream>>>(out, rstd, inp, w, C);
+}
+void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd, int N, int C,
+                      cudaStream_t stream) {
+  if (N > 0) rmsnorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dw, dout, inp, w, rstd, C);
+}
+void gelu_forward(bf16* out, const bf16* inp, std::int64_t n, cudaStream_t stream) {
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
+}
+void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, std::int64_t n, cudaStream_t stream) {
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dinp, inp, dout, n);
+}
+void swiglu_forward(bf16* out, const bf16* gate, const bf16* up, std::int64_t n, cudaStream_t stream) {
+  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, gate, up, n);
+}
+void swiglu_backward(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, std::int64_t n,
+                     cudaStream_t stream) {
+  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dgate, dup, dout, gate, up, n);
+}
+template <class T>
+void rope_forward(T* x, int B, int Tn, int H, int D, int pos0, cudaStream_t stream) {
+  const std::int64_t pairs = std::int64_t(B) * Tn * H * (D / 2);
+  rope_kernel<<<blocks_for(pairs), kThreads, 0, stream>>>(x, pairs, Tn, H, D, pos0, 1.f);
+}
+template <class T>
+void rope_backward(T* dx, int B, int Tn, int H, int D, int pos0, cudaStream_t stream) {
+  const std::int64_t pairs = std::int64_t(B) * Tn * H * (D / 2);
+  rope_kernel<<<blocks_for(pairs), kThreads, 0, stream>>>(dx, pairs, Tn, H, D, pos0, -1.f);  // orthogonal: transpose = inverse
+}
+template void rope_forward<bf16>(bf16*, int, int, int, int, int, cudaStream_t);
+template void rope_forward<float>(float*, int, int, int, int, int, cudaStream_t);
+template void rope_backward<bf16>(bf16*, int, int, int, int, int, cudaStream_t);
+template void rope_backward<float>(float*, int, int, int, int, int, cudaStream_t);
+
+void attention_forward(bf16* out, float* att, const bf16* q, const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H,
+                       int KH, int D, cudaStream_t stream) {
+  const std::size_t shared = std::size_t(Tk) * sizeof(float);
+  if (shared > 48 * 1024) cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+  attention_forward_kernel<<<dim3(Tq, H, B), kThreads, shared, stream>>>(out, att, q, k, v, Tq, Tk, q0, H, KH, D,
+                                                                         1.f / sqrtf(float(D)));
+}
+void attention_backward(float* dq, float* dk, float* dv, const bf16* dout, const float* att, const bf16* q, const bf16* k,
+                        const bf16* v, int B, int Tq, int Tk, int q0, int H, int KH, int D, cudaStream_t stream) {
+  const std::size_t shared = std::size_t(Tk) * sizeof(float);
+  if (shared > 48 * 1024) cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+  attention_backward_kernel<<<dim3(Tq, H, B), kThreads, shared, stream>>>(dq, dk, dv, dout, att, q, k, v, Tq, Tk, q0, H, KH, D,
+                                                                          1.f / sqrtf(float(D)));
+}
+void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int N, int Tn, int C, int pos0,
+                       cudaStream_t stream) {
+  const std::int64_t n = std::int64_t(N) * C;
+  embedding_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, tokens, wte, wpe, n, Tn, C, pos0);
+}
+void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int* tokens, int N, int Tn, int C, int pos0,
+                        cudaStream_t stream) {
+  const std::int64_t n = std::int64_t(N) * C;
+  embedding_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dwte, dwpe, dout, tokens, n, Tn, C, pos0);
+}
+void crossentropy_forward_backward(bf16* dlogits, float* losses, const bf16* logits, const int* targets, int N, int V, float scale,
+                                   cudaStream_t stream) {
+  if (N > 0) crossentropy_kernel<<<N, kThreads, 0, stream>>>(dlogits, losses, logits, targets, V, scale);
+}
+void bias_backward(float* db, const bf16* dout, int N, int OC, cudaStream_t stream) {
+  bias_backward_kernel<<<(OC + kThreads - 1) / kThreads, kThreads, 0, stream>>>(db, dout, N, OC);
+}
+void add_inplace(bf16* x, const bf16* y, std::int64_t n, cudaStream_t stream) {
+  add_inplace_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+}
+void to_bf16(bf16* out, const float* in, std::int64_t n, cudaStream_t stream) {
+  to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+}
+void to_float(float* out, const bf16* in, std::int64_t n, cudaStream_t stream) {
+  to_float_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+}
+void adamw_update(float* value, const float* grad, float* m, float* v, std::int64_t n, const AdamWArgs& a, cudaStream_t stream) {
+  const float c1 = float(1 - std::pow(double(a.beta1), a.step)), c2 = float(1 - std::pow(double(a.beta2), a.step));
+  adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(value, grad, m, v, n, a, c1, c2);
+}
+void sum_squares(float* sum, const float* x, std::int64_t n, cudaStream_t stream) {
+  sum_squares_kernel<<<blocks_for(n), kThreads, 0, stream>>>(sum, x, n);
+}
+
+}  // namespace het::cuda

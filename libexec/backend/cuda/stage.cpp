@@ -1,0 +1,372 @@
+// The CUDA backend's Stage: the GPT and Llama blocks of model/block.cpp, the embedding and the
+// head of model/stage.cpp, in bf16 on the device (cuda_backend.hpp states the contract).
+// The fp32 master parameters live in a model::StageModel<float> used only as their holder, so
+// names, order and initial values are those of the CPU backend by construction.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/device.hpp"
+#include "backend/cuda/gemm.hpp"
+#include "backend/cuda/kernels.hpp"
+#include "model/stage.hpp"
+
+namespace het::backend {
+
+namespace {
+
+using cuda::bf16;
+template <class T>
+using Buf = cuda::DeviceBuffer<T>;
+
+// One parameter: the host master (owned by the StageModel), its bf16 device copy and fp32 gradient.
+struct DeviceParam {
+  model::Param<float>* host = nullptr;
+  Buf<bf16> value;
+  Buf<float> grad;
+};
+
+// One layer's activations of one micro-batch (as model::BlockActs, on the device).
+struct LayerActs {
+  Buf<bf16> x, ln1, q, k, v, att_out, x2, ln2, fc, h, up;
+  Buf<float> ln1_mean, ln1_rstd, att, ln2_mean, ln2_rstd;
+};
+
+struct Acts {
+  int B = 0;
+  Buf<int> tokens, targets;
+  std::vector<LayerActs> layers;
+  Buf<bf16> head_in, normed, logits;
+  Buf<float> mean, rstd;
+};
+
+class CudaStage final : public Stage {
+ public:
+  explicit CudaStage(const StageSpec& s)
+      : s_(model::Shape::of(s.model)), first_(s.first), last_(s.last), gemm_(stream_.get()),
+        host_(s.model, s.first, s.last, s.tp_rank, s.tp, s.seed) {
+    if (s.tp != 1 || s.comm.cp != 1)
+      throw std::invalid_argument("the CUDA backend runs tp = 1 and cp = 1 only for now (got tp = " + std::to_string(s.tp) +
+                                  ", cp = " + std::to_string(s.comm.cp) + ")");
+    if (s_.D > 256) throw std::invalid_argument("the CUDA attention kernel takes head dimensions up to 256, got " + std::to_string(s_.D));
+    for (auto* p : host_.params()) {
+      index_[p->name] = params_.size();
+      params_.push_back({p, Buf<bf16>(stream(), p->value.size()), Buf<float>(stream(), p->value.size())});
+    }
+    zero_grad();
+  }
+
+  std::vector<float> forward(int mb, int B, const int* tokens, const float* x, const int* targets, double* loss_sum) override {
+    const int N = B * s_.T, C = s_.C;
+    Acts& a = in_flight_[mb];
+    a = Acts{};
+    a.B = B;
+    Buf<bf16> cur(stream(), std::size_t(N) * C);
+    if (first_ == 0) {
+      a.tokens = upload(tokens, std::size_t(N));
+      const DeviceParam* wpe = find("wpe");
+      cuda::embedding_forward(cur.get(), a.tokens.get(), p("wte"), wpe ? wpe->value.get() : nullptr, N, s_.T, C, 0, stream());
+    } else {
+      upload_bf16(cur.get(), x, std::size_t(N) * C);
+    }
+    for (int u = std::max(first_, 1); u <= std::min(last_, s_.L); ++u) {
+      a.layers.emplace_back();
+      cur = layer_forward(u - 1, std::move(cur), B, a.layers.back());
+    }
+    if (last_ != s_.L + 1) {
+      std::vector<float> out = download(cur.get(), std::size_t(N) * C);
+      cuda::check(cudaStreamSynchronize(stream()), "the forward of a stage");
+      return out;
+    }
+    // Head: final norm, logits against wte (tied, gpt) or wout, cross-entropy.
+    a.targets = upload(targets, std::size_t(N));
+    a.head_in = std::move(cur);
+    a.normed = Buf<bf16>(stream(), std::size_t(N) * C), a.mean = Buf<float>(stream(), N), a.rstd = Buf<float>(stream(), N);
+    norm_forward(a.normed.get(), a.mean.get(), a.rstd.get(), a.head_in.get(), "lnf_w", "lnf_b", N);
+    a.logits = Buf<bf16>(stream(), std::size_t(N) * s_.V);
+    gemm_.forward(a.logits.get(), a.normed.get(), p(head_weight()), nullptr, nullptr, N, C, s_.V);
+    Buf<float> losses(stream(), N);
+    cuda::crossentropy_forward_backward(nullptr, losses.get(), a.logits.get(), a.targets.get(), N, s_.V, 0.f, stream());
+    std::vector<float> host(losses.size());
+    cuda::check(cudaMemcpyAsync(host.data(), losses.get(), losses.bytes(), cudaMemcpyDeviceToHost, stream()), "copying losses");
+    cuda::check(cudaStreamSynchronize(stream()), "the forward of the last stage");
+    double sum = 0;
+    for (float l : host) sum += l;
+    *loss_sum = sum;
+    return {};
+  }
+
+  std::vector<float> backward(int mb, const float* dy, double loss_scale) override {
+    auto it = in_flight_.find(mb);
+    if (it == in_flight_.end()) throw std::logic_error("backward of micro-batch " + std::to_string(mb) + " without its forward");
+    Acts& a = it->second;
+    const int N = a.B * s_.T, C = s_.C;
+    Buf<bf16> cur(stream(), std::size_t(N) * C);
+    if (last_ == s_.L + 1) {
+      Buf<bf16> dlogits(stream(), std::size_t(N) * s_.V);
+      Buf<float> losses(stream(), N);
+      cuda::crossentropy_forward_backward(dlogits.get(), losses.get(), a.logits.get(), a.targets.get(), N, s_.V, float(loss_scale),
+                                          stream());
+      const char* w = head_weight();
+      Buf<bf16> dnormed(stream(), std::size_t(N) * C);
+      gemm_.backward_input(dnormed.get(), dlogits.get(), p(w), N, C, s_.V, false);
+      gemm_.backward_weight(g(w), dlogits.get(), a.normed.get(), N, C, s_.V);
+      zero(cur);
+      norm_backward(cur.get(), dnormed.get(), a.head_in.get(), a.mean.get(), a.rstd.get(), "lnf_w", "lnf_b", N);
+    } else {
+      upload_bf16(cur.get(), dy, std::size_t(N) * C);
+    }
+    for (int u = std::min(last_, s_.L); u >= std::max(first_, 1); --u)
+      cur = layer_backward(u - 1, cur.get(), a.layers[std::size_t(u - std::max(first_, 1))]);
+    std::vector<float> dx;
+    if (first_ == 0) {
+      const DeviceParam* wpe = find("wpe");
+      cuda::embedding_backward(g("wte"), wpe ? wpe->grad.get() : nullptr, cur.get(), a.tokens.get(), N, s_.T, C, 0, stream());
+    } else {
+      dx = download(cur.get(), std::size_t(N) * C);
+    }
+    for (auto& q : params_)
+      cuda::check(cudaMemcpyAsync(q.host->grad.data(), q.grad.get(), q.grad.bytes(), cudaMemcpyDeviceToHost, stream()),
+                  "copying the gradient of " + q.host->name);
+    cuda::check(cudaStreamSynchronize(stream()), "the backward of a stage");
+    in_flight_.erase(it);
+    return dx;
+  }
+
+  std::vector<model::Param<float>*> params() override { return host_.params(); }
+
+  // Zeroes the gradients (device and host) and brings the host's master values to the device.
+  void zero_grad() override {
+    for (auto& q : params_) {
+      std::fill(q.host->grad.begin(), q.host->grad.end(), 0.f);
+      cuda::check(cudaMemsetAsync(q.grad.get(), 0, q.grad.bytes(), stream()), "clearing the gradient of " + q.host->name);
+      upload_bf16(q.value.get(), q.host->value.data(), q.host->value.size());
+    }
+    cuda::check(cudaStreamSynchronize(stream()), "uploading the parameters");
+  }
+
+  std::size_t activation_bytes() const override {
+    std::size_t n = 0;
+    for (const auto& [mb, a] : in_flight_) {
+      n += a.tokens.bytes() + a.targets.bytes() + a.head_in.bytes() + a.normed.bytes() + a.logits.bytes() + a.mean.bytes() + a.rstd.bytes();
+      for (const auto& l : a.layers) {
+        for (const auto* b : {&l.x, &l.ln1, &l.q, &l.k, &l.v, &l.att_out, &l.x2, &l.ln2, &l.fc, &l.h, &l.up}) n += b->bytes();
+        for (const auto* b : {&l.ln1_mean, &l.ln1_rstd, &l.att, &l.ln2_mean, &l.ln2_rstd}) n += b->bytes();
+      }
+    }
+    return n;
+  }
+
+ private:
+  cudaStream_t stream() const { return stream_.get(); }
+  bool gpt() const { return s_.arch == Architecture::gpt; }
+  const char* head_weight() const { return gpt() ? "wte" : "wout"; }
+
+  const DeviceParam* find(const std::string& name) const {
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &params_[it->second];
+  }
+  const DeviceParam& param(const std::string& name) const {
+    const DeviceParam* q = find(name);
+    if (!q) throw std::logic_error("the CUDA stage holds no parameter " + name);
+    return *q;
+  }
+  const bf16* p(const std::string& name) const { return param(name).value.get(); }
+  float* g(const std::string& name) const { return param(name).grad.get(); }
+  // A bias when the architecture has one (gpt), else null.
+  const bf16* bias(const std::string& name) const { return gpt() ? p(name) : nullptr; }
+
+  template <class T>
+  Buf<T> upload(const T* host, std::size_t n) {
+    Buf<T> d(stream(), n);
+    cuda::check(cudaMemcpyAsync(d.get(), host, d.bytes(), cudaMemcpyHostToDevice, stream()), "copying to the device");
+    return d;
+  }
+  // out[n] (bf16, device) from host fp32, through the staging buffer.
+  void upload_bf16(bf16* out, const float* host, std::size_t n) {
+    if (staging_.size() < n) {
+      cuda::check(cudaStreamSynchronize(stream()), "growing the staging buffer");
+      staging_ = Buf<float>(stream(), n);
+    }
+    cuda::check(cudaMemcpyAsync(staging_.get(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
+    cuda::to_bf16(out, staging_.get(), std::int64_t(n), stream());
+    cuda::check_launch("to_bf16");
+  }
+  std::vector<float> download(const bf16* d, std::size_t n) {
+    if (staging_.size() < n) {
+      cuda::check(cudaStreamSynchronize(stream()), "growing the staging buffer");
+      staging_ = Buf<float>(stream(), n);
+    }
+    cuda::to_float(staging_.get(), d, std::int64_t(n), stream());
+    std::vector<float> host(n);
+    cuda::check(cudaMemcpyAsync(host.data(), staging_.get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
+    cuda::check(cudaStreamSynchronize(stream()), "copying to the host");
+    return host;
+  }
+  template <class T>
+  void zero(Buf<T>& b) {
+    cuda::check(cudaMemsetAsync(b.get(), 0, b.bytes(), stream()), "clearing a buffer");
+  }
+
+  // LayerNorm (gpt) or RMSNorm (llama) of x[N,C]; mean is unused for RMSNorm.
+  void norm_forward(bf16* out, float* mean, float* rstd, const bf16* x, const std::string& w, const std::string& b, int N) {
+    if (gpt()) cuda::layernorm_forward(out, mean, rstd, x, p(w), p(b), N, s_.C, stream());
+    else cuda::rmsnorm_forward(out, rstd, x, p(w), N, s_.C, stream());
+  }
+  void norm_backward(bf16* dx, const bf16* dout, const bf16* x, const float* mean, const float* rstd, const std::string& w,
+                     const std::string& b, int N) {
+    if (gpt()) cuda::layernorm_backward(dx, g(w), g(b), dout, x, p(w), mean, rstd, N, s_.C, stream());
+    else cuda::rmsnorm_backward(dx, g(w), dout, x, p(w), rstd, N, s_.C, stream());
+  }
+
+  // model::Block::forward on the device: y[B,T,C] from x (kept in acts.x).
+  Buf<bf16> layer_forward(int layer, Buf<bf16> x, int B, LayerActs& a) {
+    const std::string l = "layer" + std::to_string(layer) + ".";
+    const int T = s_.T, N = B * T, C = s_.C, D = s_.D, H = s_.H, KH = s_.KH, F = s_.F, QD = H * D, KD = KH * D;
+    const std::size_t n = std::size_t(N);
+    a.x = std::move(x);
+    a.ln1 = Buf<bf16>(stream(), n * C), a.ln1_mean = Buf<float>(stream(), n), a.ln1_rstd = Buf<float>(stream(), n);
+    norm_forward(a.ln1.get(), a.ln1_mean.get(), a.ln1_rstd.get(), a.x.get(), l + "ln1_w", l + "ln1_b", N);
+    a.q = Buf<bf16>(stream(), n * QD), a.k = Buf<bf16>(stream(), n * KD), a.v = Buf<bf16>(stream(), n * KD);
+    gemm_.forward(a.q.get(), a.ln1.get(), p(l + "wq"), bias(l + "bq"), nullptr, N, C, QD);
+    gemm_.forward(a.k.get(), a.ln1.get(), p(l + "wk"), bias(l + "bk"), nullptr, N, C, KD);
+    gemm_.forward(a.v.get(), a.ln1.get(), p(l + "wv"), bias(l + "bv"), nullptr, N, C, KD);
+    if (!gpt()) {
+      cuda::rope_forward(a.q.get(), B, T, H, D, 0, stream());
+      cuda::rope_forward(a.k.get(), B, T, KH, D, 0, stream());
+    }
+    a.att = Buf<float>(stream(), std::size_t(B) * H * T * T), a.att_out = Buf<bf16>(stream(), n * QD);
+    cuda::attention_forward(a.att_out.get(), a.att.get(), a.q.get(), a.k.get(), a.v.get(), B, T, T, 0, H, KH, D, stream());
+    a.x2 = Buf<bf16>(stream(), n * C);  // x2 = x + att_out · wo^T (+ bo)
+    gemm_.forward(a.x2.get(), a.att_out.get(), p(l + "wo"), bias(l + "bo"), a.x.get(), N, QD, C);
+    a.ln2 = Buf<bf16>(stream(), n * C), a.ln2_mean = Buf<float>(stream(), n), a.ln2_rstd = Buf<float>(stream(), n);
+    norm_forward(a.ln2.get(), a.ln2_mean.get(), a.ln2_rstd.get(), a.x2.get(), l + "ln2_w", l + "ln2_b", N);
+    a.fc = Buf<bf16>(stream(), n * F), a.h = Buf<bf16>(stream(), n * F);
+    gemm_.forward(a.fc.get(), a.ln2.get(), p(l + (gpt() ? "wfc" : "wgate")), bias(l + "bfc"), nullptr, N, C, F);
+    if (gpt()) {
+      cuda::gelu_forward(a.h.get(), a.fc.get(), std::int64_t(n) * F, stream());
+    } else {
+      a.up = Buf<bf16>(stream(), n * F);
+      gemm_.forward(a.up.get(), a.ln2.get(), p(l + "wup"), nullptr, nullptr, N, C, F);
+      cuda::swiglu_forward(a.h.get(), a.fc.get(), a.up.get(), std::int64_t(n) * F, stream());
+    }
+    Buf<bf16> y(stream(), n * C);  // y = x2 + h · w2^T (+ b2)
+    gemm_.forward(y.get(), a.h.get(), p(l + (gpt() ? "wproj" : "wdown")), bias(l + "bproj"), a.x2.get(), N, F, C);
+    cuda::check_launch("the forward of layer " + std::to_string(layer));
+    return y;
+  }
+
+  // model::Block::backward on the device: dx[B,T,C] from dy; accumulates the parameter gradients.
+  Buf<bf16> layer_backward(int layer, const bf16* dy, const LayerActs& a) {
+    const std::string l = "layer" + std::to_string(layer) + ".";
+    const int B = int(a.x.size() / std::size_t(s_.T) / std::size_t(s_.C));
+    const int T = s_.T, N = B * T, C = s_.C, D = s_.D, H = s_.H, KH = s_.KH, F = s_.F, QD = H * D, KD = KH * D;
+    const std::size_t n = std::size_t(N);
+    const std::string w1 = l + (gpt() ? "wfc" : "wgate"), w2 = l + (gpt() ? "wproj" : "wdown");
+    // MLP: y = x2 + w2 · h (+ b2); dx2 starts as the residual's share, dy.
+    Buf<bf16> dx2(stream(), n * C);
+    cuda::check(cudaMemcpyAsync(dx2.get(), dy, dx2.bytes(), cudaMemcpyDeviceToDevice, stream()), "copying a gradient");
+    if (gpt()) cuda::bias_backward(g(l + "bproj"), dy, N, C, stream());
+    Buf<bf16> dh(stream(), n * F), dfc(stream(), n * F), dln2(stream(), n * C);
+    gemm_.backward_input(dh.get(), dy, p(w2), N, F, C, false);
+    gemm_.backward_weight(g(w2), dy, a.h.get(), N, F, C);
+    if (gpt()) {
+      cuda::gelu_backward(dfc.get(), a.fc.get(), dh.get(), std::int64_t(n) * F, stream());
+    } else {
+      Buf<bf16> dup(stream(), n * F);
+      cuda::swiglu_backward(dfc.get(), dup.get(), dh.get(), a.fc.get(), a.up.get(), std::int64_t(n) * F, stream());
+      gemm_.backward_input(dln2.get(), dup.get(), p(l + "wup"), N, C, F, false);
+      gemm_.backward_weight(g(l + "wup"), dup.get(), a.ln2.get(), N, C, F);
+    }
+    gemm_.backward_input(dln2.get(), dfc.get(), p(w1), N, C, F, !gpt());
+    gemm_.backward_weight(g(w1), dfc.get(), a.ln2.get(), N, C, F);
+    if (gpt()) cuda::bias_backward(g(l + "bfc"), dfc.get(), N, F, stream());
+    norm_backward(dx2.get(), dln2.get(), a.x2.get(), a.ln2_mean.get(), a.ln2_rstd.get(), l + "ln2_w", l + "ln2_b", N);
+    // Attention: x2 = x + wo · att_out (+ bo)
+    if (gpt()) cuda::bias_backward(g(l + "bo"), dx2.get(), N, C, stream());
+    Buf<bf16> datt_out(stream(), n * QD);
+    gemm_.backward_input(datt_out.get(), dx2.get(), p(l + "wo"), N, QD, C, false);
+    gemm_.backward_weight(g(l + "wo"), dx2.get(), a.att_out.get(), N, QD, C);
+    Buf<float> dqf(stream(), n * QD), dkf(stream(), n * KD), dvf(stream(), n * KD);
+    zero(dqf), zero(dkf), zero(dvf);
+    cuda::attention_backward(dqf.get(), dkf.get(), dvf.get(), datt_out.get(), a.att.get(), a.q.get(), a.k.get(), a.v.get(), B, T, T, 0,
+                             H, KH, D, stream());
+    if (!gpt()) {
+      cuda::rope_backward(dqf.get(), B, T, H, D, 0, stream());
+      cuda::rope_backward(dkf.get(), B, T, KH, D, 0, stream());
+    }
+    Buf<bf16> dq(stream(), n * QD), dk(stream(), n * KD), dv(stream(), n * KD), dln1(stream(), n * C);
+    cuda::to_bf16(dq.get(), dqf.get(), std::int64_t(n) * QD, stream());
+    cuda::to_bf16(dk.get(), dkf.get(), std::int64_t(n) * KD, stream());
+    cuda::to_bf16(dv.get(), dvf.get(), std::int64_t(n) * KD, stream());
+    const std::pair<const char*, std::pair<const bf16*, int>> qkv[] = {
+        {"q", {dq.get(), QD}}, {"k", {dk.get(), KD}}, {"v", {dv.get(), KD}}};
+    bool accumulate = false;
+    for (const auto& [name, d] : qkv) {
+      gemm_.backward_input(dln1.get(), d.first, p(l + "w" + name), N, C, d.second, accumulate);
+      gemm_.backward_weight(g(l + "w" + name), d.first, a.ln1.get(), N, C, d.second);
+      if (gpt()) cuda::bias_backward(g(l + "b" + name), d.first, N, d.second, stream());
+      accumulate = true;
+    }
+    // dx = dx2 + the first norm's input gradient (into dx2's buffer, which is returned).
+    norm_backward(dx2.get(), dln1.get(), a.x.get(), a.ln1_mean.get(), a.ln1_rstd.get(), l + "ln1_w", l + "ln1_b", N);
+    cuda::check_launch("the backward of layer " + std::to_string(layer));
+    return dx2;
+  }
+
+  model::Shape s_;
+  int first_, last_;
+  cuda::Stream stream_;
+  cuda::Gemm gemm_;
+  model::StageModel<float> host_;  // the fp32 master parameters (host mirrors); its own kernels never run
+  std::vector<DeviceParam> params_;
+  std::unordered_map<std::string, std::size_t> index_;
+  std::map<int, Acts> in_flight_;
+  Buf<float> staging_;  // fp32 host <-> device staging, grown as needed
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, std::string name) : device_(device), name_(std::move(name)) {}
+  std::string name() const override { return "cuda"; }
+  std::string describe() const override { return "cuda (device " + std::to_string(device_) + ": " + name_ + ", bf16)"; }
+  std::unique_ptr<Stage> make_stage(const StageSpec& spec) override {
+    cuda::check(cudaSetDevice(device_), "cudaSetDevice");
+    // Activations come from the stream-ordered pool; keep freed memory in it across the
+    // synchronisations at every forward/backward instead of returning it to the driver.
+    cudaMemPool_t pool = nullptr;
+    cuda::check(cudaDeviceGetDefaultMemPool(&pool, device_), "cudaDeviceGetDefaultMemPool");
+    std::uint64_t keep = UINT64_MAX;
+    cuda::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+    return std::make_unique<CudaStage>(spec);
+  }
+
+ private:
+  int device_;
+  std::string name_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> open_cuda() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) return Diagnostic{"", 0, 0, "backend", std::string("no CUDA device: ") + cudaGetErrorString(err)};
+  if (count == 0) return Diagnostic{"", 0, 0, "backend", "no CUDA device: the CUDA runtime sees none"};
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return Diagnostic{"", 0, 0, "backend", "no CUDA device: cannot query the current device"};
+  if (prop.major < 8)
+    return Diagnostic{"", 0, 0, "backend",
+                      std::string("no CUDA device: ") + prop.name + " (compute capability " + std::to_string(prop.major) + "." +
+                          std::to_string(prop.minor) + ") has no bf16 tensor cores; the CUDA backend needs 8.0 or newer"};
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(device, prop.name));
+}
+
+}  // namespace het::backend

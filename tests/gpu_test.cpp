@@ -1,0 +1,413 @@
+// The CUDA backend against the CPU one (ctest -L gpu): every kernel of backend/cuda/kernels.hpp
+// against its model/ops.hpp twin on random data, the cuBLASLt GEMMs against matmul_forward/
+// backward, and a one-stage GPT and Llama forward+backward against model::StageModel<float>.
+// Inputs are rounded to bf16 first, so the CPU computes on exactly what the GPU reads; outputs
+// the GPU overwrites are poisoned with NaN before each run. Without a CUDA device the program
+// exits 77, which ctest reports as skipped (SKIP_RETURN_CODE).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/device.hpp"
+#include "backend/cuda/gemm.hpp"
+#include "backend/cuda/kernels.hpp"
+#include "model/ops.hpp"
+#include "model/params.hpp"
+#include "model/stage.hpp"
+
+namespace {
+
+using het::cuda::bf16;
+using het::cuda::check;
+template <class T>
+using Buf = het::cuda::DeviceBuffer<T>;
+using Vec = std::vector<float>;
+
+// Round to the nearest bf16 (ties to even), as __float2bfloat16 does.
+float round_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+Vec random(std::size_t n, std::uint32_t seed, float scale = 1.f, bool bf = true) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  Vec v(n);
+  for (auto& x : v) x = bf ? round_bf16(u(g)) : u(g);
+  return v;
+}
+
+// One stream per test; everything runs on it (a non-blocking stream does not wait for the
+// legacy default one), and the helpers below return after their copies are done.
+struct Gpu {
+  het::cuda::Stream stream;
+  cudaStream_t s() const { return stream.get(); }
+
+  Buf<float> f32(const Vec& h) {
+    Buf<float> d(h.size());
+    check(cudaMemcpyAsync(d.get(), h.data(), d.bytes(), cudaMemcpyHostToDevice, s()), "test upload");
+    sync();
+    return d;
+  }
+  Buf<bf16> b16(const Vec& h) {
+    Buf<float> f = f32(h);
+    Buf<bf16> d(h.size());
+    het::cuda::to_bf16(d.get(), f.get(), std::int64_t(h.size()), s());
+    sync();
+    return d;
+  }
+  template <class T>
+  Buf<T> poisoned(std::size_t n) {  // all bits set: NaN in fp32 and bf16
+    Buf<T> d(n);
+    check(cudaMemsetAsync(d.get(), 0xFF, d.bytes(), s()), "test poison");
+    return d;
+  }
+  Vec host(const Buf<float>& d) {
+    sync();
+    Vec h(d.size());
+    check(cudaMemcpyAsync(h.data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost, s()), "test download");
+    check(cudaStreamSynchronize(s()), "test download");
+    return h;
+  }
+  Vec host(const Buf<bf16>& d) {
+    Buf<float> f(d.size());
+    het::cuda::to_float(f.get(), d.get(), std::int64_t(d.size()), s());
+    return host(f);
+  }
+  void sync() {
+    het::cuda::check_launch("a test kernel");
+    check(cudaStreamSynchronize(s()), "test sync");
+  }
+};
+
+// max |got - want| / max |want|; NaN anywhere fails.
+double rel_error(const Vec& got, const Vec& want) {
+  REQUIRE(got.size() == want.size());
+  double err = 0, scale = 1e-12;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    err = std::max(err, double(std::fabs(got[i] - want[i])));
+    scale = std::max(scale, double(std::fabs(want[i])));
+  }
+  return err / scale;
+}
+#define CHECK_CLOSE(got, want, tol) CHECK(rel_error(got, want) <= (tol))
+
+constexpr double kBf16 = 2e-2;  // a few bf16 ulps (2^-8) of the largest value
+
+}  // namespace
+
+TEST_CASE("LayerNorm and RMSNorm match the CPU kernels", "[kernels]") {
+  Gpu g;
+  const int N = 37, C = 320;
+  const Vec x = random(std::size_t(N) * C, 1), w = random(C, 2), b = random(C, 3), dout = random(std::size_t(N) * C, 4);
+  const Vec dinp0 = random(std::size_t(N) * C, 5), dw0 = random(C, 6, 1, false), db0 = random(C, 7, 1, false);
+  auto dx = g.b16(x), dwt = g.b16(w), dbs = g.b16(b), ddout = g.b16(dout);
+  {  // LayerNorm
+    Vec out(x.size()), mean(N), rstd(N), dinp = dinp0, dw = dw0, db = db0;
+    het::model::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    het::model::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    auto gout = g.poisoned<bf16>(x.size());
+    auto gmean = g.poisoned<float>(N), grstd = g.poisoned<float>(N);
+    het::cuda::layernorm_forward(gout.get(), gmean.get(), grstd.get(), dx.get(), dwt.get(), dbs.get(), N, C, g.s());
+    CHECK_CLOSE(g.host(gout), out, kBf16);
+    CHECK_CLOSE(g.host(gmean), mean, 1e-5);
+    CHECK_CLOSE(g.host(grstd), rstd, 1e-4);
+    auto gdinp = g.b16(dinp0);
+    auto gdw = g.f32(dw0), gdb = g.f32(db0);
+    het::cuda::layernorm_backward(gdinp.get(), gdw.get(), gdb.get(), ddout.get(), dx.get(), dwt.get(), gmean.get(), grstd.get(), N, C, g.s());
+    CHECK_CLOSE(g.host(gdinp), dinp, kBf16);
+    CHECK_CLOSE(g.host(gdw), dw, 1e-4);
+    CHECK_CLOSE(g.host(gdb), db, 1e-4);
+  }
+  {  // RMSNorm
+    Vec out(x.size()), rstd(N), dinp = dinp0, dw = dw0;
+    het::model::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C);
+    het::model::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    auto gout = g.poisoned<bf16>(x.size());
+    auto grstd = g.poisoned<float>(N);
+    het::cuda::rmsnorm_forward(gout.get(), grstd.get(), dx.get(), dwt.get(), N, C, g.s());
+    CHECK_CLOSE(g.host(gout), out, kBf16);
+    CHECK_CLOSE(g.host(grstd), rstd, 1e-4);
+    auto gdinp = g.b16(dinp0);
+    auto gdw = g.f32(dw0);
+    het::cuda::rmsnorm_backward(gdinp.get(), gdw.get(), ddout.get(), dx.get(), dwt.get(), grstd.get(), N, C, g.s());
+    CHECK_CLOSE(g.host(gdinp), dinp, kBf16);
+    CHECK_CLOSE(g.host(gdw), dw, 1e-4);
+  }
+}
+
+TEST_CASE("GELU and SwiGLU match the CPU kernels", "[kernels]") {
+  Gpu g;
+  const int n = 5000;
+  const Vec a = random(n, 11, 4), b = random(n, 12, 2), d = random(n, 13);
+  auto ga = g.b16(a), gb = g.b16(b), gd = g.b16(d);
+  {
+    Vec out(n), din(n, 0.f);
+    het::model::gelu_forward(out.data(), a.data(), n);
+    het::model::gelu_backward(din.data(), a.data(), d.data(), n);
+    auto gout = g.poisoned<bf16>(n), gdin = g.poisoned<bf16>(n);
+    het::cuda::gelu_forward(gout.get(), ga.get(), n, g.s());
+    het::cuda::gelu_backward(gdin.get(), ga.get(), gd.get(), n, g.s());
+    CHECK_CLOSE(g.host(gout), out, kBf16);
+    CHECK_CLOSE(g.host(gdin), din, kBf16);
+  }
+  {
+    Vec out(n), dgate(n, 0.f), dup(n, 0.f);
+    het::model::swiglu_forward(out.data(), a.data(), b.data(), n);
+    het::model::swiglu_backward(dgate.data(), dup.data(), d.data(), a.data(), b.data(), n);
+    auto gout = g.poisoned<bf16>(n), gdgate = g.poisoned<bf16>(n), gdup = g.poisoned<bf16>(n);
+    het::cuda::swiglu_forward(gout.get(), ga.get(), gb.get(), n, g.s());
+    het::cuda::swiglu_backward(gdgate.get(), gdup.get(), gd.get(), ga.get(), gb.get(), n, g.s());
+    CHECK_CLOSE(g.host(gout), out, kBf16);
+    CHECK_CLOSE(g.host(gdgate), dgate, kBf16);
+    CHECK_CLOSE(g.host(gdup), dup, kBf16);
+  }
+}
+
+TEST_CASE("RoPE matches the CPU kernel in bf16 and fp32", "[kernels]") {
+  Gpu g;
+  const int B = 2, T = 19, H = 3, D = 32, pos0 = 5;
+  const Vec x = random(std::size_t(B) * T * H * D, 21);
+  Vec fwd = x, bwd = x;
+  het::model::rope_forward(fwd.data(), B, T, H, D, pos0);
+  het::model::rope_backward(bwd.data(), B, T, H, D, pos0);
+  auto gx = g.b16(x);
+  het::cuda::rope_forward(gx.get(), B, T, H, D, pos0, g.s());
+  CHECK_CLOSE(g.host(gx), fwd, kBf16);
+  auto gf = g.f32(x);
+  het::cuda::rope_backward(gf.get(), B, T, H, D, pos0, g.s());
+  CHECK_CLOSE(g.host(gf), bwd, 1e-5);
+}
+
+TEST_CASE("grouped-query causal attention matches the CPU kernel", "[kernels]") {
+  Gpu g;
+  struct Case { int B, Tq, Tk, q0, H, KH, D; };
+  for (const Case c : {Case{2, 33, 33, 0, 4, 2, 32}, Case{1, 16, 40, 24, 6, 3, 64}, Case{2, 8, 8, 0, 2, 2, 16}}) {
+    INFO("Tq " << c.Tq << " Tk " << c.Tk << " q0 " << c.q0 << " H " << c.H << " KH " << c.KH << " D " << c.D);
+    const std::size_t nq = std::size_t(c.B) * c.Tq * c.H * c.D, nk = std::size_t(c.B) * c.Tk * c.KH * c.D;
+    const Vec q = random(nq, 31), k = random(nk, 32), v = random(nk, 33), dout = random(nq, 34);
+    Vec out(nq), att(std::size_t(c.B) * c.H * c.Tq * c.Tk), dq(nq, 0.f), dk(nk, 0.f), dv(nk, 0.f);
+    het::model::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), c.B, c.Tq, c.Tk, c.q0, c.H, c.KH, c.D);
+    het::model::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(), v.data(), c.B, c.Tq,
+                                   c.Tk, c.q0, c.H, c.KH, c.D);
+    auto gq = g.b16(q), gk = g.b16(k), gv = g.b16(v), gdout = g.b16(dout);
+    auto gout = g.poisoned<bf16>(nq);
+    auto gatt = g.poisoned<float>(att.size());
+    het::cuda::attention_forward(gout.get(), gatt.get(), gq.get(), gk.get(), gv.get(), c.B, c.Tq, c.Tk, c.q0, c.H, c.KH, c.D, g.s());
+    CHECK_CLOSE(g.host(gout), out, kBf16);
+    CHECK_CLOSE(g.host(gatt), att, 1e-4);
+    auto gdq = g.f32(Vec(nq, 0.f)), gdk = g.f32(Vec(nk, 0.f)), gdv = g.f32(Vec(nk, 0.f));
+    het::cuda::attention_backward(gdq.get(), gdk.get(), gdv.get(), gdout.get(), gatt.get(), gq.get(), gk.get(), gv.get(), c.B, c.Tq,
+                                  c.Tk, c.q0, c.H, c.KH, c.D, g.s());
+    CHECK_CLOSE(g.host(gdq), dq, 1e-3);
+    CHECK_CLOSE(g.host(gdk), dk, 1e-3);
+    CHECK_CLOSE(g.host(gdv), dv, 1e-3);
+  }
+}
+
+TEST_CASE("embedding, cross-entropy and the bias gradient match the CPU kernels", "[kernels]") {
+  Gpu g;
+  const int B = 2, T = 24, N = B * T, C = 64, V = 300, pos0 = 8;
+  std::vector<int> tokens(N), targets(N);
+  for (int i = 0; i < N; ++i) tokens[std::size_t(i)] = (i * 37 + 5) % V, targets[std::size_t(i)] = (i * 11 + 3) % V;
+  Buf<int> gtok(tokens.size()), gtgt(targets.size());
+  check(cudaMemcpyAsync(gtok.get(), tokens.data(), gtok.bytes(), cudaMemcpyHostToDevice, g.s()), "tokens");
+  check(cudaMemcpyAsync(gtgt.get(), targets.data(), gtgt.bytes(), cudaMemcpyHostToDevice, g.s()), "targets");
+  g.sync();
+  {
+    const Vec wte = random(std::size_t(V) * C, 41), wpe = random(std::size_t(T + pos0) * C, 42), dout = random(std::size_t(N) * C, 43);
+    Vec out(std::size_t(N) * C), dwte(wte.size(), 0.f), dwpe(wpe.size(), 0.f);
+    het::model::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), N, T, C, pos0);
+    het::model::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), N, T, C, pos0);
+    auto gwte = g.b16(wte), gwpe = g.b16(wpe), gdout = g.b16(dout);
+    auto gout = g.poisoned<bf16>(out.size());
+    het::cuda::embedding_forward(gout.get(), gtok.get(), gwte.get(), gwpe.get(), N, T, C, pos0, g.s());
+    CHECK_CLOSE(g.host(gout), out, kBf16);
+    auto gdwte = g.f32(Vec(wte.size(), 0.f)), gdwpe = g.f32(Vec(wpe.size(), 0.f));
+    het::cuda::embedding_backward(gdwte.get(), gdwpe.get(), gdout.get(), gtok.get(), N, T, C, pos0, g.s());
+    CHECK_CLOSE(g.host(gdwte), dwte, 1e-5);
+    CHECK_CLOSE(g.host(gdwpe), dwpe, 1e-5);
+  }
+  {
+    const Vec logits = random(std::size_t(N) * V, 44, 4);
+    const double scale = 1.0 / N;
+    Vec dlogits(logits.size(), 0.f);
+    const double total = het::model::crossentropy_forward_backward(dlogits.data(), logits.data(), targets.data(), N, V, scale);
+    auto glogits = g.b16(logits);
+    auto gd = g.poisoned<bf16>(logits.size());
+    auto glosses = g.poisoned<float>(std::size_t(N));
+    het::cuda::crossentropy_forward_backward(gd.get(), glosses.get(), glogits.get(), gtgt.get(), N, V, float(scale), g.s());
+    double sum = 0;
+    for (float l : g.host(glosses)) sum += l;
+    CHECK(std::fabs(sum - total) <= 1e-4 * std::fabs(total));
+    CHECK_CLOSE(g.host(gd), dlogits, kBf16);
+  }
+  {
+    const Vec dout = random(std::size_t(N) * 72, 45), db0 = random(72, 46, 1, false);
+    Vec db = db0;
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < 72; ++c) db[std::size_t(c)] += dout[std::size_t(n) * 72 + std::size_t(c)];
+    auto gdout = g.b16(dout);
+    auto gdb = g.f32(db0);
+    het::cuda::bias_backward(gdb.get(), gdout.get(), N, 72, g.s());
+    CHECK_CLOSE(g.host(gdb), db, 1e-5);
+  }
+}
+
+TEST_CASE("AdamW and the squared gradient sum match the CPU", "[kernels]") {
+  Gpu g;
+  const std::size_t n = 10007;
+  const Vec value0 = random(n, 51, 1, false), grad = random(n, 52, 1, false);
+  const Vec m0 = random(n, 53, 0.1f, false);
+  Vec v0 = random(n, 54, 0.1f, false);
+  for (auto& x : v0) x = x * x;
+  Vec value = value0, m = m0, v = v0;
+  const het::model::AdamW opt;
+  het::model::adamw_update(value.data(), grad.data(), m.data(), v.data(), n, opt, 3, true);
+  auto gvalue = g.f32(value0), ggrad = g.f32(grad), gm = g.f32(m0), gv = g.f32(v0);
+  het::cuda::adamw_update(gvalue.get(), ggrad.get(), gm.get(), gv.get(), std::int64_t(n),
+                          {float(opt.lr), float(opt.beta1), float(opt.beta2), float(opt.eps), float(opt.weight_decay), 3, true}, g.s());
+  CHECK_CLOSE(g.host(gvalue), value, 1e-6);
+  CHECK_CLOSE(g.host(gm), m, 1e-6);
+  CHECK_CLOSE(g.host(gv), v, 1e-6);
+  double want = 0;
+  for (float x : grad) want += double(x) * x;
+  auto gsum = g.f32(Vec(1, 0.f));
+  het::cuda::sum_squares(gsum.get(), ggrad.get(), std::int64_t(n), g.s());
+  CHECK(std::fabs(g.host(gsum)[0] - want) <= 1e-4 * want);
+}
+
+TEST_CASE("cuBLASLt GEMMs match matmul_forward and matmul_backward", "[gemm]") {
+  Gpu g;
+  het::cuda::Gemm gemm(g.s());
+  const int N = 96, C = 160, OC = 224;
+  const Vec inp = random(std::size_t(N) * C, 61), w = random(std::size_t(OC) * C, 62), b = random(OC, 63),
+            res = random(std::size_t(N) * OC, 64), dout = random(std::size_t(N) * OC, 65), dinp0 = random(std::size_t(N) * C, 66),
+            dw0 = random(std::size_t(OC) * C, 67, 1, false);
+  auto ginp = g.b16(inp), gw = g.b16(w), gb = g.b16(b), gres = g.b16(res), gdout = g.b16(dout);
+  {  // out = inp·wᵀ + b + residual
+    Vec out(std::size_t(N) * OC);
+    het::model::matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    het::model::add_inplace(out.data(), res.data(), std::int64_t(out.size()));
+    auto gout = g.poisoned<bf16>(out.size());
+    gemm.forward(gout.get(), ginp.get(), gw.get(), gb.get(), gres.get(), N, C, OC);
+    CHECK_CLOSE(g.host(gout), out, kBf16);
+    Vec plain(out.size());
+    het::model::matmul_forward(plain.data(), inp.data(), w.data(), static_cast<const float*>(nullptr), N, C, OC);
+    auto gplain = g.poisoned<bf16>(out.size());
+    gemm.forward(gplain.get(), ginp.get(), gw.get(), nullptr, nullptr, N, C, OC);
+    CHECK_CLOSE(g.host(gplain), plain, kBf16);
+  }
+  {  // dinp = dout·w (overwrite, then +=); dw += doutᵀ·inp
+    Vec dinp(inp.size(), 0.f), dw = dw0;
+    het::model::matmul_backward(dinp.data(), dw.data(), static_cast<float*>(nullptr), dout.data(), inp.data(), w.data(), N, C, OC);
+    auto gdinp = g.poisoned<bf16>(inp.size());
+    gemm.backward_input(gdinp.get(), gdout.get(), gw.get(), N, C, OC, false);
+    CHECK_CLOSE(g.host(gdinp), dinp, kBf16);
+    Vec acc = dinp0;
+    het::model::add_inplace(acc.data(), dinp.data(), std::int64_t(acc.size()));
+    auto gacc = g.b16(dinp0);
+    gemm.backward_input(gacc.get(), gdout.get(), gw.get(), N, C, OC, true);
+    CHECK_CLOSE(g.host(gacc), acc, kBf16);
+    auto gdw = g.f32(dw0);
+    gemm.backward_weight(gdw.get(), gdout.get(), ginp.get(), N, C, OC);
+    CHECK_CLOSE(g.host(gdw), dw, 1e-3);  // fp32 output, fp32 accumulation
+  }
+}
+
+namespace {
+het::ModelSpec tiny(het::Architecture arch) {
+  het::ModelSpec m;
+  m.name = "tiny";
+  m.architecture = arch;
+  m.num_layers = 2, m.hidden_size = 128, m.num_attention_heads = 4;
+  m.num_kv_heads = arch == het::Architecture::gpt ? 4 : 2;
+  m.ffn_hidden_size = arch == het::Architecture::gpt ? 512 : 256;
+  m.vocab_size = 256, m.seq_length = 32;
+  return m;
+}
+// ||got - want||₂ / ||want||₂
+double rel_l2(const Vec& got, const Vec& want) {
+  double e = 0, s = 1e-30;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    e += double(got[i] - want[i]) * (got[i] - want[i]), s += double(want[i]) * want[i];
+  }
+  return std::sqrt(e / s);
+}
+}  // namespace
+
+TEST_CASE("a one-stage GPT and Llama forward+backward on the GPU match the CPU StageModel", "[stage]") {
+  for (auto arch : {het::Architecture::gpt, het::Architecture::llama}) {
+    const het::ModelSpec m = tiny(arch);
+    INFO((arch == het::Architecture::gpt ? "gpt" : "llama"));
+    const int B = 2, T = m.seq_length, L = m.num_layers;
+    std::vector<int> tokens(std::size_t(B) * T), targets(tokens.size());
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 31 + 7) % 256), targets[i] = int((i * 17 + 1) % 256);
+    const double scale = 1.0 / (double(B) * T);
+    het::model::StageModel<float> cpu(m, 0, L + 1, 0, 1, 7);
+    double cpu_loss = 0;
+    cpu.forward(0, B, tokens.data(), nullptr, targets.data(), &cpu_loss);
+    cpu.backward(0, nullptr, scale);
+
+    auto backend = het::backend::open_cuda();
+    REQUIRE(backend.ok());
+    auto stage = (*backend)->make_stage({m, 0, L + 1, 0, 1, 7, het::Recompute::none, {}});
+    double gpu_loss = 0;
+    CHECK(stage->forward(0, B, tokens.data(), nullptr, targets.data(), &gpu_loss).empty());
+    CHECK(stage->activation_bytes() > 0);
+    CHECK(stage->backward(0, nullptr, scale).empty());
+    CHECK(stage->activation_bytes() == 0);
+    CHECK(std::fabs(gpu_loss - cpu_loss) <= 1e-2 * std::fabs(cpu_loss));
+    const auto want = cpu.params();
+    const auto got = stage->params();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO(want[i]->name);
+      REQUIRE(got[i]->name == want[i]->name);
+      CHECK(got[i]->value == want[i]->value);  // identical fp32 masters
+      CHECK(rel_l2(got[i]->grad, want[i]->grad) <= 5e-2);
+    }
+    // Two stages (embedding + layer 1 | layer 2 + head) pass host activations and gradients.
+    auto s1 = (*backend)->make_stage({m, 0, 1, 0, 1, 7, het::Recompute::none, {}});
+    auto s2 = (*backend)->make_stage({m, 2, L + 1, 0, 1, 7, het::Recompute::none, {}});
+    double split_loss = 0;
+    const Vec x = s1->forward(0, B, tokens.data(), nullptr, targets.data(), nullptr);
+    CHECK(x.size() == std::size_t(B) * T * m.hidden_size);
+    s2->forward(0, B, nullptr, x.data(), targets.data(), &split_loss);
+    const Vec dx = s2->backward(0, nullptr, scale);
+    s1->backward(0, dx.data(), scale);
+    CHECK(std::fabs(split_loss - cpu_loss) <= 1e-2 * std::fabs(cpu_loss));
+  }
+}
+
+TEST_CASE("the CUDA stage refuses tensor and context parallelism with a sentence", "[stage]") {
+  auto backend = het::backend::open_cuda();
+  REQUIRE(backend.ok());
+  const het::ModelSpec m = tiny(het::Architecture::gpt);
+  CHECK_THROWS_WITH((*backend)->make_stage({m, 1, 2, 0, 2, 7, het::Recompute::none, {}}),
+                    Catch::Contains("tp = 1 and cp = 1 only"));
+}
+
+int main(int argc, char* argv[]) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    std::printf("SKIPPED: no CUDA device (%s)\n", err != cudaSuccess ? cudaGetErrorString(err) : "the runtime sees none");
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}
