@@ -25,7 +25,7 @@ namespace {
 
 struct Device {
   float* p = nullptr;
-  explicit Device(std::size_t n) { REQUIRE(cudaMalloc(&p, n * sizeof(float)) == cudaSuccess); }
+  explicit Device(std::size_t n) { REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(float)) == cudaSuccess); }
   ~Device() { cudaFree(p); }
   void put(const std::vector<float>& v) { REQUIRE(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess); }
   std::vector<float> get(std::size_t n) const {
@@ -45,8 +45,8 @@ int worker(int rank, const std::string& dir) {
   const std::size_t n = 1000;
   float* a;
   float* b;
-  cudaMalloc(&a, 2 * n * 4);
-  cudaMalloc(&b, 2 * n * 4);
+  cudaMalloc(reinterpret_cast<void**>(&a), 2 * n * 4);
+  cudaMalloc(reinterpret_cast<void**>(&b), 2 * n * 4);
   std::vector<float> mine(2 * n, static_cast<float>(rank + 1)), out(2 * n);
   auto check = [&](const het::Result<het::Done>& r, const char* what, float expect, std::size_t count) {
     if (!r) return std::fprintf(stderr, "%s: %s\n", what, het::to_string(r.errors()).c_str()), false;
