@@ -124,11 +124,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const std::string& gr
 Communicator::~Communicator() {
   if (comm_ == nullptr || aborted_) return;
   // Finalize flushes outstanding work; on a non-blocking communicator it may be in progress.
-  bool clean = ncclCommFinalize(comm_) != ncclSystemError;
+  const ncclResult_t r = ncclCommFinalize(comm_);
+  bool clean = r == ncclSuccess || r == ncclInProgress;
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
   for (ncclResult_t state = ncclInProgress; clean && state == ncclInProgress;) {
     if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || Clock::now() >= deadline) clean = false;
     if (state != ncclSuccess && state != ncclInProgress) clean = false;
+    if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   if (clean) ncclCommDestroy(comm_);
   else ncclCommAbort(comm_);
