@@ -288,6 +288,11 @@ Result<std::unique_ptr<Connection>> Connection::connect(const Choice& where, int
                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                         IBV_QP_MAX_QP_RD_ATOMIC) != 0)
     return problem(who + "cannot move the queue pair to RTS (ready to send): " + errno_text());
+  // Both sides ready before either sends: a send to a queue pair not yet in RTR is dropped.
+  const std::string ready = "ibv-" + std::to_string(rank) + "-" + std::to_string(peer) + ".ready";
+  if (auto done = rendezvous.publish(ready, "1"); !done) return done.errors();
+  auto other = rendezvous.wait("ibv-" + std::to_string(peer) + "-" + std::to_string(rank) + ".ready", timeout_s);
+  if (!other) return problem(who + "the peer's queue pair did not become ready: " + other.errors().front().message);
   return c;
 }
 

@@ -10,7 +10,8 @@
 //   buffers go through host memory.
 // - Connection is a reliable-connected (RC) queue pair to one peer rank. Both ranks publish
 //   their QpInfo (LID, GID, QP number, first packet sequence number) under the rendezvous key
-//   ibv-<from>-<to>.qp and read the peer's; then send()/recv() move one registered buffer,
+//   ibv-<from>-<to>.qp and read the peer's, and ibv-<from>-<to>.ready once their queue pair
+//   is ready to send; then send()/recv() move one registered buffer,
 //   two-sided, and return when the work completed, or an error after timeout_s (a dead peer
 //   gives an error value, not a hang; the connection is unusable afterwards).
 // Errors are values with sentences; nothing here holds global state.
