@@ -118,6 +118,8 @@ TEST_CASE("ZeRO-1 shards the optimizer state over the sync groups and trains exa
     CHECK(sharded == plain);  // the same sums and the same elementwise updates: bit for bit
     // Rank 0 syncs everything with one other rank: it keeps about half of the moments.
     CHECK(state(zero_out) < 0.6 * state(plain_out));
+    // One line says how the ranks are linked: TCP, and why not RDMA.
+    CHECK_THAT(plain_out, Catch::Contains("rank 0: links to other ranks over TCP ("));
   }
 }
 

@@ -15,6 +15,7 @@
 #include "runtime/runtime.hpp"
 #include "control/credentials.hpp"
 #include "rendezvous/open.hpp"
+#include "transport/ibverbs.hpp"
 #include "transport/tcp.hpp"
 #include "validation/inputs.hpp"
 #include <nlohmann/json.hpp>
@@ -182,13 +183,22 @@ int run_worker(const JobArgs& a) {
   std::vector<het::sim::TraceEvent> events;
   if (a.trace) opt.trace = &events;
   const double tokens = double(job->plan.model.training.global_batch_size) * job->plan.model.seq_length;
+  // How ranks reach each other: TCP today; whether this node could use RDMA, in one sentence.
+  std::string links;
+  if (a.rank == 0) {
+    const auto choice = het::transport::ibverbs::choose(het::transport::ibverbs::discover());
+    links = choice.rdma ? "TCP (RDMA device " + choice.device + " port " + std::to_string(choice.port) +
+                              " is usable, but the runtime does not send over RDMA yet)"
+                        : "TCP (" + choice.reason + ")";
+  }
   // A device backend reports what its Stage cannot do (a CUDA error, tp > 1 on cuda) by throwing.
   het::Result<std::vector<het::runtime::StepReport>> reports = het::Diagnostic{"", 0, 0, "backend", "not run"};
   try {
     reports = het::runtime::run_rank(job->plan, **peers, **backend, job->batches, opt, [&](const het::runtime::StepReport& r) {
       if (a.rank != 0) return;
       if (r.step == 0)
-        std::cout << nlohmann::json{{"backend", (*backend)->describe()}, {"optimizer_state", r.optimizer_state}}.dump() << std::endl;
+        std::cout << nlohmann::json{{"backend", (*backend)->describe()}, {"links", links}, {"optimizer_state", r.optimizer_state}}.dump()
+                  << std::endl;
       std::cout << nlohmann::json{{"step", r.step}, {"loss", r.loss}, {"step_s", r.seconds}, {"tokens_per_s", tokens / r.seconds}}.dump()
                 << std::endl;
     });
