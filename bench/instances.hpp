@@ -1,6 +1,7 @@
 #pragma once
 // Random search instances for tests and benchmarks (fixed seeds): 2-3 subclusters of catalog
 // devices with varied memories and links, up to 16 devices in all, models of 2-12 layers.
+#include <array>
 #include <random>
 #include <string>
 
@@ -16,12 +17,19 @@ struct Instance {
   std::string description;
 };
 
-inline Instance random_instance(std::uint64_t seed, const DeviceCatalog& catalog) {
-  std::mt19937_64 rng(seed);
-  auto pick = [&](auto... v) {
-    const std::array<std::common_type_t<decltype(v)...>, sizeof...(v)> a{v...};
+// One of the values given, uniformly, from the generator's sequence.
+struct Pick {
+  std::mt19937_64 rng;
+  template <class... V>
+  auto operator()(V... v) {
+    const std::array<std::common_type_t<V...>, sizeof...(V)> a{v...};
     return a[std::uniform_int_distribution<std::size_t>(0, a.size() - 1)(rng)];
-  };
+  }
+};
+
+inline Instance random_instance(std::uint64_t seed, const DeviceCatalog& catalog) {
+  Pick pick{std::mt19937_64(seed)};
+  std::mt19937_64& rng = pick.rng;
   Instance in;
   ModelSpec& m = in.model;
   m.name = "random-" + std::to_string(seed);
@@ -70,11 +78,7 @@ inline Instance random_instance(std::uint64_t seed, const DeviceCatalog& catalog
 // behind a 10 Gbit/s link. Pipelines that cross the link send every micro-batch over it;
 // a pipeline on each side sends only the gradients. GPT of 4, 6 or 8 layers, hidden 1024, 512 × 2048 tokens.
 inline Instance asymmetric_instance(std::uint64_t seed, const DeviceCatalog& catalog) {
-  std::mt19937_64 rng(seed);
-  auto pick = [&](auto... v) {
-    const std::array<std::common_type_t<decltype(v)...>, sizeof...(v)> a{v...};
-    return a[std::uniform_int_distribution<std::size_t>(0, a.size() - 1)(rng)];
-  };
+  Pick pick{std::mt19937_64(seed)};
   Instance in;
   ModelSpec& m = in.model;
   m.name = "asymmetric-" + std::to_string(seed);

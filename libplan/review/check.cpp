@@ -9,21 +9,15 @@
 #include "cost/compute.hpp"
 #include "plan/validate.hpp"
 #include "review/diff.hpp"
+#include "review/text.hpp"
 
 namespace het::review {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+using text::fmt;
+using text::seconds;
 
-std::string seconds(double s) {
-  if (s >= 1) return fmt("%.2f s", s);
-  return s >= 1e-3 ? fmt("%.2f ms", s * 1e3) : fmt("%.1f us", s * 1e6);
-}
 std::string pct(double share) { return fmt("%.1f%%", 100 * share); }
 std::string gib(double bytes) { return fmt("%.2f GiB", bytes / (1024.0 * 1024 * 1024)); }
 

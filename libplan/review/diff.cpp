@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "plan/plan_io.hpp"
+#include "review/text.hpp"
 
 namespace het::review {
 
@@ -22,17 +23,8 @@ const char* to_string(Change::Kind kind) {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string seconds(double s) {
-  if (std::abs(s) >= 1) return fmt("%.2f s", s);
-  if (std::abs(s) >= 1e-3) return fmt("%.2f ms", s * 1e3);
-  return fmt("%.1f us", s * 1e6);
-}
+using text::fmt;
+using text::seconds;
 
 std::string bytes(double b) {
   if (std::abs(b) >= 1 << 30) return fmt("%.2f GiB", b / (1 << 30));
