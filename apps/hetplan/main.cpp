@@ -321,6 +321,13 @@ int run_import(const ImportArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // CLI::NonNegativeNumber names its range up to the largest double; this says it in words.
+  const CLI::Validator not_negative(
+      [](const std::string& v) {
+        double x = 0;
+        return CLI::detail::lexical_cast(v, x) && x >= 0 ? std::string() : "expected a number >= 0, got '" + v + "'";
+      },
+      "NUMBER >= 0");
   CLI::App app{"hetplan: hybrid-parallel training plans for heterogeneous GPU clusters"};
   app.set_version_flag("--version", std::string("hetplan ") + het::kVersion);
   app.require_subcommand(1);
@@ -372,17 +379,17 @@ int main(int argc, char** argv) {
     cmd->add_option("--time-budget", search_args.time_budget, "seconds for the whole search (default: 8, or devices / 200 above 1,600 devices, at most 45; "
                     "auto returns earlier when all its algorithms are done)")
         ->check(CLI::PositiveNumber);
-    cmd->add_option("--threads", search_args.threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--threads", search_args.threads, "worker threads (default: all cores)")->check(not_negative);
     cmd->add_option("--seed", search_args.seed, "seed for sampling algorithms (mcts)");
     cmd->add_option("--mcts-lambda", search_args.mcts_lambda, "mcts: UCB exploration weight (default 10)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(not_negative);
     cmd->add_option("--mcts-iterations", search_args.mcts_iterations,
                     "mcts: iterations per root subtree (default 0: no cap)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(not_negative);
     cmd->add_option("--mcts-patience", search_args.mcts_patience,
                     "mcts: a subtree stops after evaluating max(N, i) layouts without a better plan than the one "
                     "found after i (default 256; 0: run until the time budget ends)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(not_negative);
     cmd->add_option("--granularity", search_args.granularity, "layer or sublayer (attn/mlp units, HAPT §5.1)")
         ->check(CLI::IsMember({"layer", "sublayer"}));
     cmd->add_option("--format", search_args.format, "table (default) or json")->check(CLI::IsMember({"table", "json"}));
