@@ -53,7 +53,7 @@ int main() {
     const int B = 1, T = m.seq_length, C = m.hidden_size;
     const double peak = gemm_peak_flops(8192);
 
-    auto backend = het::backend::open_cuda();
+    auto backend = het::backend::open_cuda(-1);
     if (!backend.ok()) {
       std::fprintf(stderr, "%s\n", backend.errors().front().message.c_str());
       return 1;

@@ -363,7 +363,7 @@ TEST_CASE("a one-stage GPT and Llama forward+backward on the GPU match the CPU S
     cpu.forward(0, B, tokens.data(), nullptr, targets.data(), &cpu_loss);
     cpu.backward(0, nullptr, scale);
 
-    auto backend = het::backend::open_cuda();
+    auto backend = het::backend::open_cuda(-1);
     REQUIRE(backend.ok());
     auto stage = (*backend)->make_stage({m, 0, L + 1, 0, 1, 7, het::Recompute::none, {}});
     double gpu_loss = 0;
@@ -395,7 +395,7 @@ TEST_CASE("a one-stage GPT and Llama forward+backward on the GPU match the CPU S
 }
 
 TEST_CASE("the CUDA stage refuses tensor and context parallelism with a sentence", "[stage]") {
-  auto backend = het::backend::open_cuda();
+  auto backend = het::backend::open_cuda(-1);
   REQUIRE(backend.ok());
   const het::ModelSpec m = tiny(het::Architecture::gpt);
   CHECK_THROWS_WITH((*backend)->make_stage({m, 1, 2, 0, 2, 7, het::Recompute::none, {}}),

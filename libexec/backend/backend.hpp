@@ -39,6 +39,10 @@ class Stage {
   // dx [B, T/cp, C] from dy (ignored on the last stage, whose loss gradient is scaled by
   // loss_scale); empty on the first stage.
   virtual std::vector<float> backward(int mb, const float* dy, double loss_scale) = 0;
+  // Called once after the step's last backward, before the gradient sync reads params()'
+  // grads: a device backend makes the host grads whole here (the sum over the step's
+  // micro-batches). Until then the host grads may lag behind.
+  virtual void finish_backward() {}
   // Every parameter, in a deterministic order (the same on every rank holding the same units).
   virtual std::vector<model::Param<float>*> params() = 0;
   virtual void zero_grad() = 0;
@@ -60,9 +64,11 @@ class Backend {
 std::vector<std::string> available();
 
 // Opens backend `name` for this process. threads: CPU worker threads (0: every core); the
-// CPU backend holds this limit for its lifetime (the CUDA backend ignores it). Errors: an unknown
-// backend, "cuda" in a build without CUDA ("not built with CUDA: ...") or on a machine without a
-// usable GPU ("no CUDA device: ..."); each names the backends available.
-Result<std::unique_ptr<Backend>> open(const std::string& name, int threads);
+// CPU backend holds this limit for its lifetime (the CUDA backend ignores it). device: the CUDA
+// device ordinal (as CUDA_VISIBLE_DEVICES numbers them) for "cuda"; -1 keeps the current one;
+// the CPU backend ignores it. Errors: an unknown backend, "cuda" in a build without CUDA ("not
+// built with CUDA: ...") or on a machine without a usable GPU or without device `device` ("no
+// CUDA device: ..."); each names the backends available.
+Result<std::unique_ptr<Backend>> open(const std::string& name, int threads, int device = -1);
 
 }  // namespace het::backend

@@ -54,14 +54,14 @@ std::vector<std::string> available() {
 #endif
 }
 
-Result<std::unique_ptr<Backend>> open(const std::string& name, int threads) {
+Result<std::unique_ptr<Backend>> open(const std::string& name, int threads, [[maybe_unused]] int device) {
   if (threads < 0) return Diagnostic{"", 0, 0, "threads", "must be 0 (every core) or more, got " + std::to_string(threads)};
   if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(threads));
   std::string known;
   for (const auto& b : available()) known += (known.empty() ? "" : ", ") + b;
 #ifdef HET_HAVE_CUDA
   if (name == "cuda") {  // host threads play no part: the device runs the kernels
-    auto cuda = open_cuda();
+    auto cuda = open_cuda(device);
     if (!cuda.ok()) return Diagnostic{"", 0, 0, "backend", cuda.errors().front().message + " (available: " + known + ")"};
     return cuda;
   }

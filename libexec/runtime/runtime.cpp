@@ -333,6 +333,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
           if (!first) send(here.stage - 1, kGradient, dx);
         }
       }
+      model->finish_backward();
       // Gradient sync (a TP-replicated copy counts 1/tp; powers of two divide exactly) and
       // AdamW on the owned part of every chunk; with ZeRO the updated parts are all-gathered.
       const double sync_start = now_s();

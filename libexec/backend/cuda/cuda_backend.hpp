@@ -21,7 +21,8 @@
 
 namespace het::backend {
 
-// The CUDA backend on this process's current device. Errors: "no CUDA device: <reason>".
-Result<std::unique_ptr<Backend>> open_cuda();
+// The CUDA backend on device ordinal `device` (-1: the process's current device). Errors:
+// "no CUDA device: <reason>" (none present, no such ordinal, compute capability below 8.0).
+Result<std::unique_ptr<Backend>> open_cuda(int device);
 
 }  // namespace het::backend

@@ -353,14 +353,16 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> open_cuda() {
+Result<std::unique_ptr<Backend>> open_cuda(int device) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) return Diagnostic{"", 0, 0, "backend", std::string("no CUDA device: ") + cudaGetErrorString(err)};
   if (count == 0) return Diagnostic{"", 0, 0, "backend", "no CUDA device: the CUDA runtime sees none"};
-  int device = 0;
+  if (device >= count)
+    return Diagnostic{"", 0, 0, "backend",
+                      "no CUDA device: device " + std::to_string(device) + " asked for, the CUDA runtime sees " + std::to_string(count)};
   cudaDeviceProp prop{};
-  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+  if ((device < 0 && cudaGetDevice(&device) != cudaSuccess) || cudaGetDeviceProperties(&prop, device) != cudaSuccess)
     return Diagnostic{"", 0, 0, "backend", "no CUDA device: cannot query the current device"};
   if (prop.major < 8)
     return Diagnostic{"", 0, 0, "backend",
