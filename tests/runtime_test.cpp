@@ -120,6 +120,8 @@ TEST_CASE("ZeRO-1 shards the optimizer state over the sync groups and trains exa
     CHECK(state(zero_out) < 0.6 * state(plain_out));
     // One line says how the ranks are linked: TCP, and why not RDMA.
     CHECK_THAT(plain_out, Catch::Contains("rank 0: links to other ranks over TCP ("));
+    // And which transport its sync groups run on: TCP rings, the CPU backend having no GPU.
+    CHECK_THAT(plain_out, Catch::Contains("rank 0: its collective groups: tcp: ") && Catch::Contains("computes on the cpu"));
   }
 }
 
@@ -127,6 +129,17 @@ TEST_CASE("the CPU backend's results do not depend on its number of threads") {
   const std::string m = kSrc + "/configs/models/tiny-gpt.yaml";
   const std::string plan = kSrc + "/tests/data/plans/tensor.plan.json";
   CHECK(run_local(plan, m, 3, {"--threads", "1"}) == run_local(plan, m, 3, {"--threads", "3"}));
+}
+
+TEST_CASE("run-local refuses --gpus with the CPU backend, and a worker a negative --device, with exit 2") {
+  auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/pipeline.plan.json", "--model",
+                        kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--gpus", "2"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--gpus applies to the cuda backend"));
+  r = run_process({HETEXEC_BIN, "worker", "--plan", kSrc + "/tests/data/plans/pipeline.plan.json", "--rank", "0", "--world", "2",
+                   "--rendezvous", "/tmp", "--device", "-1"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--device"));
 }
 
 TEST_CASE("run-local refuses an unknown or unbuilt backend with exit 2") {

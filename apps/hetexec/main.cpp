@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "data/data.hpp"
+#include "collective/collective.hpp"
 #include "launch/local.hpp"
 #include "runtime/runtime.hpp"
 #include "control/credentials.hpp"
@@ -111,6 +112,8 @@ struct JobArgs {
   double slowdown = 1;  // worker only: a fixed compute slowdown (an agent's --emulate-slowdown)
   std::string host = "127.0.0.1";  // worker only: the IPv4 address its TCP endpoint listens on
   int rank = 0, world = 1;
+  int device = -1;  // worker: the CUDA device ordinal (cuda backend); -1: the current one
+  int gpus = 0;     // run-local: spread the ranks over this many GPUs; 0: every GPU found
   std::string rendezvous;                 // a directory, or grpc://HOST:PORT/JOB
   std::optional<std::string> token_file;  // the grpc:// rendezvous's bearer token
   std::optional<std::string> rendezvous_ca;  // talk TLS to the grpc:// rendezvous, trusting this CA
@@ -148,7 +151,7 @@ int run_worker(const JobArgs& a) {
     for (const auto& e : job.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
   }
-  auto backend = het::backend::open(a.backend, a.threads);
+  auto backend = het::backend::open(a.backend, a.threads, a.device);
   if (!backend) {
     for (const auto& e : backend.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
@@ -173,7 +176,18 @@ int run_worker(const JobArgs& a) {
     for (const auto& e : peers.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
   }
+  // Every rank's seat (host, device, subcluster) decides which groups run on NCCL.
+  const auto place = het::runtime::ranks_of(job->plan)[std::size_t(a.rank)];
+  const auto& subcluster = job->plan.pipelines[std::size_t(place.pipeline)].stages[std::size_t(place.stage)].subcluster;
+  auto seats = het::collective::exchange_seats(
+      **rendezvous, a.rank, a.world, het::collective::seat_here((*backend)->name() == "cuda" ? std::max(0, a.device) : -1, subcluster), 120);
+  if (!seats) {
+    for (const auto& e : seats.errors()) std::cerr << "error: " << e.to_string() << "\n";
+    return 1;
+  }
+  het::collective::Fabric fabric(**peers, std::move(*seats), **rendezvous, std::max(0, a.device), 120);
   het::runtime::Options opt;
+  opt.fabric = &fabric;
   opt.steps = a.steps;
   opt.seed = a.seed;
   opt.optimizer.lr = a.lr;
@@ -197,7 +211,8 @@ int run_worker(const JobArgs& a) {
     reports = het::runtime::run_rank(job->plan, **peers, **backend, job->batches, opt, [&](const het::runtime::StepReport& r) {
       if (a.rank != 0) return;
       if (r.step == 0)
-        std::cout << nlohmann::json{{"backend", (*backend)->describe()}, {"links", links}, {"optimizer_state", r.optimizer_state}}.dump()
+        std::cout << nlohmann::json{{"backend", (*backend)->describe()}, {"links", links}, {"collectives", fabric.summary()},
+                                    {"optimizer_state", r.optimizer_state}}.dump()
                   << std::endl;
       std::cout << nlohmann::json{{"step", r.step}, {"loss", r.loss}, {"step_s", r.seconds}, {"tokens_per_s", tokens / r.seconds}}.dump()
                 << std::endl;
@@ -233,6 +248,21 @@ int run_local(const JobArgs& a) {
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   lj.executable = n > 0 ? std::string(self, std::size_t(n)) : "hetexec";
   lj.world = static_cast<int>(het::runtime::ranks_of(job->plan).size());
+  if (a.gpus > 0 && a.backend != "cuda") {
+    std::cerr << "error: --gpus applies to the cuda backend, not to " << a.backend << "\n";
+    return 2;
+  }
+  if (a.backend == "cuda") {  // the CUDA backend opened above: this machine has a GPU
+    const int found = static_cast<int>(het::node::describe_node().gpus.size());
+    if (a.gpus > found) {
+      std::cerr << "error: --gpus " << a.gpus << ": this machine has " << found << " CUDA GPU" << (found == 1 ? "" : "s") << "\n";
+      return 2;
+    }
+    lj.devices = het::launch::spread_over_gpus(lj.world, a.gpus > 0 ? a.gpus : found);
+    std::string map;
+    for (int r = 0; r < lj.world; ++r) map += (r ? ", " : "") + std::to_string(r) + "→cuda:" + std::to_string(lj.devices[std::size_t(r)]);
+    std::cout << "ranks on GPUs: " << map << "\n";
+  }
   // Each rank gets an equal share of the cores unless told otherwise.
   const int threads = a.threads > 0 ? a.threads : std::max(1, int(std::thread::hardware_concurrency()) / lj.world);
   lj.worker_args = {"--plan", *a.files.plan, "--steps", std::to_string(a.steps), "--seed", std::to_string(a.seed),
@@ -346,6 +376,8 @@ int main(int argc, char** argv) {
   local->add_option("plan", job.files.plan, "plan.json")->required();
   add_job(local);
   local->add_option("--metrics-out", job.metrics_out, "write JSON lines {step, loss, step_s, tokens_per_s}");
+  local->add_option("--gpus", job.gpus, "cuda backend: spread the ranks over this many GPUs, rank r on GPU r mod N (default: all)")
+      ->check(CLI::PositiveNumber);
   local->add_option("--trace", job.trace, "write every rank's timeline as a Chrome trace (the simulator's event names)");
   auto* worker = app.add_subcommand("worker", "One rank of a job (started by run-local or an agent)");
   worker->group("");  // not for people
@@ -358,6 +390,7 @@ int main(int argc, char** argv) {
   worker->add_option("--token-file", job.token_file, "file holding the grpc:// rendezvous's bearer token");
   worker->add_option("--rendezvous-tls-ca", job.rendezvous_ca, "talk TLS to the grpc:// rendezvous, trusting this PEM CA");
   add_job(worker);
+  worker->add_option("--device", job.device, "the CUDA device ordinal of this rank (cuda backend)")->check(CLI::NonNegativeNumber);
   worker->add_option("--host", job.host, "IPv4 address to listen on and publish (default 127.0.0.1)");
   worker->add_option("--slowdown", job.slowdown, "stretch compute by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
   std::optional<std::string> trace_events;

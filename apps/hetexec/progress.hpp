@@ -25,6 +25,7 @@ class StepPrinter {
       std::cout << "rank 0: " << j.value("backend", "?") << ", AdamW state " << j["optimizer_state"].get<std::size_t>()
                 << " values" << (zero_ ? " (ZeRO-1: its share)" : "") << std::endl;
       if (j.contains("links")) std::cout << "rank 0: links to other ranks over " << j["links"].get<std::string>() << std::endl;
+      if (j.contains("collectives")) std::cout << "rank 0: its collective groups: " << j["collectives"].get<std::string>() << std::endl;
       return;
     }
     if (!j.contains("step")) {

@@ -317,6 +317,9 @@ struct Agent::State final : public pb::Agent::Service {
       if (!st.data_path().empty()) argv.insert(argv.end(), {"--data", st.data_path()});
       if (st.emulate_links()) argv.push_back("--emulate-links");
       if (st.emulate_devices()) argv.push_back("--emulate-devices");
+      // A GPU node runs its ranks on the CUDA backend, each on the plan's device of the node
+      // (the offer's device i is CUDA device i: cuda:N offers the first N).
+      if (opt.offer.kind == "cuda") argv.insert(argv.end(), {"--backend", "cuda", "--device", std::to_string(r.device)});
       out.push_back({r.rank, std::move(argv)});
     }
     return out;

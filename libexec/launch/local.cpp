@@ -45,6 +45,7 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
     std::vector<std::string> argv = {job.executable, "worker", "--rank", std::to_string(r), "--world", std::to_string(job.world),
                                      "--rendezvous", dir};
     argv.insert(argv.end(), job.worker_args.begin(), job.worker_args.end());
+    if (std::size_t(r) < job.devices.size()) argv.insert(argv.end(), {"--device", std::to_string(job.devices[std::size_t(r)])});
     commands.push_back({r, std::move(argv)});
     logs[std::size_t(r)].open(dir + "/rank-" + std::to_string(r) + ".log");
   }
@@ -123,6 +124,12 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
   std::error_code ec;
   fs::remove_all(dir, ec);
   return result;
+}
+
+std::vector<int> spread_over_gpus(int world, int gpus) {
+  std::vector<int> out;
+  for (int r = 0; r < world && gpus > 0; ++r) out.push_back(r % gpus);
+  return out;
 }
 
 }  // namespace het::launch

@@ -16,7 +16,14 @@ struct LocalJob {
   std::string executable;              // the hetexec binary (its `worker` command)
   std::vector<std::string> worker_args; // passed to every worker, after `worker --rank R --world W --rendezvous DIR`
   int world = 1;
+  // The CUDA device of each rank (`--device N` to its worker); empty: none given.
+  std::vector<int> devices;
 };
+
+// The GPUs of `world` ranks on a machine with `gpus` of them: rank r on GPU r mod gpus, so
+// ranks share a GPU only when there are fewer GPUs than ranks (two stages of a pipeline on one
+// GPU then link through the host, since NCCL refuses two ranks on one GPU).
+std::vector<int> spread_over_gpus(int world, int gpus);
 
 struct LocalResult {
   std::vector<std::string> lines;  // rank 0's stdout lines (JSON per step)

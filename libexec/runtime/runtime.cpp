@@ -15,7 +15,7 @@ namespace het::runtime {
 
 namespace {
 
-enum Tag : std::uint32_t { kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6, kGather = 7 };
+enum Tag : std::uint32_t { kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6 };
 
 // Parameters split across TP shards; the others are whole on every shard.
 bool sharded(const std::string& name) {
@@ -97,8 +97,13 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   std::vector<int> tp_group, cp_ring;
   for (int t = 0; t < st.tp; ++t) tp_group.push_back(rank(here.pipeline, here.stage, here.replica, here.context, t));
   for (int k = 1; k <= st.cp; ++k) cp_ring.push_back(rank(here.pipeline, here.stage, here.replica, k % st.cp, here.shard));
+  std::unique_ptr<collective::Fabric> own_fabric;
+  collective::Fabric* fabric = opt.fabric;
+  if (fabric == nullptr) fabric = (own_fabric = std::make_unique<collective::Fabric>(peers)).get();
+  auto tp_comm = fabric->group(tp_group, kTensorParallel);
+  if (!tp_comm) return tp_comm.errors();
   backend::StageSpec spec{plan.model, st.first, st.last, here.shard, st.tp, opt.seed, st.recompute, {}};
-  spec.comm.tp_all_reduce = [&](float* data, std::size_t n) { check(transport::all_reduce_sum(peers, tp_group, data, n, kTensorParallel)); };
+  spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) { check(tp->all_reduce_sum(data, n)); };
   spec.comm.cp_rank = here.context, spec.comm.cp = st.cp;
   spec.comm.cp_all_gather = [&](const float* mine, float* all, std::size_t n) {
     std::copy_n(mine, n, all + std::size_t(here.context) * n);
@@ -179,6 +184,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   struct SyncChunk {
     std::vector<int> group;
     model::Param<float>* param;
+    collective::Group* comm = nullptr;  // over `group`, set once the chunks are sorted
     int chunk;
     std::vector<std::size_t> elements;  // local indices of the chunk in param->value
     float weight = 1;                   // 1/tp for a copy every TP shard holds whole
@@ -208,7 +214,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     std::vector<std::size_t> all(param->value.size());
     std::iota(all.begin(), all.end(), std::size_t(0));
     if (!sharded(n)) {
-      sync.push_back({holders, param, 0, std::move(all), 1.0f / float(st.tp), 0, 0, {}, {}});
+      sync.push_back({holders, param, nullptr, 0, std::move(all), 1.0f / float(st.tp), 0, 0, {}, {}});
       continue;
     }
     const int per = F / st.tp;  // my chunks: [shard·per, (shard+1)·per)
@@ -217,7 +223,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     const std::size_t local = param->value.size();
     for (int k = 0; k < per; ++k) {
       const int c = here.shard * per + k;
-      SyncChunk chunk{{}, param, c, {}, 1.0f, 0, 0, {}, {}};
+      SyncChunk chunk{{}, param, nullptr, c, {}, 1.0f, 0, 0, {}, {}};
       for (int r : holders)
         if (places[std::size_t(r)].shard == c / (F / stage_of(r).tp)) chunk.group.push_back(r);
       if (columns) {
@@ -238,14 +244,13 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   });
   const bool zero = plan.model.training.zero_stage >= 1;
   std::size_t optimizer_state = 0;
-  for (auto& chunk : sync) {
-    const std::size_t n = chunk.elements.size(), p = chunk.group.size();
-    if (zero && p > 1) {  // the ring's chunk boundaries (transport/tcp.hpp)
-      const std::size_t c = std::size_t(transport::owned_chunk(chunk.group, me));
-      chunk.lo = n * c / p, chunk.hi = n * (c + 1) / p;
-    } else {
-      chunk.lo = 0, chunk.hi = n;
-    }
+  for (auto& chunk : sync) {  // in (group, name) order: the order groups must be made in
+    auto comm = fabric->group(chunk.group, kSync);
+    if (!comm) return comm.errors();
+    chunk.comm = *comm;
+    const std::size_t n = chunk.elements.size();
+    const collective::Range own = zero ? chunk.comm->owned(n) : collective::Range{0, n};
+    chunk.lo = own.lo, chunk.hi = own.hi;
     chunk.m.assign(chunk.hi - chunk.lo, 0.0f), chunk.v.assign(chunk.hi - chunk.lo, 0.0f);
     optimizer_state += 2 * (chunk.hi - chunk.lo);
   }
@@ -343,8 +348,8 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
         grads.resize(chunk.elements.size());
         for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = grad[chunk.elements[i]] * chunk.weight;
         if (chunk.group.size() > 1) {
-          if (zero) check(transport::reduce_scatter_sum(peers, chunk.group, grads.data(), grads.size(), kSync));
-          else check(transport::all_reduce_sum(peers, chunk.group, grads.data(), grads.size(), kSync));
+          if (zero) check(chunk.comm->reduce_scatter_sum(grads.data(), grads.size()));
+          else check(chunk.comm->all_reduce_sum(grads.data(), grads.size()));
         }
         for (std::size_t i = 0; i < grads.size(); ++i) grad[chunk.elements[i]] = grads[i];
       }
@@ -368,7 +373,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
           auto& value = chunk.param->value;
           values.resize(chunk.elements.size());
           for (std::size_t i = 0; i < values.size(); ++i) values[i] = value[chunk.elements[i]];
-          check(transport::all_gather(peers, chunk.group, values.data(), values.size(), kGather));
+          check(chunk.comm->all_gather(values.data(), values.size()));
           for (std::size_t i = 0; i < values.size(); ++i) value[chunk.elements[i]] = values[i];
         }
         record("gather", gather_start);

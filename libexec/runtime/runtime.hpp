@@ -12,7 +12,7 @@
 // After the last backward: every parameter's gradient is summed over all ranks that hold the
 // same slice of it (data-parallel replicas, context members, pipelines, and — for the tied
 // token embedding of gpt — the first and last stages), TP-replicated parameters counting each
-// copy 1/tp; then AdamW. With ZeRO (the model's training.zero_stage >= 1) that sum is a
+// copy 1/tp, over the groups of Options::fabric; then AdamW. With ZeRO (the model's training.zero_stage >= 1) that sum is a
 // reduce-scatter: each holder keeps the AdamW moments of its own 1/n of the slice, updates
 // it, and the updated values are all-gathered (ZeRO-1; stage 2 runs the same way on the CPU
 // backend, stage 3 is refused). The loss of each step (mean over the global batch's tokens) is
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "collective/collective.hpp"
 #include "data/data.hpp"
 #include "diag/diag.hpp"
 #include "model/params.hpp"
@@ -55,6 +56,9 @@ struct Options {
   // When set, every compute and communication step of this rank is recorded here (seconds on
   // the machine's monotonic clock, shared by all processes), with the simulator's event names.
   std::vector<sim::TraceEvent>* trace = nullptr;
+  // The groups of the gradient sync and of tensor parallelism (NCCL or TCP, collective.hpp);
+  // null: all on TCP over `peers`. Groups are asked for in (tag, ranks) order.
+  collective::Fabric* fabric = nullptr;
 };
 
 struct StepReport {

@@ -1,0 +1,107 @@
+#include "collective/nccl_group.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include "transport/nccl.hpp"
+
+namespace het::collective {
+
+namespace {
+
+using transport::nccl::Communicator;
+using transport::nccl::DataType;
+
+class NcclGroup final : public Group {
+ public:
+  NcclGroup(std::unique_ptr<Communicator> comm, int ordinal, cudaStream_t stream)
+      : comm_(std::move(comm)), ordinal_(ordinal), stream_(stream) {}
+  ~NcclGroup() override {
+    cudaSetDevice(ordinal_);
+    if (device_ != nullptr) cudaFree(device_);
+    cudaStreamDestroy(stream_);
+  }
+  std::string transport() const override { return "nccl"; }
+
+  Range owned(std::size_t n) const override {
+    const std::size_t q = block(n), lo = std::min(n, std::size_t(comm_->member()) * q);
+    return {lo, std::min(n, lo + q)};
+  }
+
+  std::string all_reduce_sum(float* data, std::size_t n) override {
+    if (n == 0) return "";
+    if (auto e = stage_in(data, 0, n, n); !e.empty()) return e;
+    if (auto r = comm_->all_reduce_sum(device_, n, DataType::f32, stream_); !r) return r.errors().front().message;
+    return stage_out(data, 0, n);
+  }
+
+  std::string reduce_scatter_sum(float* data, std::size_t n) override {
+    if (n == 0) return "";
+    const std::size_t q = block(n), total = q * std::size_t(comm_->size());
+    if (auto e = stage_in(data, 0, n, total); !e.empty()) return e;
+    float* mine = device_ + std::size_t(comm_->member()) * q;  // in place: recv = send + member·q
+    if (auto r = comm_->reduce_scatter_sum(device_, mine, q, DataType::f32, stream_); !r) return r.errors().front().message;
+    const Range o = owned(n);
+    return stage_out(data, o.lo, o.hi - o.lo);
+  }
+
+  std::string all_gather(float* data, std::size_t n) override {
+    if (n == 0) return "";
+    const std::size_t q = block(n), total = q * std::size_t(comm_->size());
+    const Range o = owned(n);
+    if (auto e = stage_in(data, o.lo, o.hi - o.lo, total); !e.empty()) return e;
+    float* mine = device_ + std::size_t(comm_->member()) * q;  // in place: send = recv + member·q
+    if (auto r = comm_->all_gather(mine, device_, q, DataType::f32, stream_); !r) return r.errors().front().message;
+    return stage_out(data, 0, n);
+  }
+
+ private:
+  std::size_t block(std::size_t n) const { return (n + std::size_t(comm_->size()) - 1) / std::size_t(comm_->size()); }
+
+  static std::string cuda_error(const char* what, cudaError_t e) {
+    return std::string("NCCL group staging: ") + what + ": " + cudaGetErrorString(e);
+  }
+  // Grows the device buffer to `total` elements, zeroes it, and copies host[lo, lo + count)
+  // to the same place on the device.
+  std::string stage_in(const float* host, std::size_t lo, std::size_t count, std::size_t total) {
+    if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess) return cuda_error("cudaSetDevice", e);
+    if (total > capacity_) {
+      if (device_ != nullptr) cudaFree(device_);
+      device_ = nullptr, capacity_ = 0;
+      if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&device_), total * sizeof(float)); e != cudaSuccess)
+        return cuda_error("cudaMalloc", e);
+      capacity_ = total;
+    }
+    if (cudaError_t e = cudaMemsetAsync(device_, 0, total * sizeof(float), stream_); e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
+    if (cudaError_t e = cudaMemcpyAsync(device_ + lo, host + lo, count * sizeof(float), cudaMemcpyHostToDevice, stream_);
+        e != cudaSuccess)
+      return cuda_error("copy to the device", e);
+    return "";
+  }
+  std::string stage_out(float* host, std::size_t lo, std::size_t count) {
+    if (cudaError_t e = cudaMemcpyAsync(host + lo, device_ + lo, count * sizeof(float), cudaMemcpyDeviceToHost, stream_);
+        e != cudaSuccess)
+      return cuda_error("copy to the host", e);
+    if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) return cuda_error("cudaStreamSynchronize", e);
+    return "";
+  }
+
+  std::unique_ptr<Communicator> comm_;
+  int ordinal_;
+  cudaStream_t stream_;
+  float* device_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Group>> make_nccl_group(const std::string& name, const std::vector<int>& ranks, int rank, int cuda_ordinal,
+                                               rendezvous::Rendezvous& rendezvous, double timeout_s) {
+  auto comm = Communicator::create(name, ranks, rank, cuda_ordinal, rendezvous, timeout_s);
+  if (!comm) return comm.errors();
+  cudaStream_t stream = nullptr;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess)
+    return Diagnostic{"", 0, 0, "", std::string("NCCL group '") + name + "': cannot create a stream: " + cudaGetErrorString(e)};
+  return std::unique_ptr<Group>(std::make_unique<NcclGroup>(std::move(*comm), cuda_ordinal, stream));
+}
+
+}  // namespace het::collective

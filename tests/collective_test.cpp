@@ -1,0 +1,117 @@
+// Collective groups (collective/collective.hpp) without GPUs: the transport choice, seats
+// through a directory rendezvous, and the TCP groups' contract — the one the NCCL groups
+// share — between real ranks over loopback; and how run-local spreads ranks over GPUs.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <thread>
+
+#include "collective/collective.hpp"
+#include "launch/local.hpp"
+#include "process.hpp"
+#include "rendezvous/directory.hpp"
+
+namespace col = het::collective;
+
+TEST_CASE("collectives: NCCL only where every member has a GPU of its own in one subcluster") {
+  const std::vector<col::Seat> seats = {{"a", "cuda:0", "h100"}, {"a", "cuda:1", "h100"}, {"b", "cuda:0", "h100"},
+                                        {"a", "cuda:0", "h100"}, {"c", "cpu", "h100"},    {"d", "cuda:0", "a100"}};
+  CHECK(col::choose({0, 1, 2}, seats, true).nccl);
+  CHECK(col::choose({0, 1, 2}, seats, true).reason == "every member on a GPU of its own in subcluster h100");
+  CHECK_FALSE(col::choose({0, 1, 2}, seats, false).nccl);
+  CHECK(col::choose({0, 1, 2}, seats, false).reason == "this build has no NCCL");
+  CHECK(col::choose({0, 3}, seats, true).reason == "two members share cuda:0 on a (NCCL refuses two ranks on one GPU)");
+  CHECK(col::choose({0, 4}, seats, true).reason == "rank 4 computes on the cpu");
+  CHECK(col::choose({2, 5}, seats, true).reason == "members in different subclusters");
+  CHECK_FALSE(col::choose({1}, seats, true).nccl);
+  // The same ordinal under different CUDA_VISIBLE_DEVICES is a different GPU.
+  CHECK(col::choose({0, 1}, {{"a", "cuda:0@2", "x"}, {"a", "cuda:0@3", "x"}}, true).nccl);
+}
+
+TEST_CASE("collectives: seats go through the rendezvous, and a malformed one is named") {
+  het::test::TempDir dir;
+  const int world = 3;
+  std::vector<het::Result<std::vector<col::Seat>>> got(world, het::Diagnostic{"", 0, 0, "", "not run"});
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      het::rendezvous::DirectoryRendezvous rdv(dir.path());
+      got[std::size_t(r)] = col::exchange_seats(rdv, r, world, {"host" + std::to_string(r), r ? "cuda:" + std::to_string(r) : "cpu", "s"}, 30);
+    });
+  for (auto& t : threads) t.join();
+  const std::vector<col::Seat> want = {{"host0", "cpu", "s"}, {"host1", "cuda:1", "s"}, {"host2", "cuda:2", "s"}};
+  for (const auto& g : got) {
+    REQUIRE(g.ok());
+    CHECK(*g == want);
+  }
+  het::test::TempDir bad;
+  het::rendezvous::DirectoryRendezvous rdv(bad.path());
+  REQUIRE(rdv.publish("seat-1", "no newlines").ok());
+  auto r = col::exchange_seats(rdv, 0, 2, {"h", "cpu", "s"}, 5);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.errors().front().message == "rank 1 published a malformed seat");
+  CHECK(col::seat_here(-1, "x").device == "cpu");
+}
+
+TEST_CASE("collectives: TCP groups sum, own a partition of every buffer, and gather it back") {
+  het::test::TempDir dir;
+  const int world = 3;
+  const std::size_t n = 10;  // not a multiple of the group size
+  std::vector<std::string> errors(world), summaries(world);
+  std::vector<std::vector<col::Range>> owned(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      het::rendezvous::DirectoryRendezvous rdv(dir.path());
+      auto peers = het::transport::Peers::connect(r, world, rdv, 30);
+      if (!peers) return void(errors[std::size_t(r)] = het::to_string(peers.errors()));
+      col::Fabric fabric(**peers, {{"h", "cpu", "s"}, {"h", "cpu", "s"}, {"h", "cpu", "s"}}, rdv, -1, 30);
+      auto fail = [&](const std::string& e) { errors[std::size_t(r)] += e; };
+      auto g = fabric.group({0, 1, 2}, 9);
+      if (!g) return fail(het::to_string(g.errors()));
+      auto again = fabric.group({0, 1, 2}, 9);
+      if (!again || *again != *g) fail("the group was made twice; ");
+      std::vector<float> x(n);
+      for (std::size_t i = 0; i < n; ++i) x[i] = float((r + 1) * (int(i) + 1));  // sum over ranks: 6·(i+1)
+      std::vector<float> y = x;
+      fail((*g)->all_reduce_sum(y.data(), n));
+      for (std::size_t i = 0; i < n; ++i)
+        if (y[i] != float(6 * (i + 1))) fail("all_reduce_sum: wrong sum at " + std::to_string(i) + "; ");
+      fail((*g)->reduce_scatter_sum(x.data(), n));
+      const col::Range own = (*g)->owned(n);
+      owned[std::size_t(r)].push_back(own);
+      for (std::size_t i = own.lo; i < own.hi; ++i)
+        if (x[i] != float(6 * (i + 1))) fail("reduce_scatter_sum: wrong sum at " + std::to_string(i) + "; ");
+      for (std::size_t i = 0; i < n; ++i)
+        if (i < own.lo || i >= own.hi) x[i] = -1;  // what is not owned must come from the others
+      fail((*g)->all_gather(x.data(), n));
+      for (std::size_t i = 0; i < n; ++i)
+        if (x[i] != float(6 * (i + 1))) fail("all_gather: wrong value at " + std::to_string(i) + "; ");
+      auto single = fabric.group({r}, 9);
+      if (!single || (*single)->owned(n).lo != 0 || (*single)->owned(n).hi != n) fail("a group of one owns everything; ");
+      auto outsider = fabric.group({(r + 1) % world}, 9);
+      if (outsider) fail("a group without this rank was made; ");
+      else if (outsider.errors().front().message.find("is not a member of group") == std::string::npos) fail("outsider error; ");
+      summaries[std::size_t(r)] = fabric.summary();
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r);
+    CHECK(errors[std::size_t(r)] == "");
+    CHECK(summaries[std::size_t(r)] == "tcp: 1 group (rank 0 computes on the cpu)");
+  }
+  // The owned ranges partition [0, n).
+  std::vector<int> covered(n, 0);
+  for (const auto& o : owned) {
+    REQUIRE(o.size() == 1);
+    for (std::size_t i = o[0].lo; i < o[0].hi; ++i) ++covered[i];
+  }
+  CHECK(covered == std::vector<int>(n, 1));
+}
+
+TEST_CASE("collectives: run-local spreads ranks over the GPUs, sharing one only when there are fewer GPUs than ranks") {
+  CHECK(het::launch::spread_over_gpus(2, 1) == std::vector<int>{0, 0});
+  CHECK(het::launch::spread_over_gpus(4, 2) == std::vector<int>{0, 1, 0, 1});
+  CHECK(het::launch::spread_over_gpus(3, 8) == std::vector<int>{0, 1, 2});
+  CHECK(het::launch::spread_over_gpus(3, 0).empty());
+}
