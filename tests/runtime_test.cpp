@@ -2,6 +2,8 @@
 // loopback TCP, and every plan must reproduce single-device training's losses.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+
 #include <signal.h>
 
 #include <algorithm>
@@ -276,6 +278,40 @@ TEST_CASE("TCP peers: reduce-scatter, all-gather and broadcast over three ranks"
   }
 }
 
+TEST_CASE("TCP peers: a large message is carried while the receiver is busy, and frames sent before a close still arrive") {
+  // 64 MiB is far beyond the socket buffers: without reading ahead, the sender's flush would
+  // wait until the receiver asks for the message, and a transfer could not overlap compute.
+  const std::size_t n = std::size_t(16) << 20;
+  std::atomic<bool> flushed{false};
+  std::vector<float> got;
+  const auto errors = run_ranks(2, [&](int r, het::transport::Peers& peers) -> std::string {
+    if (r == 0) {
+      std::vector<float> x(n);
+      for (std::size_t i = 0; i < n; ++i) x[i] = float(i % 1000);
+      peers.send(1, 5, x.data(), n * sizeof(float));
+      peers.send(1, 6, x.data(), 16);  // sent just before this rank closes its end
+      if (auto e = peers.flush(); !e.empty()) return e;
+      flushed = true;
+      return "";
+    }
+    for (int i = 0; i < 300 && !flushed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // "computing"
+    if (!flushed) return "the sender's flush did not complete before the receiver asked for the message";
+    got.resize(n);
+    if (auto e = peers.recv(0, 5, got.data(), n * sizeof(float)); !e.empty()) return e;
+    // Rank 0 may be gone by now: what it sent before still arrives, and then its absence shows.
+    float tail[4];
+    if (auto e = peers.recv(0, 6, tail, 16); !e.empty()) return e;
+    if (tail[3] != 3.0f) return "the last frame is wrong";
+    return "";
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+  }
+  REQUIRE(got.size() == n);
+  CHECK(got[12345] == float(12345 % 1000));
+  CHECK(got[n - 1] == float((n - 1) % 1000));
+}
 
 TEST_CASE("when a rank dies mid-run, run-local stops the others and names it") {
   // A run long enough to be killed in the middle; its seed marks its workers.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -176,6 +177,7 @@ Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, rendezvous::R
 
 struct Peers::Link {
   int peer = -1, fd = -1;
+  // Sending: frames queued by send(), written by `thread`.
   std::mutex mutex;
   std::condition_variable cv;
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::vector<char>>> queue;  // (queued at, frame)
@@ -183,6 +185,18 @@ struct Peers::Link {
   std::string error;
   double bandwidth = 0, latency = 0;    // shaping; 0: none
   std::thread thread;
+  // Receiving: frames read ahead by `reader` as they arrive, taken by recv(); after the last
+  // frame, why no more come (closed, corrupt); both under in_mutex.
+  std::mutex in_mutex;
+  std::condition_variable in_cv;
+  struct Frame {
+    std::uint32_t tag;
+    std::vector<char> payload;
+  };
+  std::deque<Frame> inbox;
+  std::string in_error;
+  std::atomic<bool> in_stop{false};
+  std::thread reader;
 };
 
 Peers::Peers(int rank, int world, std::vector<int> fds, double timeout_s)
@@ -193,6 +207,7 @@ Peers::Peers(int rank, int world, std::vector<int> fds, double timeout_s)
     Link& l = *links_[p];
     l.peer = int(p), l.fd = fds[p];
     l.thread = std::thread([this, &l] { sender_loop(l); });
+    l.reader = std::thread([&l] { reader_loop(l); });
   }
 }
 
@@ -206,7 +221,38 @@ Peers::~Peers() {
     }
     l->cv.notify_all();
     l->thread.join();
+    l->in_stop = true;
+    ::shutdown(l->fd, SHUT_RDWR);  // wakes a reader in the middle of a frame
+    l->reader.join();
     ::close(l->fd);
+  }
+}
+
+// Reads frames from the peer as they arrive, so that a transfer proceeds while this rank
+// computes (the receiver's side of the overlap; send() is the sender's). Waits for the start
+// of a frame as long as it takes (idle links are normal); the body of a frame must keep coming.
+void Peers::reader_loop(Link& l) {
+  auto fail = [&](std::string why) {
+    std::lock_guard<std::mutex> lock(l.in_mutex);
+    l.in_error = std::move(why);
+    l.in_cv.notify_all();
+  };
+  while (!l.in_stop) {
+    pollfd pfd{l.fd, POLLIN, 0};
+    const int r = ::poll(&pfd, 1, 100);
+    if (r == 0 || (r < 0 && errno == EINTR)) continue;
+    if (r < 0) return fail(sys("poll"));
+    Header h{};
+    if (auto err = read_all(l.fd, reinterpret_cast<char*>(&h), sizeof h, 3600, l.peer); !err.empty()) return fail(err);
+    if (h.magic != kMagic) return fail("garbage from rank " + std::to_string(l.peer) + " (not a hetexec frame)");
+    if (h.length > (std::uint64_t(1) << 40)) return fail("rank " + std::to_string(l.peer) + " announced a frame of " + std::to_string(h.length) + " bytes");
+    Link::Frame f{h.tag, std::vector<char>(h.length)};
+    if (auto err = read_all(l.fd, f.payload.data(), f.payload.size(), 3600, l.peer); !err.empty()) return fail(err);
+    if (crc32(f.payload.data(), f.payload.size()) != h.crc)
+      return fail("corrupt message from rank " + std::to_string(l.peer) + " (CRC-32 mismatch)");
+    std::lock_guard<std::mutex> lock(l.in_mutex);
+    l.inbox.push_back(std::move(f));
+    l.in_cv.notify_all();
   }
 }
 
@@ -269,15 +315,21 @@ std::string Peers::flush() {
 }
 
 std::string Peers::recv(int peer, std::uint32_t tag, void* data, std::size_t bytes) {
-  Header h{};
-  const int fd = links_[std::size_t(peer)]->fd;
-  if (auto err = read_all(fd, reinterpret_cast<char*>(&h), sizeof h, timeout_s_, peer); !err.empty()) return err;
-  if (h.magic != kMagic) return "garbage from rank " + std::to_string(peer) + " (not a hetexec frame)";
-  if (h.length != bytes || h.tag != tag)
-    return "rank " + std::to_string(peer) + " sent tag " + std::to_string(h.tag) + " of " + std::to_string(h.length) +
+  Link& l = *links_[std::size_t(peer)];
+  std::unique_lock<std::mutex> lock(l.in_mutex);
+  const bool arrived = l.in_cv.wait_for(lock, std::chrono::duration<double>(timeout_s_),
+                                        [&] { return !l.inbox.empty() || !l.in_error.empty(); });
+  if (l.inbox.empty()) {  // frames that came before an error are still delivered
+    if (!arrived) return "no data from rank " + std::to_string(peer) + " for " + std::to_string(int(timeout_s_)) + " s";
+    return l.in_error;
+  }
+  Link::Frame f = std::move(l.inbox.front());
+  l.inbox.pop_front();
+  lock.unlock();
+  if (f.payload.size() != bytes || f.tag != tag)
+    return "rank " + std::to_string(peer) + " sent tag " + std::to_string(f.tag) + " of " + std::to_string(f.payload.size()) +
            " bytes; expected tag " + std::to_string(tag) + " of " + std::to_string(bytes);
-  if (auto err = read_all(fd, static_cast<char*>(data), bytes, timeout_s_, peer); !err.empty()) return err;
-  if (crc32(data, bytes) != h.crc) return "corrupt message from rank " + std::to_string(peer) + " (CRC-32 mismatch)";
+  if (bytes) std::memcpy(data, f.payload.data(), bytes);
   return "";
 }
 

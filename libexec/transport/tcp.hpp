@@ -2,7 +2,9 @@
 // TCP between the ranks of a job (DESIGN.md §9): one connection per pair of ranks, framed
 // messages [magic, tag, length, CRC-32] + payload. Sends are queued and written by one sender
 // thread per peer, so a rank never blocks on a send (rings and pipelines cannot deadlock on
-// full socket buffers); receives block until the frame is there, and report a closed peer, a
+// full socket buffers); frames are read ahead by one reader thread per peer as they arrive, so
+// a transfer proceeds while both ranks compute. A receive takes the next frame from the peer,
+// waiting at most the timeout for it, and reports a closed peer (after its last frames), a
 // timeout, a tag out of order or a corrupt payload as an error value.
 // Link emulation: a connection can be shaped to a bandwidth and latency (a token bucket: a
 // frame leaves when the link has carried the previous ones, and arrives `latency` later), so
@@ -58,6 +60,7 @@ class Peers {
   Peers(int rank, int world, std::vector<int> fds, double timeout_s);
   struct Link;
   void sender_loop(Link& link);
+  static void reader_loop(Link& link);
 
   int rank_, world_;
   double timeout_s_;
