@@ -375,12 +375,27 @@ TEST_CASE("a one-stage GPT and Llama forward+backward on the GPU match the CPU S
     const auto want = cpu.params();
     const auto got = stage->params();
     REQUIRE(got.size() == want.size());
+    for (const auto* q : got)  // the host grads are made whole only by finish_backward()
+      CHECK(std::all_of(q->grad.begin(), q->grad.end(), [](float x) { return x == 0.f; }));
+    stage->finish_backward();
     for (std::size_t i = 0; i < got.size(); ++i) {
       INFO(want[i]->name);
       REQUIRE(got[i]->name == want[i]->name);
       CHECK(got[i]->value == want[i]->value);  // identical fp32 masters
       CHECK(rel_l2(got[i]->grad, want[i]->grad) <= 5e-2);
     }
+    // A second micro-batch (the same data) accumulates on the device: twice the gradients.
+    stage->forward(1, B, tokens.data(), nullptr, targets.data(), &gpu_loss);
+    stage->backward(1, nullptr, scale);
+    stage->finish_backward();
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO(want[i]->name);
+      Vec twice = want[i]->grad;
+      for (auto& x : twice) x *= 2;
+      CHECK(rel_l2(got[i]->grad, twice) <= 5e-2);
+    }
+    stage->zero_grad();
+    for (const auto* q : got) CHECK(std::all_of(q->grad.begin(), q->grad.end(), [](float x) { return x == 0.f; }));
     // Two stages (embedding + layer 1 | layer 2 + head) pass host activations and gradients.
     auto s1 = (*backend)->make_stage({m, 0, 1, 0, 1, 7, het::Recompute::none, {}});
     auto s2 = (*backend)->make_stage({m, 2, L + 1, 0, 1, 7, het::Recompute::none, {}});
