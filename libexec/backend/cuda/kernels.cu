@@ -70,8 +70,9 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
   if (threadIdx.x == 0) mean[row] = m, rstd[row] = r;
 }
 
-__global__ void layernorm_backward_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
-                                          const float* mean, const float* rstd, int C) {
+// dinp only; dw, db come from norm_param_grad_kernel.
+__global__ void layernorm_backward_kernel(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
+                                          const float* rstd, int C) {
   const std::int64_t row = blockIdx.x;
   const bf16* x = inp + row * C;
   const bf16* d = dout + row * C;
@@ -84,8 +85,6 @@ __global__ void layernorm_backward_kernel(bf16* dinp, float* dw, float* db, cons
   const float dnorm_mean = block_sum(a) / C, dnorm_norm_mean = block_sum(bsum) / C;
   for (int c = threadIdx.x; c < C; c += kThreads) {
     const float norm = (load(x, c) - m) * r, dnorm = load(w, c) * load(d, c);
-    atomicAdd(db + c, load(d, c));
-    atomicAdd(dw + c, norm * load(d, c));
     store(dinp, row * C + c, load(dinp, row * C + c) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r);
   }
 }
@@ -101,8 +100,8 @@ __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, 
   if (threadIdx.x == 0) rstd[row] = r;
 }
 
-__global__ void rmsnorm_backward_kernel(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd,
-                                        int C) {
+// dinp only; dw comes from norm_param_grad_kernel.
+__global__ void rmsnorm_backward_kernel(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd, int C) {
   const std::int64_t row = blockIdx.x;
   const bf16* x = inp + row * C;
   const bf16* d = dout + row * C;
@@ -110,9 +109,32 @@ __global__ void rmsnorm_backward_kernel(bf16* dinp, float* dw, const bf16* dout,
   float dot = 0;  // Σ_c d_c w_c x_c
   for (int c = threadIdx.x; c < C; c += kThreads) dot += load(d, c) * load(w, c) * load(x, c);
   dot = block_sum(dot);
-  for (int c = threadIdx.x; c < C; c += kThreads) {
-    atomicAdd(dw + c, load(d, c) * load(x, c) * r);
+  for (int c = threadIdx.x; c < C; c += kThreads)
     store(dinp, row * C + c, load(dinp, row * C + c) + r * (load(d, c) * load(w, c) - load(x, c) * r * r * dot / C));
+}
+
+// The norms' parameter gradients, column sums over the rows: dw[c] += Σ_n norm[n,c]·dout[n,c]
+// with norm = (inp - mean[n]) · rstd[n] (mean null: RMSNorm, inp · rstd), db[c] += Σ_n dout[n,c]
+// (db may be null). A block per 32 columns, lane = column, warp w takes rows w, w + kWarps, ...;
+// the warps' sums are added in a fixed order (deterministic, no atomics).
+__global__ void norm_param_grad_kernel(float* dw, float* db, const bf16* dout, const bf16* inp, const float* mean, const float* rstd,
+                                       int N, int C) {
+  __shared__ float pw[kWarps][32], pb[kWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
+  float sw = 0, sb = 0;
+  if (c < C)
+    for (int n = warp; n < N; n += kWarps) {
+      const std::int64_t i = std::int64_t(n) * C + c;
+      const float d = load(dout, i), norm = (load(inp, i) - (mean ? mean[n] : 0.f)) * rstd[n];
+      sw += norm * d, sb += d;
+    }
+  pw[warp][lane] = sw, pb[warp][lane] = sb;
+  __syncthreads();
+  if (warp == 0 && c < C) {
+    float tw = 0, tb = 0;
+    for (int w = 0; w < kWarps; ++w) tw += pw[w][lane], tb += pb[w][lane];
+    dw[c] += tw;
+    if (db) db[c] += tb;
   }
 }
 
@@ -352,14 +374,18 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
 }
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
                         const float* rstd, int N, int C, cudaStream_t stream) {
-  if (N > 0) layernorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, C);
+  if (N <= 0 || C <= 0) return;
+  layernorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dout, inp, w, mean, rstd, C);
+  norm_param_grad_kernel<<<(C + 31) / 32, kThreads, 0, stream>>>(dw, db, dout, inp, mean, rstd, N, C);
 }
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C, cudaStream_t stream) {
   if (N > 0) rmsnorm_forward_kernel<<<N, kThreads, 0, stream>>>(out, rstd, inp, w, C);
 }
 void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd, int N, int C,
                       cudaStream_t stream) {
-  if (N > 0) rmsnorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dw, dout, inp, w, rstd, C);
+  if (N <= 0 || C <= 0) return;
+  rmsnorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dout, inp, w, rstd, C);
+  norm_param_grad_kernel<<<(C + 31) / 32, kThreads, 0, stream>>>(dw, nullptr, dout, inp, nullptr, rstd, N, C);
 }
 void gelu_forward(bf16* out, const bf16* inp, std::int64_t n, cudaStream_t stream) {
   gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);

@@ -5,8 +5,8 @@
 // Storage: activations bf16 (`bf16`), statistics and parameter gradients fp32; every kernel
 // computes in fp32. Every function only enqueues work on `stream` and returns at once; a
 // launch error shows at the next check_launch (device.hpp) — a stream synchronisation does not
-// report a launch that never started — never as an abort. Atomics make the norms', embedding's
-// and attention's parameter/key gradients vary in their last bits between runs.
+// report a launch that never started — never as an abort. fp32 atomics make the embedding's and
+// attention's gradients vary in their last bits between runs; every other kernel is deterministic.
 // Outputs: forward outputs and activation gradients are OVERWRITTEN unless the comment says
 // "+="; parameter gradients (fp32) always accumulate (+=), as in ops.hpp.
 #include <cuda_bf16.h>
@@ -21,7 +21,8 @@ using bf16 = __nv_bfloat16;
 // out[N,C] = (inp - mean) * rstd * w + b; keeps mean[N], rstd[N] (fp32).
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int N, int C,
                        cudaStream_t stream);
-// dinp[N,C] += ...; dw[C] += ...; db[C] += ...
+// dinp[N,C] += ...; dw[C] += ...; db[C] += ... (a block per row for dinp, then a column-sum
+// kernel for dw, db: no atomics)
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
                         const float* rstd, int N, int C, cudaStream_t stream);
 // out[N,C] = inp * rstd * w, rstd[N] = 1/sqrt(mean(inp²) + eps)
