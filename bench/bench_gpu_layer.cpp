@@ -1,8 +1,9 @@
 // One GPT layer on the CUDA backend (hidden 4096, 32 heads, seq 2048, micro-batch 1, bf16):
 // forward+backward time through backend::Stage and its MFU against the peak this GPU reaches on
 // a large cuBLASLt bf16 GEMM (8192³), measured here. The Stage time includes what the interface
-// costs (host-staged activations, gradients copied to the host after every backward), so it is
-// a floor on MFU, not the kernels' own. Exits 77 without a CUDA device.
+// costs (host-staged activations, and finish_backward()'s gradient copy to the host, as a step
+// of one micro-batch pays it), so it is a floor on MFU, not the kernels' own. Exits 77 without a
+// CUDA device.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -67,6 +68,7 @@ int main() {
       const auto t0 = std::chrono::steady_clock::now();
       stage->forward(r, B, nullptr, x.data(), nullptr, nullptr);
       stage->backward(r, dy.data(), 1.0);
+      stage->finish_backward();
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::vector<double> kept(times.begin() + 2, times.end());  // two warm-up runs

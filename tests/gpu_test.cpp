@@ -111,41 +111,44 @@ constexpr double kBf16 = 2e-2;  // a few bf16 ulps (2^-8) of the largest value
 
 TEST_CASE("LayerNorm and RMSNorm match the CPU kernels", "[kernels]") {
   Gpu g;
-  const int N = 37, C = 320;
-  const Vec x = random(std::size_t(N) * C, 1), w = random(C, 2), b = random(C, 3), dout = random(std::size_t(N) * C, 4);
-  const Vec dinp0 = random(std::size_t(N) * C, 5), dw0 = random(C, 6, 1, false), db0 = random(C, 7, 1, false);
-  auto dx = g.b16(x), dwt = g.b16(w), dbs = g.b16(b), ddout = g.b16(dout);
-  {  // LayerNorm
-    Vec out(x.size()), mean(N), rstd(N), dinp = dinp0, dw = dw0, db = db0;
-    het::model::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-    het::model::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
-    auto gout = g.poisoned<bf16>(x.size());
-    auto gmean = g.poisoned<float>(N), grstd = g.poisoned<float>(N);
-    het::cuda::layernorm_forward(gout.get(), gmean.get(), grstd.get(), dx.get(), dwt.get(), dbs.get(), N, C, g.s());
-    CHECK_CLOSE(g.host(gout), out, kBf16);
-    CHECK_CLOSE(g.host(gmean), mean, 1e-5);
-    CHECK_CLOSE(g.host(grstd), rstd, 1e-4);
-    auto gdinp = g.b16(dinp0);
-    auto gdw = g.f32(dw0), gdb = g.f32(db0);
-    het::cuda::layernorm_backward(gdinp.get(), gdw.get(), gdb.get(), ddout.get(), dx.get(), dwt.get(), gmean.get(), grstd.get(), N, C, g.s());
-    CHECK_CLOSE(g.host(gdinp), dinp, kBf16);
-    CHECK_CLOSE(g.host(gdw), dw, 1e-4);
-    CHECK_CLOSE(g.host(gdb), db, 1e-4);
-  }
-  {  // RMSNorm
-    Vec out(x.size()), rstd(N), dinp = dinp0, dw = dw0;
-    het::model::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C);
-    het::model::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
-    auto gout = g.poisoned<bf16>(x.size());
-    auto grstd = g.poisoned<float>(N);
-    het::cuda::rmsnorm_forward(gout.get(), grstd.get(), dx.get(), dwt.get(), N, C, g.s());
-    CHECK_CLOSE(g.host(gout), out, kBf16);
-    CHECK_CLOSE(g.host(grstd), rstd, 1e-4);
-    auto gdinp = g.b16(dinp0);
-    auto gdw = g.f32(dw0);
-    het::cuda::rmsnorm_backward(gdinp.get(), gdw.get(), ddout.get(), dx.get(), dwt.get(), grstd.get(), N, C, g.s());
-    CHECK_CLOSE(g.host(gdinp), dinp, kBf16);
-    CHECK_CLOSE(g.host(gdw), dw, 1e-4);
+  for (const int C : {320, 333}) {  // 333: a partial block of columns in the parameter gradients
+    INFO("C " << C);
+    const int N = 37;
+    const Vec x = random(std::size_t(N) * C, 1), w = random(C, 2), b = random(C, 3), dout = random(std::size_t(N) * C, 4);
+    const Vec dinp0 = random(std::size_t(N) * C, 5), dw0 = random(C, 6, 1, false), db0 = random(C, 7, 1, false);
+    auto dx = g.b16(x), dwt = g.b16(w), dbs = g.b16(b), ddout = g.b16(dout);
+    {  // LayerNorm
+      Vec out(x.size()), mean(N), rstd(N), dinp = dinp0, dw = dw0, db = db0;
+      het::model::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+      het::model::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+      auto gout = g.poisoned<bf16>(x.size());
+      auto gmean = g.poisoned<float>(N), grstd = g.poisoned<float>(N);
+      het::cuda::layernorm_forward(gout.get(), gmean.get(), grstd.get(), dx.get(), dwt.get(), dbs.get(), N, C, g.s());
+      CHECK_CLOSE(g.host(gout), out, kBf16);
+      CHECK_CLOSE(g.host(gmean), mean, 1e-5);
+      CHECK_CLOSE(g.host(grstd), rstd, 1e-4);
+      auto gdinp = g.b16(dinp0);
+      auto gdw = g.f32(dw0), gdb = g.f32(db0);
+      het::cuda::layernorm_backward(gdinp.get(), gdw.get(), gdb.get(), ddout.get(), dx.get(), dwt.get(), gmean.get(), grstd.get(), N, C, g.s());
+      CHECK_CLOSE(g.host(gdinp), dinp, kBf16);
+      CHECK_CLOSE(g.host(gdw), dw, 1e-4);
+      CHECK_CLOSE(g.host(gdb), db, 1e-4);
+    }
+    {  // RMSNorm
+      Vec out(x.size()), rstd(N), dinp = dinp0, dw = dw0;
+      het::model::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C);
+      het::model::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+      auto gout = g.poisoned<bf16>(x.size());
+      auto grstd = g.poisoned<float>(N);
+      het::cuda::rmsnorm_forward(gout.get(), grstd.get(), dx.get(), dwt.get(), N, C, g.s());
+      CHECK_CLOSE(g.host(gout), out, kBf16);
+      CHECK_CLOSE(g.host(grstd), rstd, 1e-4);
+      auto gdinp = g.b16(dinp0);
+      auto gdw = g.f32(dw0);
+      het::cuda::rmsnorm_backward(gdinp.get(), gdw.get(), ddout.get(), dx.get(), dwt.get(), grstd.get(), N, C, g.s());
+      CHECK_CLOSE(g.host(gdinp), dinp, kBf16);
+      CHECK_CLOSE(g.host(gdw), dw, 1e-4);
+    }
   }
 }
 
@@ -195,7 +198,9 @@ TEST_CASE("RoPE matches the CPU kernel in bf16 and fp32", "[kernels]") {
 TEST_CASE("grouped-query causal attention matches the CPU kernel", "[kernels]") {
   Gpu g;
   struct Case { int B, Tq, Tk, q0, H, KH, D; };
-  for (const Case c : {Case{2, 33, 33, 0, 4, 2, 32}, Case{1, 16, 40, 24, 6, 3, 64}, Case{2, 8, 8, 0, 2, 2, 16}}) {
+  // D = 80 and 256: head dimensions that split the block unevenly or not at all over the keys.
+  for (const Case c : {Case{2, 33, 33, 0, 4, 2, 32}, Case{1, 16, 40, 24, 6, 3, 64}, Case{2, 8, 8, 0, 2, 2, 16},
+                       Case{1, 37, 37, 0, 4, 1, 80}, Case{1, 9, 300, 291, 2, 2, 256}}) {
     INFO("Tq " << c.Tq << " Tk " << c.Tk << " q0 " << c.q0 << " H " << c.H << " KH " << c.KH << " D " << c.D);
     const std::size_t nq = std::size_t(c.B) * c.Tq * c.H * c.D, nk = std::size_t(c.B) * c.Tk * c.KH * c.D;
     const Vec q = random(nq, 31), k = random(nk, 32), v = random(nk, 33), dout = random(nq, 34);
@@ -216,6 +221,18 @@ TEST_CASE("grouped-query causal attention matches the CPU kernel", "[kernels]") 
     CHECK_CLOSE(g.host(gdk), dk, 1e-3);
     CHECK_CLOSE(g.host(gdv), dv, 1e-3);
   }
+}
+
+TEST_CASE("attention refuses the shapes it cannot launch with a sentence", "[kernels]") {
+  Gpu g;
+  // Checked before anything is enqueued, so no buffers are needed.
+  CHECK_THROWS_WITH(het::cuda::attention_forward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 0, 2, 2, 320, g.s()),
+                    Catch::Contains("head dimensions"));
+  CHECK_THROWS_WITH(het::cuda::attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 4, 0, 6,
+                                                  4, 64, g.s()),
+                    Catch::Contains("multiple of the key/value heads"));
+  CHECK_THROWS_WITH(het::cuda::attention_forward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 1 << 20, 0, 2, 2, 64, g.s()),
+                    Catch::Contains("too long"));
 }
 
 TEST_CASE("embedding, cross-entropy and the bias gradient match the CPU kernels", "[kernels]") {
@@ -375,12 +392,27 @@ TEST_CASE("a one-stage GPT and Llama forward+backward on the GPU match the CPU S
     const auto want = cpu.params();
     const auto got = stage->params();
     REQUIRE(got.size() == want.size());
+    for (const auto* q : got)  // the host grads are made whole only by finish_backward()
+      CHECK(std::all_of(q->grad.begin(), q->grad.end(), [](float x) { return x == 0.f; }));
+    stage->finish_backward();
     for (std::size_t i = 0; i < got.size(); ++i) {
       INFO(want[i]->name);
       REQUIRE(got[i]->name == want[i]->name);
       CHECK(got[i]->value == want[i]->value);  // identical fp32 masters
       CHECK(rel_l2(got[i]->grad, want[i]->grad) <= 5e-2);
     }
+    // A second micro-batch (the same data) accumulates on the device: twice the gradients.
+    stage->forward(1, B, tokens.data(), nullptr, targets.data(), &gpu_loss);
+    stage->backward(1, nullptr, scale);
+    stage->finish_backward();
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO(want[i]->name);
+      Vec twice = want[i]->grad;
+      for (auto& x : twice) x *= 2;
+      CHECK(rel_l2(got[i]->grad, twice) <= 5e-2);
+    }
+    stage->zero_grad();
+    for (const auto* q : got) CHECK(std::all_of(q->grad.begin(), q->grad.end(), [](float x) { return x == 0.f; }));
     // Two stages (embedding + layer 1 | layer 2 + head) pass host activations and gradients.
     auto s1 = (*backend)->make_stage({m, 0, 1, 0, 1, 7, het::Recompute::none, {}});
     auto s2 = (*backend)->make_stage({m, 2, L + 1, 0, 1, 7, het::Recompute::none, {}});

@@ -9,10 +9,15 @@
 //  * params() returns fp32 MASTER weights in host memory (model::Param<float>). The device keeps
 //    a bf16 copy of each value and an fp32 gradient. Values written on the host (the optimizer,
 //    a checkpoint load) reach the device at the next zero_grad() — the runtime calls it at the
-//    start of every step — or at construction. Gradients are copied to the host grad vectors at
-//    the end of every backward(), so the host always sees the sum over the micro-batches so far.
-//  * Only tp = 1 and cp = 1 (no tensor or context parallelism yet), head dimension <= 256;
-//    activation recomputation is not implemented (all activations are kept; results equal).
+//    start of every step — or at construction. Gradients accumulate on the device (fp32) over the
+//    step's backward() calls and reach the host grad vectors only in finish_backward(), which
+//    copies them all (through one pinned buffer, one synchronisation per 128 MiB); until then the
+//    host grads hold what the last zero_grad() or finish_backward() left there. zero_grad()
+//    clears both copies.
+//  * Only tp = 1 and cp = 1 (no tensor or context parallelism yet), head dimension <= 256, and
+//    sequences whose fp32 score row fits the attention kernel's shared memory (kernels.hpp: up
+//    to ~57k on H100; longer ones are refused at the first forward); activation recomputation is
+//    not implemented (all activations are kept, attention's B·H·T² fp32 probabilities too).
 //  * Errors (an unsupported spec, a failing CUDA or cuBLASLt call, out of device memory) are
 //    thrown as std::runtime_error with a sentence; the interface has no other error channel.
 #include <memory>

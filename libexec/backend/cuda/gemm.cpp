@@ -64,19 +64,24 @@ void Gemm::matmul(void* d, const void* c, cudaDataType_t cd, const bf16* a, bool
   }
   // Stored shapes: A is [m,k] (or [k,m] when transposed), B is [k,n] (or [n,k]).
   Layout la(CUDA_R_16BF, ta ? k : m, ta ? m : k, lda), lb(CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb), lc(cd, m, n, m);
-  Preference pref;
   const std::size_t ws = workspace_.bytes();
-  check_cublas(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-               "cublasLtMatmulPreferenceSetAttribute");
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  check_cublas(cublasLtMatmulAlgoGetHeuristic(handle_, desc.h, la.h, lb.h, lc.h, lc.h, pref.h, 1, &heuristic, &found),
-               "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0)
-    throw CudaError("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
-                    " bf16 GEMM");
+  const Key key{m, n, k, lda, ldb, ta, tb, int(cd), bias != nullptr};
+  auto it = algos_.find(key);
+  if (it == algos_.end()) {  // the heuristic once per problem: it costs more than many small GEMMs
+    Preference pref;
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                 "cublasLtMatmulPreferenceSetAttribute");
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    check_cublas(cublasLtMatmulAlgoGetHeuristic(handle_, desc.h, la.h, lb.h, lc.h, lc.h, pref.h, 1, &heuristic, &found),
+                 "cublasLtMatmulAlgoGetHeuristic");
+    if (found == 0)
+      throw CudaError("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                      " bf16 GEMM");
+    it = algos_.emplace(key, heuristic.algo).first;
+  }
   const float alpha = 1;
-  check_cublas(cublasLtMatmul(handle_, desc.h, &alpha, a, la.h, b, lb.h, &beta, c ? c : d, lc.h, d, lc.h, &heuristic.algo,
+  check_cublas(cublasLtMatmul(handle_, desc.h, &alpha, a, la.h, b, lb.h, &beta, c ? c : d, lc.h, d, lc.h, &it->second,
                               workspace_.get(), ws, stream_),
                "cublasLtMatmul");
 }

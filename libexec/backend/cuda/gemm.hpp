@@ -1,8 +1,14 @@
 #pragma once
 // GEMMs of the CUDA backend through cuBLASLt: bf16 operands, fp32 accumulation, row-major
-// tensors as in model/ops.hpp (matmul_forward/backward). A Gemm owns the cuBLASLt handle and
-// its workspace; one per backend stage (no global state). Errors throw CudaError (device.hpp).
+// tensors as in model/ops.hpp (matmul_forward/backward). A Gemm owns the cuBLASLt handle, its
+// workspace (allocated once) and the algorithms cuBLASLt's heuristic chose, cached per problem
+// (shape, layout, output type, epilogue); one per backend stage (no global state). Operand and
+// bias pointers must be 256-byte aligned, cuBLASLt's default assumption when it chooses (the
+// starts of device.hpp's buffers are). Errors throw CudaError (device.hpp).
 #include <cublasLt.h>
+
+#include <map>
+#include <tuple>
 
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/kernels.hpp"
@@ -29,9 +35,12 @@ class Gemm {
   // seen transposed). A, B bf16; C, D of type `cd`.
   void matmul(void* d, const void* c, cudaDataType_t cd, const bf16* a, bool ta, int lda, const bf16* b, bool tb, int ldb, int m,
               int n, int k, float beta, const bf16* bias);
+  // What the heuristic's choice depends on: m, n, k, lda, ldb, transposes, C/D type, bias.
+  using Key = std::tuple<int, int, int, int, int, bool, bool, int, bool>;
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<unsigned char> workspace_;
+  std::map<Key, cublasLtMatmulAlgo_t> algos_;
 };
 
 // "cuBLASLt error in <what>: <status>" as a CudaError when status is not success.

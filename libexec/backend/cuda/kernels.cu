@@ -3,12 +3,17 @@
 #include "backend/cuda/kernels.hpp"
 
 #include <cmath>
+#include <string>
+
+#include "backend/cuda/device.hpp"
 
 namespace het::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;  // every block-reducing kernel runs 256 threads
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxHeadDim = 256;  // the attention kernels keep a query row in shared memory
 constexpr float kEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 
@@ -28,13 +33,13 @@ __device__ float warp_max(float x) {
 // Sum (or max) over a block of kThreads threads; every thread gets the result.
 template <bool Max>
 __device__ float block_reduce(float x) {
-  __shared__ float partial[kThreads / 32];
+  __shared__ float partial[kWarps];
   __shared__ float result;
   x = Max ? warp_max(x) : warp_sum(x);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = x;
   __syncthreads();
   if (threadIdx.x < 32) {
-    float y = threadIdx.x < kThreads / 32 ? partial[threadIdx.x] : (Max ? -INFINITY : 0.f);
+    float y = threadIdx.x < kWarps ? partial[threadIdx.x] : (Max ? -INFINITY : 0.f);
     y = Max ? warp_max(y) : warp_sum(y);
     if (threadIdx.x == 0) result = y;
   }
@@ -65,8 +70,9 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
   if (threadIdx.x == 0) mean[row] = m, rstd[row] = r;
 }
 
-__global__ void layernorm_backward_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
-                                          const float* mean, const float* rstd, int C) {
+// dinp only; dw, db come from norm_param_grad_kernel.
+__global__ void layernorm_backward_kernel(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
+                                          const float* rstd, int C) {
   const std::int64_t row = blockIdx.x;
   const bf16* x = inp + row * C;
   const bf16* d = dout + row * C;
@@ -79,8 +85,6 @@ __global__ void layernorm_backward_kernel(bf16* dinp, float* dw, float* db, cons
   const float dnorm_mean = block_sum(a) / C, dnorm_norm_mean = block_sum(bsum) / C;
   for (int c = threadIdx.x; c < C; c += kThreads) {
     const float norm = (load(x, c) - m) * r, dnorm = load(w, c) * load(d, c);
-    atomicAdd(db + c, load(d, c));
-    atomicAdd(dw + c, norm * load(d, c));
     store(dinp, row * C + c, load(dinp, row * C + c) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r);
   }
 }
@@ -96,8 +100,8 @@ __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, 
   if (threadIdx.x == 0) rstd[row] = r;
 }
 
-__global__ void rmsnorm_backward_kernel(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd,
-                                        int C) {
+// dinp only; dw comes from norm_param_grad_kernel.
+__global__ void rmsnorm_backward_kernel(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd, int C) {
   const std::int64_t row = blockIdx.x;
   const bf16* x = inp + row * C;
   const bf16* d = dout + row * C;
@@ -105,9 +109,32 @@ __global__ void rmsnorm_backward_kernel(bf16* dinp, float* dw, const bf16* dout,
   float dot = 0;  // Σ_c d_c w_c x_c
   for (int c = threadIdx.x; c < C; c += kThreads) dot += load(d, c) * load(w, c) * load(x, c);
   dot = block_sum(dot);
-  for (int c = threadIdx.x; c < C; c += kThreads) {
-    atomicAdd(dw + c, load(d, c) * load(x, c) * r);
+  for (int c = threadIdx.x; c < C; c += kThreads)
     store(dinp, row * C + c, load(dinp, row * C + c) + r * (load(d, c) * load(w, c) - load(x, c) * r * r * dot / C));
+}
+
+// The norms' parameter gradients, column sums over the rows: dw[c] += Σ_n norm[n,c]·dout[n,c]
+// with norm = (inp - mean[n]) · rstd[n] (mean null: RMSNorm, inp · rstd), db[c] += Σ_n dout[n,c]
+// (db may be null). A block per 32 columns, lane = column, warp w takes rows w, w + kWarps, ...;
+// the warps' sums are added in a fixed order (deterministic, no atomics).
+__global__ void norm_param_grad_kernel(float* dw, float* db, const bf16* dout, const bf16* inp, const float* mean, const float* rstd,
+                                       int N, int C) {
+  __shared__ float pw[kWarps][32], pb[kWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
+  float sw = 0, sb = 0;
+  if (c < C)
+    for (int n = warp; n < N; n += kWarps) {
+      const std::int64_t i = std::int64_t(n) * C + c;
+      const float d = load(dout, i), norm = (load(inp, i) - (mean ? mean[n] : 0.f)) * rstd[n];
+      sw += norm * d, sb += d;
+    }
+  pw[warp][lane] = sw, pb[warp][lane] = sb;
+  __syncthreads();
+  if (warp == 0 && c < C) {
+    float tw = 0, tb = 0;
+    for (int w = 0; w < kWarps; ++w) tw += pw[w][lane], tb += pb[w][lane];
+    dw[c] += tw;
+    if (db) db[c] += tb;
   }
 }
 
@@ -161,72 +188,96 @@ __global__ void rope_kernel(T* x, std::int64_t pairs, int Tn, int H, int D, int 
 }
 
 // ---- attention: one block per query row (b, h, t) ---------------------------------------
-// Scores for the visible keys in shared memory (Tk floats), then softmax, then out = Σ a_s v_s.
+// Scores for the visible keys in shared memory (Tk floats), one warp per key with the lanes
+// over the head dimension (k and v rows read coalesced); then the softmax; then
+// out = Σ_s a_s v_s with the block's threads split into kThreads / D parts over the keys,
+// whose partial sums are added in a fixed order (results do not depend on timing).
 __global__ void attention_forward_kernel(bf16* out, float* att, const bf16* q, const bf16* k, const bf16* v, int Tq, int Tk, int q0,
                                          int H, int KH, int D, float scale) {
   extern __shared__ float score[];  // [Tk]
-  __shared__ float qs[256];
+  __shared__ float qs[kMaxHeadDim];
+  __shared__ float partial_out[kThreads];  // [parts, D]
   const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / (H / KH);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int visible = min(Tk, q0 + t + 1);
   const std::int64_t qrow = ((std::int64_t(b) * Tq + t) * H + h) * D;
+  auto krow = [&](int s) { return ((std::int64_t(b) * Tk + s) * KH + kh) * D; };
   for (int d = threadIdx.x; d < D; d += kThreads) qs[d] = load(q, qrow + d);
   __syncthreads();
   float mx = -INFINITY;
-  for (int s = threadIdx.x; s < visible; s += kThreads) {
-    const std::int64_t krow = ((std::int64_t(b) * Tk + s) * KH + kh) * D;
+  for (int s = warp; s < visible; s += kWarps) {  // uniform within a warp: the shuffles see all lanes
     float dot = 0;
-    for (int d = 0; d < D; ++d) dot += qs[d] * load(k, krow + d);
-    score[s] = dot * scale;
-    mx = fmaxf(mx, dot * scale);
+    for (int d = lane; d < D; d += 32) dot += qs[d] * load(k, krow(s) + d);
+    dot = warp_sum(dot) * scale;  // every lane holds it
+    if (lane == 0) score[s] = dot;
+    mx = fmaxf(mx, dot);
   }
-  mx = block_max(mx);
+  mx = block_max(mx);  // its barriers also publish score[] to the whole block
   float sum = 0;
   for (int s = threadIdx.x; s < visible; s += kThreads) sum += (score[s] = expf(score[s] - mx));
-  sum = block_sum(sum);  // its barriers also publish score[] to the whole block
+  sum = block_sum(sum);  // and these publish the exponentials
   float* a = att + ((std::int64_t(b) * H + h) * Tq + t) * Tk;
   for (int s = threadIdx.x; s < Tk; s += kThreads) a[s] = s < visible ? (score[s] /= sum) : 0.f;
   __syncthreads();
+  const int parts = kThreads / D, part = threadIdx.x / D, dd = threadIdx.x % D;  // threadIdx.x = part·D + dd
+  if (part < parts) {
+    float o = 0;
+    for (int s = part; s < visible; s += parts) o += score[s] * load(v, krow(s) + dd);
+    partial_out[threadIdx.x] = o;
+  }
+  __syncthreads();
   for (int d = threadIdx.x; d < D; d += kThreads) {
     float o = 0;
-    for (int s = 0; s < visible; ++s) o += score[s] * load(v, ((std::int64_t(b) * Tk + s) * KH + kh) * D + d);
+    for (int p = 0; p < parts; ++p) o += partial_out[p * D + d];
     store(out, qrow + d, o);
   }
 }
 
 // datt_s = dout·v_s; dpre_s = a_s (datt_s - Σ_r a_r datt_r) · scale; dq += Σ_s dpre_s k_s;
-// dk_s += dpre_s q; dv_s += a_s dout.
+// dk_s += dpre_s q; dv_s += a_s dout. Warps over keys as in the forward; the dk, dv atomics of
+// one key are issued by one warp over consecutive addresses.
 __global__ void attention_backward_kernel(float* dq, float* dk, float* dv, const bf16* dout, const float* att, const bf16* q,
                                           const bf16* k, const bf16* v, int Tq, int Tk, int q0, int H, int KH, int D, float scale) {
   extern __shared__ float dpre[];  // [Tk]
-  __shared__ float ds[256], qs[256];
+  __shared__ float ds[kMaxHeadDim], qs[kMaxHeadDim];
+  __shared__ float partial_dq[kThreads];  // [parts, D]
   const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / (H / KH);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int visible = min(Tk, q0 + t + 1);
   const std::int64_t qrow = ((std::int64_t(b) * Tq + t) * H + h) * D;
+  auto krow = [&](int s) { return ((std::int64_t(b) * Tk + s) * KH + kh) * D; };
   const float* a = att + ((std::int64_t(b) * H + h) * Tq + t) * Tk;
   for (int d = threadIdx.x; d < D; d += kThreads) ds[d] = load(dout, qrow + d), qs[d] = load(q, qrow + d);
   __syncthreads();
-  float inner = 0;
-  for (int s = threadIdx.x; s < visible; s += kThreads) {
-    const std::int64_t krow = ((std::int64_t(b) * Tk + s) * KH + kh) * D;
+  float inner = 0;  // Σ a_s datt_s over this warp's keys, held by lane 0
+  for (int s = warp; s < visible; s += kWarps) {
+    const float as = a[s];
     float dot = 0;
-    for (int d = 0; d < D; ++d) {
-      dot += ds[d] * load(v, krow + d);
-      atomicAdd(dv + krow + d, a[s] * ds[d]);
+    for (int d = lane; d < D; d += 32) {
+      dot += ds[d] * load(v, krow(s) + d);
+      atomicAdd(dv + krow(s) + d, as * ds[d]);
     }
-    dpre[s] = dot;
-    inner += a[s] * dot;
+    dot = warp_sum(dot);
+    if (lane == 0) dpre[s] = dot, inner += as * dot;
   }
-  inner = block_sum(inner);
-  for (int s = threadIdx.x; s < visible; s += kThreads) {
-    dpre[s] = a[s] * (dpre[s] - inner) * scale;
-    const std::int64_t krow = ((std::int64_t(b) * Tk + s) * KH + kh) * D;
-    for (int d = 0; d < D; ++d) atomicAdd(dk + krow + d, dpre[s] * qs[d]);
+  inner = block_sum(inner);  // its barriers also publish dpre[]
+  for (int s = threadIdx.x; s < visible; s += kThreads) dpre[s] = a[s] * (dpre[s] - inner) * scale;
+  __syncthreads();
+  for (int s = warp; s < visible; s += kWarps) {
+    const float p = dpre[s];
+    for (int d = lane; d < D; d += 32) atomicAdd(dk + krow(s) + d, p * qs[d]);
+  }
+  const int parts = kThreads / D, part = threadIdx.x / D, dd = threadIdx.x % D;  // threadIdx.x = part·D + dd
+  if (part < parts) {
+    float g = 0;
+    for (int s = part; s < visible; s += parts) g += dpre[s] * load(k, krow(s) + dd);
+    partial_dq[threadIdx.x] = g;
   }
   __syncthreads();
   for (int d = threadIdx.x; d < D; d += kThreads) {
     float g = 0;
-    for (int s = 0; s < visible; ++s) g += dpre[s] * load(k, ((std::int64_t(b) * Tk + s) * KH + kh) * D + d);
-    dq[qrow + d] += g;
+    for (int p = 0; p < parts; ++p) g += partial_dq[p * D + d];
+    dq[qrow + d] += g;  // one block owns the row: no atomics
   }
 }
 
@@ -269,13 +320,21 @@ __global__ void crossentropy_kernel(bf16* dlogits, float* losses, const bf16* lo
       store(dlogits, row * V + i, (expf(load(l, i) - mx) / sum - (i == target ? 1.f : 0.f)) * scale);
 }
 
-// One thread per output column, a loop over rows (columns are contiguous across threads).
+// A block per 32 output columns: lane = column, warp w sums rows w, w + kWarps, ... (coalesced
+// 64-byte reads per warp), then the warps' sums are added in a fixed order.
 __global__ void bias_backward_kernel(float* db, const bf16* dout, int N, int OC) {
-  const int oc = blockIdx.x * kThreads + threadIdx.x;
-  if (oc >= OC) return;
+  __shared__ float partial[kWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, oc = blockIdx.x * 32 + lane;
   float s = 0;
-  for (int n = 0; n < N; ++n) s += load(dout, std::int64_t(n) * OC + oc);
-  db[oc] += s;
+  if (oc < OC)
+    for (int n = warp; n < N; n += kWarps) s += load(dout, std::int64_t(n) * OC + oc);
+  partial[warp][lane] = s;
+  __syncthreads();
+  if (warp == 0 && oc < OC) {
+    float total = 0;
+    for (int w = 0; w < kWarps; ++w) total += partial[w][lane];
+    db[oc] += total;
+  }
 }
 
 __global__ void add_inplace_kernel(bf16* x, const bf16* y, std::int64_t n) {
@@ -315,14 +374,18 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
 }
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
                         const float* rstd, int N, int C, cudaStream_t stream) {
-  if (N > 0) layernorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, C);
+  if (N <= 0 || C <= 0) return;
+  layernorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dout, inp, w, mean, rstd, C);
+  norm_param_grad_kernel<<<(C + 31) / 32, kThreads, 0, stream>>>(dw, db, dout, inp, mean, rstd, N, C);
 }
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C, cudaStream_t stream) {
   if (N > 0) rmsnorm_forward_kernel<<<N, kThreads, 0, stream>>>(out, rstd, inp, w, C);
 }
 void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd, int N, int C,
                       cudaStream_t stream) {
-  if (N > 0) rmsnorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dw, dout, inp, w, rstd, C);
+  if (N <= 0 || C <= 0) return;
+  rmsnorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dout, inp, w, rstd, C);
+  norm_param_grad_kernel<<<(C + 31) / 32, kThreads, 0, stream>>>(dw, nullptr, dout, inp, nullptr, rstd, N, C);
 }
 void gelu_forward(bf16* out, const bf16* inp, std::int64_t n, cudaStream_t stream) {
   gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
@@ -352,17 +415,47 @@ template void rope_forward<float>(float*, int, int, int, int, int, cudaStream_t)
 template void rope_backward<bf16>(bf16*, int, int, int, int, int, cudaStream_t);
 template void rope_backward<float>(float*, int, int, int, int, int, cudaStream_t);
 
+namespace {
+// The shared memory one attention block needs: Tk fp32 scores (dynamic) plus the kernel's
+// static arrays. Above the 48 KiB every kernel may use, the kernel must opt in, up to the
+// device's per-block maximum; beyond that the sequence is refused with a sentence.
+template <class Kernel>
+std::size_t attention_shared(Kernel kernel, int B, int Tk, int H, int KH, int D, const char* what) {
+  if (B > 65535 || H > 65535)  // gridDim.y = H, gridDim.z = B
+    throw CudaError(std::string(what) + ": the CUDA attention kernel launches one block per (query, head, sequence) and takes at most "
+                    "65535 heads and sequences (got H = " + std::to_string(H) + ", B = " + std::to_string(B) + ")");
+  if (D > kMaxHeadDim || D < 1 || KH < 1 || H % KH != 0)
+    throw CudaError(std::string(what) + ": the CUDA attention kernel takes head dimensions 1.." + std::to_string(kMaxHeadDim) +
+                    " and query heads a multiple of the key/value heads (got D = " + std::to_string(D) + ", H = " + std::to_string(H) +
+                    ", KH = " + std::to_string(KH) + ")");
+  cudaFuncAttributes attr{};
+  check(cudaFuncGetAttributes(&attr, kernel), what);
+  const std::size_t dynamic = std::size_t(Tk) * sizeof(float), total = dynamic + attr.sharedSizeBytes;
+  if (total > 48 * 1024) {
+    int device = 0, optin = 0;
+    check(cudaGetDevice(&device), what);
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), what);
+    if (total > std::size_t(optin))
+      throw CudaError(std::string(what) + ": the CUDA attention kernel keeps a row of " + std::to_string(Tk) +
+                      " fp32 scores in shared memory, " + std::to_string(total) + " bytes, and this device allows " +
+                      std::to_string(optin) + " per block; the sequence is too long for it");
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic)), what);
+  }
+  return dynamic;
+}
+}  // namespace
+
 void attention_forward(bf16* out, float* att, const bf16* q, const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H,
                        int KH, int D, cudaStream_t stream) {
-  const std::size_t shared = std::size_t(Tk) * sizeof(float);
-  if (shared > 48 * 1024) cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+  if (B == 0 || Tq == 0) return;
+  const std::size_t shared = attention_shared(attention_forward_kernel, B, Tk, H, KH, D, "the attention forward");
   attention_forward_kernel<<<dim3(Tq, H, B), kThreads, shared, stream>>>(out, att, q, k, v, Tq, Tk, q0, H, KH, D,
                                                                          1.f / sqrtf(float(D)));
 }
 void attention_backward(float* dq, float* dk, float* dv, const bf16* dout, const float* att, const bf16* q, const bf16* k,
                         const bf16* v, int B, int Tq, int Tk, int q0, int H, int KH, int D, cudaStream_t stream) {
-  const std::size_t shared = std::size_t(Tk) * sizeof(float);
-  if (shared > 48 * 1024) cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+  if (B == 0 || Tq == 0) return;
+  const std::size_t shared = attention_shared(attention_backward_kernel, B, Tk, H, KH, D, "the attention backward");
   attention_backward_kernel<<<dim3(Tq, H, B), kThreads, shared, stream>>>(dq, dk, dv, dout, att, q, k, v, Tq, Tk, q0, H, KH, D,
                                                                           1.f / sqrtf(float(D)));
 }
@@ -381,7 +474,7 @@ void crossentropy_forward_backward(bf16* dlogits, float* losses, const bf16* log
   if (N > 0) crossentropy_kernel<<<N, kThreads, 0, stream>>>(dlogits, losses, logits, targets, V, scale);
 }
 void bias_backward(float* db, const bf16* dout, int N, int OC, cudaStream_t stream) {
-  bias_backward_kernel<<<(OC + kThreads - 1) / kThreads, kThreads, 0, stream>>>(db, dout, N, OC);
+  if (OC > 0) bias_backward_kernel<<<(OC + 31) / 32, kThreads, 0, stream>>>(db, dout, N, OC);
 }
 void add_inplace(bf16* x, const bf16* y, std::int64_t n, cudaStream_t stream) {
   add_inplace_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);

@@ -4,7 +4,9 @@
 // T time, H query heads, KH key/value heads, D head dimension, V vocabulary).
 // Storage: activations bf16 (`bf16`), statistics and parameter gradients fp32; every kernel
 // computes in fp32. Every function only enqueues work on `stream` and returns at once; a
-// launch error shows at the next check of the stream (device.hpp), never as an abort.
+// launch error shows at the next check_launch (device.hpp) — a stream synchronisation does not
+// report a launch that never started — never as an abort. fp32 atomics make the embedding's and
+// attention's gradients vary in their last bits between runs; every other kernel is deterministic.
 // Outputs: forward outputs and activation gradients are OVERWRITTEN unless the comment says
 // "+="; parameter gradients (fp32) always accumulate (+=), as in ops.hpp.
 #include <cuda_bf16.h>
@@ -19,7 +21,8 @@ using bf16 = __nv_bfloat16;
 // out[N,C] = (inp - mean) * rstd * w + b; keeps mean[N], rstd[N] (fp32).
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int N, int C,
                        cudaStream_t stream);
-// dinp[N,C] += ...; dw[C] += ...; db[C] += ...
+// dinp[N,C] += ...; dw[C] += ...; db[C] += ... (a block per row for dinp, then a column-sum
+// kernel for dw, db: no atomics)
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
                         const float* rstd, int N, int C, cudaStream_t stream);
 // out[N,C] = inp * rstd * w, rstd[N] = 1/sqrt(mean(inp²) + eps)
@@ -42,9 +45,19 @@ template <class T> void rope_forward(T* x, int B, int Tn, int H, int D, int pos0
 template <class T> void rope_backward(T* dx, int B, int Tn, int H, int D, int pos0, cudaStream_t stream);
 
 // Causal grouped-query attention: q[B,Tq,H,D], k,v[B,Tk,KH,D] -> out[B,Tq,H,D]; query t at
-// position q0 + t sees keys s <= q0 + t. att[B,H,Tq,Tk] (fp32) keeps the probabilities (zero
-// where masked). One thread block per (b, h, t) query row — simple and correct, not fast.
-// Requires D <= 256 and Tk·4 bytes of shared memory.
+// position q0 + t sees keys s <= q0 + t (query head h reads kv head h / (H/KH)). att[B,H,Tq,Tk]
+// (fp32) keeps the probabilities (zero where masked). One thread block per (t, h, b) query row,
+// a warp per key for the dot products — simple and correct, not fast. Known limits:
+//  * memory: att is B·H·T² fp32 per layer and micro-batch (512 MiB at B 1, H 32, T 2048),
+//    kept until the backward; a flash-attention kernel would keep O(B·H·T) instead;
+//  * time: scores are recomputed from global k, v per query row (no tiling or tensor cores:
+//    O(T²·D) scalar FMAs, read bandwidth-bound), and the backward adds to dk, dv with fp32
+//    atomics from every query row of the group (contention grows with T and H/KH; results
+//    vary in the last bits from run to run);
+//  * shared memory: Tk·4 bytes of scores per block plus ~3 KiB, opted in above 48 KiB up to the
+//    device's limit (Tk up to ~57k on H100, ~40k on A100). These throw a CudaError with a
+//    sentence when the shapes do not fit (D > 256, H not a multiple of KH, H or B > 65535, Tk too
+//    long for shared memory) instead of enqueueing.
 void attention_forward(bf16* out, float* att, const bf16* q, const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H,
                        int KH, int D, cudaStream_t stream);
 // dq[B,Tq,H,D] +=, dk, dv[B,Tk,KH,D] += (fp32; atomics, since a group's heads share k, v).
@@ -63,7 +76,8 @@ void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int* t
 void crossentropy_forward_backward(bf16* dlogits, float* losses, const bf16* logits, const int* targets, int N, int V, float scale,
                                    cudaStream_t stream);
 
-// db[OC] += Σ_n dout[n, OC] (the bias gradient of a GEMM, whose input gradients cuBLASLt makes)
+// db[OC] += Σ_n dout[n, OC] (the bias gradient of a GEMM, whose input gradients cuBLASLt makes);
+// deterministic (fixed summation order)
 void bias_backward(float* db, const bf16* dout, int N, int OC, cudaStream_t stream);
 
 // x[n] += y[n]

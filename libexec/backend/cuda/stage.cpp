@@ -4,6 +4,7 @@
 // names, order and initial values are those of the CPU backend by construction.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <stdexcept>
@@ -78,11 +79,7 @@ class CudaStage final : public Stage {
       a.layers.emplace_back();
       cur = layer_forward(u - 1, std::move(cur), B, a.layers.back());
     }
-    if (last_ != s_.L + 1) {
-      std::vector<float> out = download(cur.get(), std::size_t(N) * C);
-      cuda::check(cudaStreamSynchronize(stream()), "the forward of a stage");
-      return out;
-    }
+    if (last_ != s_.L + 1) return download(cur.get(), std::size_t(N) * C);  // checks the launches, synchronises
     // Head: final norm, logits against wte (tied, gpt) or wout, cross-entropy.
     a.targets = upload(targets, std::size_t(N));
     a.head_in = std::move(cur);
@@ -92,6 +89,7 @@ class CudaStage final : public Stage {
     gemm_.forward(a.logits.get(), a.normed.get(), p(head_weight()), nullptr, nullptr, N, C, s_.V);
     Buf<float> losses(stream(), N);
     cuda::crossentropy_forward_backward(nullptr, losses.get(), a.logits.get(), a.targets.get(), N, s_.V, 0.f, stream());
+    cuda::check_launch("the forward of the head");  // a failed launch leaves no error for the synchronisation to report
     std::vector<float> host(losses.size());
     cuda::check(cudaMemcpyAsync(host.data(), losses.get(), losses.bytes(), cudaMemcpyDeviceToHost, stream()), "copying losses");
     cuda::check(cudaStreamSynchronize(stream()), "the forward of the last stage");
@@ -118,6 +116,7 @@ class CudaStage final : public Stage {
       gemm_.backward_weight(g(w), dlogits.get(), a.normed.get(), N, C, s_.V);
       zero(cur);
       norm_backward(cur.get(), dnormed.get(), a.head_in.get(), a.mean.get(), a.rstd.get(), "lnf_w", "lnf_b", N);
+      cuda::check_launch("the backward of the head");
     } else {
       upload_bf16(cur.get(), dy, std::size_t(N) * C);
     }
@@ -127,15 +126,44 @@ class CudaStage final : public Stage {
     if (first_ == 0) {
       const DeviceParam* wpe = find("wpe");
       cuda::embedding_backward(g("wte"), wpe ? wpe->grad.get() : nullptr, cur.get(), a.tokens.get(), N, s_.T, C, 0, stream());
+      cuda::check_launch("the backward of the embedding");
+      cuda::check(cudaStreamSynchronize(stream()), "the backward of a stage");
     } else {
-      dx = download(cur.get(), std::size_t(N) * C);
+      dx = download(cur.get(), std::size_t(N) * C);  // synchronises
     }
-    for (auto& q : params_)
-      cuda::check(cudaMemcpyAsync(q.host->grad.data(), q.grad.get(), q.grad.bytes(), cudaMemcpyDeviceToHost, stream()),
-                  "copying the gradient of " + q.host->name);
-    cuda::check(cudaStreamSynchronize(stream()), "the backward of a stage");
-    in_flight_.erase(it);
+    in_flight_.erase(it);  // its buffers return to the pool in stream order
     return dx;
+  }
+
+  // The host gradients made whole (backend.hpp): the fp32 device gradients, the sum over the
+  // step's micro-batches, copied into params()' grad vectors through one pinned buffer — as
+  // many asynchronous copies as it holds, one synchronisation, then host copies out.
+  void finish_backward() override {
+    std::size_t total = 0;
+    for (const auto& q : params_) total += q.grad.size();
+    const std::size_t want = std::min(total, kPinnedFloats);
+    if (pinned_.size() < want) pinned_ = cuda::PinnedBuffer<float>(want);
+    struct Piece {
+      const DeviceParam* q;
+      std::size_t offset, at, n;  // elements [offset, offset + n) of q, at pinned_[at]
+    };
+    std::vector<Piece> pieces;
+    std::size_t used = 0;
+    auto drain = [&] {
+      cuda::check(cudaStreamSynchronize(stream()), "copying the gradients to the host");
+      for (const Piece& pc : pieces) std::copy_n(pinned_.get() + pc.at, pc.n, pc.q->host->grad.data() + pc.offset);
+      pieces.clear(), used = 0;
+    };
+    for (const auto& q : params_)
+      for (std::size_t offset = 0; offset < q.grad.size();) {
+        if (used == pinned_.size()) drain();
+        const std::size_t n = std::min(q.grad.size() - offset, pinned_.size() - used);
+        cuda::check(cudaMemcpyAsync(pinned_.get() + used, q.grad.get() + offset, n * sizeof(float), cudaMemcpyDeviceToHost, stream()),
+                    "copying the gradient of " + q.host->name);
+        pieces.push_back({&q, offset, used, n});
+        used += n, offset += n;
+      }
+    drain();
   }
 
   std::vector<model::Param<float>*> params() override { return host_.params(); }
@@ -203,6 +231,7 @@ class CudaStage final : public Stage {
       staging_ = Buf<float>(stream(), n);
     }
     cuda::to_float(staging_.get(), d, std::int64_t(n), stream());
+    cuda::check_launch("copying to the host");  // this or an earlier launch of the stage
     std::vector<float> host(n);
     cuda::check(cudaMemcpyAsync(host.data(), staging_.get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
     cuda::check(cudaStreamSynchronize(stream()), "copying to the host");
@@ -328,6 +357,9 @@ class CudaStage final : public Stage {
   std::unordered_map<std::string, std::size_t> index_;
   std::map<int, Acts> in_flight_;
   Buf<float> staging_;  // fp32 host <-> device staging, grown as needed
+  // finish_backward's page-locked staging: all gradients, or kPinnedFloats at a time.
+  static constexpr std::size_t kPinnedFloats = std::size_t(32) << 20;  // 128 MiB
+  cuda::PinnedBuffer<float> pinned_;
 };
 
 class CudaBackend final : public Backend {
