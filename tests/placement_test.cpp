@@ -58,3 +58,35 @@ TEST_CASE("an offer must have the devices the plan uses: count for CPUs, type an
   CHECK(job::check_offer(plan, {"h100", 0}, gpus("x", 1, 1)).at(0) == "h100/0: the plan's cluster has no subcluster 'h100'");
   CHECK(job::check_offer(plan, {"v100", 1}, gpus("Tesla V100", 16, 1)).at(0) == "v100/1: the plan runs nothing on this node");
 }
+
+TEST_CASE("GPUs as CUDA names them match the catalog's device types by whole words, then by memory") {
+  CHECK(job::is_model("A100-40GB", "NVIDIA A100-SXM4-40GB"));
+  CHECK(job::is_model("H100-SXM-80GB", "NVIDIA H100 80GB HBM3"));
+  CHECK(job::is_model("RTX-3080Ti", "NVIDIA GeForce RTX 3080 Ti"));
+  CHECK(job::is_model("GH200-96GB", "NVIDIA GH200 480GB"));
+  CHECK_FALSE(job::is_model("H200-141GB", "NVIDIA GH200 480GB"));  // not a word of it
+  CHECK_FALSE(job::is_model("H20-96GB", "NVIDIA H200"));
+  CHECK_FALSE(job::is_model("H200-141GB", "NVIDIA H20"));
+  CHECK_FALSE(job::is_model("RTX-3090", "NVIDIA GeForce RTX 3080 Ti"));
+  CHECK_FALSE(job::is_model("A100-40GB", "NVIDIA A800-SXM4-80GB"));
+  // Every type of the shipped catalog, against the names the CUDA runtime reports.
+  const auto& catalog = test::catalog();
+  std::vector<std::string> types;
+  std::vector<double> memory;
+  for (const auto& d : catalog.devices) types.push_back(d.device.type), memory.push_back(d.device.memory);
+  const double GiB = double(1 << 30);
+  const std::vector<std::tuple<std::string, double, std::string>> seen = {
+      {"NVIDIA A100-SXM4-40GB", 39.4, "A100-40GB"},       {"NVIDIA A100-SXM4-80GB", 79.2, "A100-80GB"},
+      {"NVIDIA A100 80GB PCIe", 79.2, "A100-80GB"},       {"NVIDIA A800-SXM4-80GB", 79.3, "A800-80GB"},
+      {"Tesla V100-SXM2-16GB", 15.8, "V100-16GB"},        {"Tesla V100-SXM2-32GB", 31.7, "V100-32GB"},
+      {"NVIDIA H100 80GB HBM3", 79.1, "H100-SXM-80GB"},   {"NVIDIA H800", 79.1, "H800-80GB"},
+      {"NVIDIA H20", 95.0, "H20-96GB"},                   {"NVIDIA H200", 139.8, "H200-141GB"},
+      {"NVIDIA GH200 480GB", 94.5, "GH200-96GB"},         {"NVIDIA GeForce RTX 4090", 23.6, "RTX-4090"},
+      {"NVIDIA GeForce RTX 3090", 23.7, "RTX-3090"},      {"NVIDIA GeForce RTX 3080 Ti", 11.8, "RTX-3080Ti"},
+      {"NVIDIA GeForce RTX 2080", 7.8, ""},
+  };
+  for (const auto& [name, gib, want] : seen) {
+    INFO(name);
+    CHECK(job::catalog_type(name, gib * GiB, types, memory) == want);
+  }
+}

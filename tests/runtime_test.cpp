@@ -338,6 +338,34 @@ TEST_CASE("when a rank dies mid-run, run-local stops the others and names it") {
   CHECK(find_processes({"worker", "--seed " + seed}).empty());  // no rank left behind
 }
 
+TEST_CASE("hetexec profile --devices picks where to measure, and refuses what it cannot measure with exit 2") {
+  het::test::TempDir dir;
+  const std::string out = dir.path() + "/p.yaml", m = kSrc + "/configs/models/tiny-gpt.yaml";
+  auto r = run_process({HETEXEC_BIN, "profile", "--model", m, "--devices", "cpu", "--micro-batch", "1", "--repeats", "1", "-o", out});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("on cpu ("));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--devices", "tpu:1"}, "--devices: expected cpu or cuda:N, got 'tpu:1'"},
+      {{"--devices", "cuda:x"}, "--devices: expected cpu or cuda:N, got 'cuda:x'"},
+      {{"--devices", "cuda:0", "--backend", "cpu"}, "--devices cuda:0 runs the cuda backend, but --backend says cpu"},
+  };
+  for (const auto& [args, why] : refused) {
+    std::vector<std::string> argv = {HETEXEC_BIN, "profile", "--model", m, "-o", out};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto bad = run_process(argv);
+    INFO(bad.err);
+    CHECK(bad.exit_code == 2);
+    CHECK_THAT(bad.err, Catch::Contains(why));
+  }
+  // Without a usable GPU (or without CUDA in the build), cuda:0 is refused in words.
+  auto gpu = run_process({HETEXEC_BIN, "profile", "--model", m, "--devices", "cuda:0", "--micro-batch", "1", "--repeats", "1", "-o", out});
+  if (gpu.exit_code != 0) {
+    CHECK(gpu.exit_code == 2);
+    CHECK_THAT(gpu.err, Catch::Contains("CUDA"));
+  }
+}
+
 TEST_CASE("hetexec profile measures a model on the CPU backend and writes a valid profile") {
   het::test::TempDir dir;
   const std::string out = dir.path() + "/p.yaml";

@@ -12,7 +12,9 @@
 
 #include "data/data.hpp"
 #include "collective/collective.hpp"
+#include "job/placement.hpp"
 #include "launch/local.hpp"
+#include "spec/catalog.hpp"
 #include "runtime/runtime.hpp"
 #include "control/credentials.hpp"
 #include "rendezvous/open.hpp"
@@ -352,7 +354,10 @@ int main(int argc, char** argv) {
   profile->add_option("--micro-batch", profile_opt.micro_batch_sizes, "micro-batch sizes (default 1 2 4)");
   profile->add_option("--repeats", profile_opt.repeats, "timed runs per point, after two warm-ups (default 15)")
       ->check(CLI::PositiveNumber);
-  profile->add_option("--device", profile_opt.device, "device type the profile is for (as in the cluster)");
+  profile->add_option("--device", profile_opt.device,
+                      "device type the profile is for (as in the cluster; default: cpu, or the catalog's type of the GPU)");
+  std::optional<std::string> profile_devices;
+  profile->add_option("--devices", profile_devices, "where to measure: cpu, or cuda:N (CUDA device N, the cuda backend)");
   profile->add_option("--slowdown", profile_opt.slowdown, "multiply the times (an emulated slower device)")
       ->check(CLI::PositiveNumber);
   profile->add_option("-o,--output", profile_out, "profile.yaml to write")->required();
@@ -412,10 +417,44 @@ int main(int argc, char** argv) {
       for (const auto& e : m.errors()) std::cerr << "error: " << e.to_string() << "\n";
       return 2;
     }
-    auto be = het::backend::open(backend, profile_threads);
+    int ordinal = -1;
+    if (profile_devices) {  // "cpu" or "cuda:N"; agrees with --backend when both are given
+      const std::string& d = *profile_devices;
+      const bool cuda = d.rfind("cuda:", 0) == 0;
+      const std::string index = cuda ? d.substr(5) : "";
+      if (!(d == "cpu" || (cuda && !index.empty() && index.size() < 4 && index.find_first_not_of("0123456789") == std::string::npos))) {
+        std::cerr << "error: --devices: expected cpu or cuda:N, got '" << d << "'\n";
+        return 2;
+      }
+      const std::string kind = cuda ? "cuda" : "cpu";
+      if (profile->get_option("--backend")->count() > 0 && backend != kind) {
+        std::cerr << "error: --devices " << d << " runs the " << kind << " backend, but --backend says " << backend << "\n";
+        return 2;
+      }
+      backend = kind;
+      if (cuda) ordinal = std::stoi(index);
+    }
+    auto be = het::backend::open(backend, profile_threads, ordinal);
     if (!be) {
       for (const auto& e : be.errors()) std::cerr << "error: " << e.to_string() << "\n";
       return 2;
+    }
+    if (backend == "cuda" && profile->get_option("--device")->count() == 0) {  // the type of the GPU, from the catalog
+      const auto gpus = het::node::describe_node().gpus;
+      const auto catalog = het::builtin_catalog();
+      const std::size_t at = std::size_t(std::max(0, ordinal));
+      std::vector<std::string> types;
+      std::vector<double> memory;
+      if (catalog)
+        for (const auto& c : catalog->devices) types.push_back(c.device.type), memory.push_back(c.device.memory);
+      const std::string type = at < gpus.size() ? het::job::catalog_type(gpus[at].name, gpus[at].memory_bytes, types, memory) : "";
+      if (type.empty()) {
+        std::cerr << "error: the device catalog has no type for "
+                  << (at < gpus.size() ? gpus[at].name : "CUDA device " + std::to_string(at)) << "; name it with --device\n";
+        return 2;
+      }
+      profile_opt.device = type;
+      std::cout << "device type " << type << " (the catalog's, for " << gpus[at].name << ")\n";
     }
     std::cout << "profiling " << m->name << " on " << (*be)->describe() << "\n";
     std::cout << " unit        tp   mbs   forward_s   backward_s   activations_B\n";

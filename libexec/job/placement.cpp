@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <set>
 
 #include "runtime/runtime.hpp"
@@ -31,13 +32,52 @@ void for_each_rank(const Plan& plan, F&& f) {
     f(int(r), st.subcluster, d);
   }
 }
-std::string squeeze(const std::string& s) {  // upper case letters and digits only
-  std::string out;
-  for (unsigned char c : s)
-    if (std::isalnum(c)) out += char(std::toupper(c));
+}  // namespace
+
+namespace {
+// Upper-case words of letters and digits.
+std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> out(1);
+  for (unsigned char c : s) {
+    if (std::isalnum(c)) out.back() += char(std::toupper(c));
+    else if (!out.back().empty()) out.emplace_back();
+  }
+  if (out.back().empty()) out.pop_back();
   return out;
 }
+bool memory_word(const std::string& w) {  // 40GB, 141GB
+  return w.size() > 2 && w.compare(w.size() - 2, 2, "GB") == 0 &&
+         std::all_of(w.begin(), w.end() - 2, [](unsigned char c) { return std::isdigit(c); });
+}
 }  // namespace
+
+bool is_model(const std::string& type, const std::string& gpu_name) {
+  std::string model;
+  for (const auto& w : words(type))
+    if (!memory_word(w) && w != "SXM" && w != "PCIE" && w != "NVL") model += w;
+  if (model.empty()) return false;
+  const auto name = words(gpu_name);
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    std::string run;
+    for (std::size_t j = i; j < name.size() && run.size() < model.size(); ++j) {
+      run += name[j];
+      if (run == model) return true;
+    }
+  }
+  return false;
+}
+
+std::string catalog_type(const std::string& gpu_name, double memory_bytes, const std::vector<std::string>& types,
+                         const std::vector<double>& type_memory) {
+  std::string best;
+  double best_gap = 0;
+  for (std::size_t i = 0; i < types.size() && i < type_memory.size(); ++i) {
+    if (!is_model(types[i], gpu_name)) continue;
+    const double gap = std::abs(type_memory[i] - memory_bytes);
+    if (best.empty() || gap < best_gap) best = types[i], best_gap = gap;
+  }
+  return best;
+}
 
 std::vector<RankOnNode> ranks_on(const Plan& plan, const NodeId& node) {
   std::vector<RankOnNode> out;
@@ -67,13 +107,12 @@ std::vector<std::string> check_offer(const Plan& plan, const NodeId& node, const
                        std::to_string(offer.devices.size()) + " " + offer.kind + " device" + (offer.devices.size() == 1 ? "" : "s"));
   if (offer.kind == "cpu") return problems;  // CPU workers emulate the plan's device type
   if (offer.kind != "cuda") return {where + "unknown device kind '" + offer.kind + "'"};
-  // A GPU must be the plan's type (its model name, e.g. A100 of A100-40GB) with its memory.
+  // A GPU must be the plan's type (its model, e.g. A100 of A100-40GB) with its memory.
   const std::string type = sub->device.type;
-  const std::string model = squeeze(type.substr(0, type.find('-')));
   for (const auto& r : ranks) {
     if (r.device >= int(offer.devices.size())) continue;
     const auto& d = offer.devices[std::size_t(r.device)];
-    if (squeeze(d.name).find(model) == std::string::npos)
+    if (!is_model(type, d.name))
       problems.push_back(where + "device " + std::to_string(r.device) + " is a " + d.name + ", the plan expects a " + type);
     else if (d.memory < 0.9 * sub->device.memory)
       problems.push_back(where + "device " + std::to_string(r.device) + " has " + std::to_string(int(d.memory / (1 << 30))) +

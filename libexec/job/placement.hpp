@@ -40,6 +40,17 @@ struct Offer {
   };
   std::vector<Device> devices;
 };
+// Whether a GPU named `gpu_name` (as CUDA names it: "NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX
+// 3080 Ti") is of the model of device type `type` (as the catalog and clusters name it:
+// "A100-40GB", "RTX-3080Ti"): the type without its memory and form-factor words (A100, RTX3080TI)
+// must be whole consecutive words of the name, so H20 is not an H200 nor H200 a GH200. Memory is
+// not compared.
+bool is_model(const std::string& type, const std::string& gpu_name);
+// The catalog's device type of a GPU: of the types is_model() accepts, the one whose memory is
+// nearest `memory_bytes`; empty when none (a GPU the catalog does not know).
+std::string catalog_type(const std::string& gpu_name, double memory_bytes, const std::vector<std::string>& types,
+                         const std::vector<double>& type_memory);
+
 // Empty when `offer` can run the plan's ranks on `node`; else one sentence per problem, e.g.
 // "a100/0: the plan uses device 3, the agent has 2 cpu devices".
 std::vector<std::string> check_offer(const Plan& plan, const NodeId& node, const Offer& offer);
