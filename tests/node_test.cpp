@@ -23,7 +23,8 @@ TEST_CASE("build info reports what this build links") {
   CHECK(b.ibverbs);
   if (b.nccl) CHECK(b.cuda);
   if (b.cuda) CHECK_FALSE(b.cuda_runtime.empty());
-  // What can run plans: the CPU backend over TCP (tests/runtime_test.cpp runs them).
+  // What can run plans: the CPU backend over TCP (tests/runtime_test.cpp runs them), and with
+  // NCCL its collective groups (tests/collective_test.cpp).
   CHECK(b.backends == (b.cuda ? std::vector<std::string>{"cpu", "cuda"} : std::vector<std::string>{"cpu"}));
-  CHECK(b.transports == std::vector<std::string>{"tcp"});
+  CHECK(b.transports == (b.nccl ? std::vector<std::string>{"tcp", "nccl"} : std::vector<std::string>{"tcp"}));
 }

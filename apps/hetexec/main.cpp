@@ -54,7 +54,7 @@ std::string version_text() {
   out += "  nccl:       " + (b.nccl ? "yes (" + b.nccl_version + ")" : std::string("no")) + "\n";
   out += std::string("  ibverbs:    ") + (b.ibverbs ? "yes (libibverbs)" : "no") + "\n";
   out += "  backends:   " + list_or_none(b.backends, "none") + "\n";
-  out += "  transports: " + list_or_none(b.transports, "none") + (b.nccl ? " (the NCCL and ibverbs transports are built; the runtime does not use them yet)" : "");
+  out += "  transports: " + list_or_none(b.transports, "none") + (b.nccl ? " (NCCL for the sync and TP groups of ranks with a GPU each; ibverbs discovered, not yet sent over)" : "");
   return out;
 }
 

@@ -50,11 +50,11 @@ BuildInfo build_info(const std::string& version) {
   BuildInfo b;
   b.version = version;
   describe_cuda(b);
-  // What can run plans today: the CPU backend, and the CUDA one when built with CUDA
-  // (libexec/backend), over TCP (transport/tcp). NCCL and ibverbs are linked for device
-  // discovery; their transports come later.
+  // What can run plans: the CPU backend, and the CUDA one when built with CUDA
+  // (libexec/backend), over TCP (transport/tcp), and NCCL for the collective groups of ranks
+  // with a GPU each (libexec/collective). ibverbs is linked for discovery; not yet sent over.
   b.backends = b.cuda ? std::vector<std::string>{"cpu", "cuda"} : std::vector<std::string>{"cpu"};
-  b.transports = {"tcp"};
+  b.transports = b.nccl ? std::vector<std::string>{"tcp", "nccl"} : std::vector<std::string>{"tcp"};
   return b;
 }
 
