@@ -14,10 +14,10 @@
 //    copies them all (through one pinned buffer, one synchronisation per 128 MiB); until then the
 //    host grads hold what the last zero_grad() or finish_backward() left there. zero_grad()
 //    clears both copies.
-//  * Only tp = 1 and cp = 1 (no tensor or context parallelism yet), head dimension <= 256, and
-//    sequences whose fp32 score row fits the attention kernel's shared memory (kernels.hpp: up
-//    to ~57k on H100; longer ones are refused at the first forward); activation recomputation is
-//    not implemented (all activations are kept, attention's B·H·T² fp32 probabilities too).
+//  * Only tp = 1 and cp = 1 (no tensor or context parallelism yet) and head dimension <= 256
+//    (the flash-style attention of kernels.hpp keeps O(B·H·T) per layer, any sequence length;
+//    D > 128 needs ~138 KiB of shared memory per block in the backward: H100 and A100 have it);
+//    activation recomputation is not implemented (all activations are kept).
 //  * Errors (an unsupported spec, a failing CUDA or cuBLASLt call, out of device memory) are
 //    thrown as std::runtime_error with a sentence; the interface has no other error channel.
 #include <memory>

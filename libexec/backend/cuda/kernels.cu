@@ -1,5 +1,6 @@
 // The CUDA backend's layer kernels (kernels.hpp). Written for clarity first: one thread block
-// per row for the norms, cross-entropy and attention, grid-stride loops for elementwise ops.
+// per row for the norms and cross-entropy, grid-stride loops for elementwise ops, tiled
+// (flash-style) kernels for attention.
 #include "backend/cuda/kernels.hpp"
 
 #include <cmath>
@@ -13,7 +14,7 @@ namespace {
 
 constexpr int kThreads = 256;  // every block-reducing kernel runs 256 threads
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxHeadDim = 256;  // the attention kernels keep a query row in shared memory
+constexpr int kMaxHeadDim = 256;  // the largest attention kernel instance (Dmax = 256)
 constexpr float kEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 
@@ -187,97 +188,226 @@ __global__ void rope_kernel(T* x, std::int64_t pairs, int Tn, int H, int D, int 
   }
 }
 
-// ---- attention: one block per query row (b, h, t) ---------------------------------------
-// Scores for the visible keys in shared memory (Tk floats), one warp per key with the lanes
-// over the head dimension (k and v rows read coalesced); then the softmax; then
-// out = Σ_s a_s v_s with the block's threads split into kThreads / D parts over the keys,
-// whose partial sums are added in a fixed order (results do not depend on timing).
-__global__ void attention_forward_kernel(bf16* out, float* att, const bf16* q, const bf16* k, const bf16* v, int Tq, int Tk, int q0,
-                                         int H, int KH, int D, float scale) {
-  extern __shared__ float score[];  // [Tk]
-  __shared__ float qs[kMaxHeadDim];
-  __shared__ float partial_out[kThreads];  // [parts, D]
-  const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / (H / KH);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int visible = min(Tk, q0 + t + 1);
-  const std::int64_t qrow = ((std::int64_t(b) * Tq + t) * H + h) * D;
-  auto krow = [&](int s) { return ((std::int64_t(b) * Tk + s) * KH + kh) * D; };
-  for (int d = threadIdx.x; d < D; d += kThreads) qs[d] = load(q, qrow + d);
-  __syncthreads();
-  float mx = -INFINITY;
-  for (int s = warp; s < visible; s += kWarps) {  // uniform within a warp: the shuffles see all lanes
-    float dot = 0;
-    for (int d = lane; d < D; d += 32) dot += qs[d] * load(k, krow(s) + d);
-    dot = warp_sum(dot) * scale;  // every lane holds it
-    if (lane == 0) score[s] = dot;
-    mx = fmaxf(mx, dot);
-  }
-  mx = block_max(mx);  // its barriers also publish score[] to the whole block
-  float sum = 0;
-  for (int s = threadIdx.x; s < visible; s += kThreads) sum += (score[s] = expf(score[s] - mx));
-  sum = block_sum(sum);  // and these publish the exponentials
-  float* a = att + ((std::int64_t(b) * H + h) * Tq + t) * Tk;
-  for (int s = threadIdx.x; s < Tk; s += kThreads) a[s] = s < visible ? (score[s] /= sum) : 0.f;
-  __syncthreads();
-  const int parts = kThreads / D, part = threadIdx.x / D, dd = threadIdx.x % D;  // threadIdx.x = part·D + dd
-  if (part < parts) {
-    float o = 0;
-    for (int s = part; s < visible; s += parts) o += score[s] * load(v, krow(s) + dd);
-    partial_out[threadIdx.x] = o;
-  }
-  __syncthreads();
-  for (int d = threadIdx.x; d < D; d += kThreads) {
-    float o = 0;
-    for (int p = 0; p < parts; ++p) o += partial_out[p * D + d];
-    store(out, qrow + d, o);
+// ---- attention: FlashAttention-2 style (Dao 2023), fp32 math on CUDA cores -----------------
+// Tiles of kBq queries × kBk keys. q, k, v, dout tiles sit in shared memory as bf16 (what global
+// memory holds, so no rounding), rows padded by 2 elements (one bank) against bank conflicts;
+// scores, probabilities and every sum are fp32. Threads: kFlashThreads = 128, a quad of 4
+// threads per query row (forward, dQ) or per key row (dK, dV); thread `sub` of a quad takes the
+// columns d = sub, sub + 4, ... and, for scores, the keys c = sub, sub + 4, ...
+constexpr int kBq = 32, kBk = 32, kFlashThreads = 128;
+static_assert(kFlashThreads == 4 * kBq && kFlashThreads == 4 * kBk, "a quad of threads per query row and per key row");
+
+__device__ float quad_sum(float x) {  // over the 4 lanes of a quad; every lane of the warp must call
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// Copies rows [row0, row0 + rows) of a [.., Tn, heads, D] tensor at (b, head) into a tile
+// [rows][ld] of shared memory, zeros for rows at or past Tn (masked scores multiply them by 0,
+// and 0 · garbage could be NaN). Columns D.. of the tile are never read.
+__device__ void load_tile(bf16* tile, int ld, const bf16* x, int b, int row0, int rows, int Tn, int heads, int head, int D) {
+  for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
+    const int r = i / D, d = i % D, t = row0 + r;
+    tile[r * ld + d] = t < Tn ? x[((std::int64_t(b) * Tn + t) * heads + head) * D + d] : __float2bfloat16(0.f);
   }
 }
 
-// datt_s = dout·v_s; dpre_s = a_s (datt_s - Σ_r a_r datt_r) · scale; dq += Σ_s dpre_s k_s;
-// dk_s += dpre_s q; dv_s += a_s dout. Warps over keys as in the forward; the dk, dv atomics of
-// one key are issued by one warp over consecutive addresses.
-__global__ void attention_backward_kernel(float* dq, float* dk, float* dv, const bf16* dout, const float* att, const bf16* q,
-                                          const bf16* k, const bf16* v, int Tq, int Tk, int q0, int H, int KH, int D, float scale) {
-  extern __shared__ float dpre[];  // [Tk]
-  __shared__ float ds[kMaxHeadDim], qs[kMaxHeadDim];
-  __shared__ float partial_dq[kThreads];  // [parts, D]
-  const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / (H / KH);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int visible = min(Tk, q0 + t + 1);
-  const std::int64_t qrow = ((std::int64_t(b) * Tq + t) * H + h) * D;
-  auto krow = [&](int s) { return ((std::int64_t(b) * Tk + s) * KH + kh) * D; };
-  const float* a = att + ((std::int64_t(b) * H + h) * Tq + t) * Tk;
-  for (int d = threadIdx.x; d < D; d += kThreads) ds[d] = load(dout, qrow + d), qs[d] = load(q, qrow + d);
-  __syncthreads();
-  float inner = 0;  // Σ a_s datt_s over this warp's keys, held by lane 0
-  for (int s = warp; s < visible; s += kWarps) {
-    const float as = a[s];
-    float dot = 0;
-    for (int d = lane; d < D; d += 32) {
-      dot += ds[d] * load(v, krow(s) + d);
-      atomicAdd(dv + krow(s) + d, as * ds[d]);
+__device__ float dot_rows(const bf16* a, const bf16* b, int D) {
+  float s = 0;
+  for (int d = 0; d < D; ++d) s += __bfloat162float(a[d]) * __bfloat162float(b[d]);
+  return s;
+}
+
+// Dynamic shared memory of the kernels below for head dimensions up to Dmax (host and device).
+template <int Dmax> __host__ __device__ constexpr int flash_ld() { return Dmax + 2; }
+template <int Dmax> constexpr std::size_t flash_forward_shared() {
+  return std::size_t(kBq + 2 * kBk) * flash_ld<Dmax>() * sizeof(bf16);  // q, k, v tiles
+}
+template <int Dmax> __host__ __device__ constexpr int flash_acc_ld() { return Dmax + 4; }  // fp32 rows: quads' lanes on distinct banks
+template <int Dmax> constexpr std::size_t flash_backward_shared() {
+  return (2 * std::size_t(kBk) * flash_acc_ld<Dmax>()  // dk, dv accumulators
+          + 2 * std::size_t(kBq) * (kBk + 1)             // p, ds
+          + 2 * std::size_t(kBq)) * sizeof(float)        // lse, delta
+         + std::size_t(2 * kBk + 2 * kBq) * flash_ld<Dmax>() * sizeof(bf16);  // k, v, q, dout tiles
+}
+
+// A block per (query tile, head h, sequence b). Query row r is held by a quad: running max m,
+// running sum l (replicated in the quad's 4 lanes) and Dmax/4 output columns per lane in
+// registers. For each key tile: scores s = q·k · scale (masked: -inf), m' = max(m, rowmax s),
+// p = exp(s - m'), l = l·exp(m - m') + Σp, o = o·exp(m - m') + p·v. At the end out = o / l in
+// bf16 and lse = m + log l (fp32; -inf for a row that sees no key, whose out is 0).
+template <int Dmax>
+__global__ void __launch_bounds__(kFlashThreads) flash_forward_kernel(bf16* out, float* lse, const bf16* q, const bf16* k,
+                                                                      const bf16* v, int Tq, int Tk, int q0, int H, int KH, int D,
+                                                                      float scale) {
+  constexpr int ld = flash_ld<Dmax>(), cols = Dmax / 4;
+  extern __shared__ float4 flash_shared[];
+  bf16* qs = reinterpret_cast<bf16*>(flash_shared);
+  bf16* ks = qs + kBq * ld;
+  bf16* vs = ks + kBk * ld;
+  const int qstart = blockIdx.x * kBq, h = blockIdx.y, b = blockIdx.z, kh = h / (H / KH);
+  const int r = threadIdx.x / 4, sub = threadIdx.x % 4, quad0 = (threadIdx.x % 32) & ~3;
+  const int t = qstart + r;  // this quad's query
+  const bool row_ok = t < Tq;
+  load_tile(qs, ld, q, b, qstart, kBq, Tq, H, h, D);
+  float o[cols];
+#pragma unroll
+  for (int i = 0; i < cols; ++i) o[i] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  // keys the tile's last query sees: s < q0 + last + 1 (and s < Tk)
+  const int keys = max(0, min(Tk, q0 + min(Tq, qstart + kBq)));
+  for (int kstart = 0; kstart < keys; kstart += kBk) {  // the same trip count in every thread
+    __syncthreads();  // the previous tile's reads of ks, vs are done
+    load_tile(ks, ld, k, b, kstart, kBk, Tk, KH, kh, D);
+    load_tile(vs, ld, v, b, kstart, kBk, Tk, KH, kh, D);
+    __syncthreads();  // qs (first pass), ks, vs visible
+    float p[kBk / 4];  // keys c = sub + 4j
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBk / 4; ++j) {
+      const int s = kstart + sub + 4 * j;
+      const bool ok = row_ok && s < Tk && s <= q0 + t;
+      p[j] = ok ? dot_rows(qs + r * ld, ks + (sub + 4 * j) * ld, D) * scale : -INFINITY;
+      mx = fmaxf(mx, p[j]);
     }
-    dot = warp_sum(dot);
-    if (lane == 0) dpre[s] = dot, inner += as * dot;
+    const float m_new = fmaxf(m, quad_max(mx));
+    // m_new = -inf: nothing seen yet (or a row past Tq); p stays 0 and o, l stay 0
+    const float alpha = m_new == -INFINITY ? 1.f : expf(m - m_new);  // m = -inf: 0
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBk / 4; ++j) {
+      p[j] = p[j] == -INFINITY ? 0.f : expf(p[j] - m_new);
+      sum += p[j];
+    }
+    l = l * alpha + quad_sum(sum);
+    m = m_new;
+#pragma unroll
+    for (int i = 0; i < cols; ++i) o[i] *= alpha;
+#pragma unroll
+    for (int c = 0; c < kBk; ++c) {
+      const float pc = __shfl_sync(0xffffffffu, p[c / 4], quad0 + c % 4);  // key c lives in lane sub = c % 4
+      const bf16* vr = vs + c * ld;
+#pragma unroll
+      for (int i = 0; i < cols; ++i)
+        if (sub + 4 * i < D) o[i] += pc * __bfloat162float(vr[sub + 4 * i]);
+    }
   }
-  inner = block_sum(inner);  // its barriers also publish dpre[]
-  for (int s = threadIdx.x; s < visible; s += kThreads) dpre[s] = a[s] * (dpre[s] - inner) * scale;
-  __syncthreads();
-  for (int s = warp; s < visible; s += kWarps) {
-    const float p = dpre[s];
-    for (int d = lane; d < D; d += 32) atomicAdd(dk + krow(s) + d, p * qs[d]);
+  if (row_ok) {
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const std::int64_t row = ((std::int64_t(b) * Tq + t) * H + h) * D;
+#pragma unroll
+    for (int i = 0; i < cols; ++i)
+      if (sub + 4 * i < D) out[row + sub + 4 * i] = __float2bfloat16(o[i] * inv);
+    if (sub == 0) lse[(std::int64_t(b) * H + h) * Tq + t] = l > 0.f ? m + logf(l) : -INFINITY;
   }
-  const int parts = kThreads / D, part = threadIdx.x / D, dd = threadIdx.x % D;  // threadIdx.x = part·D + dd
-  if (part < parts) {
-    float g = 0;
-    for (int s = part; s < visible; s += parts) g += dpre[s] * load(k, krow(s) + dd);
-    partial_dq[threadIdx.x] = g;
-  }
-  __syncthreads();
-  for (int d = threadIdx.x; d < D; d += kThreads) {
-    float g = 0;
-    for (int p = 0; p < parts; ++p) g += partial_dq[p * D + d];
-    dq[qrow + d] += g;  // one block owns the row: no atomics
+}
+
+// A block per (key tile, kv head kh, sequence b): it owns rows [kstart, kstart + kBk) of dk and
+// dv for kh and loops over the query heads of kh's group and over the query tiles that see the
+// tile (from the first query t with q0 + t >= kstart). Per (head, query tile):
+//   delta_r = Σ_d dout[r,d]·out[r,d]  (computed here from global memory, a quad per row)
+//   p[r,c]  = exp(q_r·k_c·scale - lse_r)  (0 where masked), dp = dout_r·v_c,
+//   ds[r,c] = p (dp - delta_r);
+//   dv_c += Σ_r p[r,c] dout_r, dk_c += scale Σ_r ds[r,c] q_r  (fp32 in shared memory, each
+//   element owned by one thread: no atomics, a fixed order, deterministic);
+//   dq_r += scale Σ_c ds[r,c] k_c  (fp32 atomicAdd on global dq: the key tiles of a query row
+//   run in different blocks, so dq's last bits vary from run to run).
+template <int Dmax>
+__global__ void __launch_bounds__(kFlashThreads) flash_backward_kernel(float* dq, float* dk, float* dv, const bf16* dout,
+                                                                       const bf16* out, const float* lse, const bf16* q, const bf16* k,
+                                                                       const bf16* v, int Tq, int Tk, int q0, int H, int KH, int D,
+                                                                       float scale) {
+  constexpr int ld = flash_ld<Dmax>(), ald = flash_acc_ld<Dmax>(), pld = kBk + 1, cols = Dmax / 4;
+  extern __shared__ float4 flash_shared[];
+  float* dka = reinterpret_cast<float*>(flash_shared);  // [kBk][ald]
+  float* dva = dka + kBk * ald;                          // [kBk][ald]
+  float* ps = dva + kBk * ald;                           // [kBq][pld]
+  float* dss = ps + kBq * pld;                           // [kBq][pld]
+  float* lse_s = dss + kBq * pld;                        // [kBq]
+  float* delta_s = lse_s + kBq;                          // [kBq]
+  bf16* ks = reinterpret_cast<bf16*>(delta_s + kBq);     // [kBk][ld]
+  bf16* vs = ks + kBk * ld;
+  bf16* qs = vs + kBk * ld;  // [kBq][ld]
+  bf16* dos = qs + kBq * ld;
+  const int kstart = blockIdx.x * kBk, kh = blockIdx.y, b = blockIdx.z, group = H / KH;
+  const int r = threadIdx.x / 4, sub = threadIdx.x % 4;  // r: a query row (p, ds, dq) or a key row (dk, dv)
+  // dk, dv accumulators: thread (r, sub) owns rows r, columns sub + 4i; only it touches them
+#pragma unroll
+  for (int i = 0; i < cols; ++i) dka[r * ald + sub + 4 * i] = 0.f, dva[r * ald + sub + 4 * i] = 0.f;
+  load_tile(ks, ld, k, b, kstart, kBk, Tk, KH, kh, D);
+  load_tile(vs, ld, v, b, kstart, kBk, Tk, KH, kh, D);
+  const int first = max(0, kstart - q0);  // the first query that sees key kstart
+  for (int h = kh * group; h < (kh + 1) * group; ++h)
+    for (int qstart = first / kBq * kBq; qstart < Tq; qstart += kBq) {  // block-uniform bounds
+      __syncthreads();  // the previous pass's reads of qs, dos, ps, dss, lse_s, delta_s are done
+      load_tile(qs, ld, q, b, qstart, kBq, Tq, H, h, D);
+      load_tile(dos, ld, dout, b, qstart, kBq, Tq, H, h, D);
+      {
+        const int t = qstart + r;
+        float dsum = 0.f;
+        if (t < Tq) {
+          const std::int64_t row = ((std::int64_t(b) * Tq + t) * H + h) * D;
+          for (int d = sub; d < D; d += 4) dsum += __bfloat162float(dout[row + d]) * __bfloat162float(out[row + d]);
+        }
+        dsum = quad_sum(dsum);  // all lanes call it
+        if (sub == 0) {
+          lse_s[r] = t < Tq ? lse[(std::int64_t(b) * H + h) * Tq + t] : 0.f;
+          delta_s[r] = dsum;
+        }
+      }
+      __syncthreads();  // qs, dos, lse_s, delta_s (and, on the first pass, ks, vs) visible
+      {
+        const int t = qstart + r;
+#pragma unroll
+        for (int j = 0; j < kBk / 4; ++j) {
+          const int c = sub + 4 * j, s = kstart + c;
+          float p = 0.f, ds = 0.f;
+          if (t < Tq && s < Tk && s <= q0 + t) {
+            p = expf(dot_rows(qs + r * ld, ks + c * ld, D) * scale - lse_s[r]);
+            ds = p * (dot_rows(dos + r * ld, vs + c * ld, D) - delta_s[r]);
+          }
+          ps[r * pld + c] = p;
+          dss[r * pld + c] = ds;
+        }
+      }
+      __syncthreads();  // ps, dss visible
+      {  // dv, dk of key row c = r
+        const int c = r;
+#pragma unroll 4
+        for (int i = 0; i < cols; ++i) {
+          const int d = sub + 4 * i;
+          if (d >= D) break;
+          float av = 0.f, ak = 0.f;
+          for (int rr = 0; rr < kBq; ++rr) {
+            av += ps[rr * pld + c] * __bfloat162float(dos[rr * ld + d]);
+            ak += dss[rr * pld + c] * __bfloat162float(qs[rr * ld + d]);
+          }
+          dva[c * ald + d] += av;
+          dka[c * ald + d] += ak * scale;
+        }
+      }
+      {  // dq of query row r
+        const int t = qstart + r;
+        if (t < Tq) {
+          const std::int64_t row = ((std::int64_t(b) * Tq + t) * H + h) * D;
+          for (int d = sub; d < D; d += 4) {
+            float g = 0.f;
+            for (int c = 0; c < kBk; ++c) g += dss[r * pld + c] * __bfloat162float(ks[c * ld + d]);
+            atomicAdd(dq + row + d, g * scale);
+          }
+        }
+      }
+    }
+  // dk, dv rows of this tile: one block owns them (+=, no atomics); a thread reads only its own
+  // accumulators, so no barrier is needed
+  const int s = kstart + r;
+  if (s < Tk) {
+    const std::int64_t row = ((std::int64_t(b) * Tk + s) * KH + kh) * D;
+    for (int d = sub; d < D; d += 4) dk[row + d] += dka[r * ald + d], dv[row + d] += dva[r * ald + d];
   }
 }
 
@@ -416,48 +546,67 @@ template void rope_backward<bf16>(bf16*, int, int, int, int, int, cudaStream_t);
 template void rope_backward<float>(float*, int, int, int, int, int, cudaStream_t);
 
 namespace {
-// The shared memory one attention block needs: Tk fp32 scores (dynamic) plus the kernel's
-// static arrays. Above the 48 KiB every kernel may use, the kernel must opt in, up to the
-// device's per-block maximum; beyond that the sequence is refused with a sentence.
+// Checks what one flash-attention launch needs against the limits (grid dimensions, shared
+// memory; flash_check_shape did the head dimension and grouping) and opts the kernel in to more than 48 KiB of dynamic
+// shared memory where it needs it; throws a CudaError with a sentence instead of enqueueing.
 template <class Kernel>
-std::size_t attention_shared(Kernel kernel, int B, int Tk, int H, int KH, int D, const char* what) {
-  if (B > 65535 || H > 65535)  // gridDim.y = H, gridDim.z = B
-    throw CudaError(std::string(what) + ": the CUDA attention kernel launches one block per (query, head, sequence) and takes at most "
+void flash_prepare(Kernel kernel, std::size_t shared, int B, int heads, int H, int D, const char* what) {
+  if (B > 65535 || heads > 65535)  // gridDim.y = heads, gridDim.z = B
+    throw CudaError(std::string(what) + ": the CUDA attention kernel launches one block per (tile, head, sequence) and takes at most "
                     "65535 heads and sequences (got H = " + std::to_string(H) + ", B = " + std::to_string(B) + ")");
+  if (shared > 48 * 1024) {
+    int device = 0, optin = 0;
+    check(cudaGetDevice(&device), what);
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), what);
+    if (shared > std::size_t(optin))
+      throw CudaError(std::string(what) + ": the CUDA attention kernel for head dimension " + std::to_string(D) + " needs " +
+                      std::to_string(shared) + " bytes of shared memory per block and this device allows " + std::to_string(optin) +
+                      "; the head dimension is too large for this device");
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)), what);
+  }
+}
+
+template <int Dmax>
+void flash_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H, int KH,
+                   int D, cudaStream_t stream) {
+  constexpr std::size_t shared = flash_forward_shared<Dmax>();
+  flash_prepare(flash_forward_kernel<Dmax>, shared, B, H, H, D, "the attention forward");
+  const dim3 grid(unsigned((Tq + kBq - 1) / kBq), unsigned(H), unsigned(B));
+  flash_forward_kernel<Dmax><<<grid, kFlashThreads, shared, stream>>>(out, lse, q, k, v, Tq, Tk, q0, H, KH, D, 1.f / sqrtf(float(D)));
+}
+template <int Dmax>
+void flash_backward(float* dq, float* dk, float* dv, const bf16* dout, const bf16* out, const float* lse, const bf16* q, const bf16* k,
+                    const bf16* v, int B, int Tq, int Tk, int q0, int H, int KH, int D, cudaStream_t stream) {
+  constexpr std::size_t shared = flash_backward_shared<Dmax>();
+  flash_prepare(flash_backward_kernel<Dmax>, shared, B, KH, H, D, "the attention backward");
+  const dim3 grid(unsigned((Tk + kBk - 1) / kBk), unsigned(KH), unsigned(B));
+  flash_backward_kernel<Dmax><<<grid, kFlashThreads, shared, stream>>>(dq, dk, dv, dout, out, lse, q, k, v, Tq, Tk, q0, H, KH, D,
+                                                                      1.f / sqrtf(float(D)));
+}
+// The argument checks of both passes, before the head dimension picks a kernel.
+void flash_check_shape(int H, int KH, int D, const char* what) {
   if (D > kMaxHeadDim || D < 1 || KH < 1 || H % KH != 0)
     throw CudaError(std::string(what) + ": the CUDA attention kernel takes head dimensions 1.." + std::to_string(kMaxHeadDim) +
                     " and query heads a multiple of the key/value heads (got D = " + std::to_string(D) + ", H = " + std::to_string(H) +
                     ", KH = " + std::to_string(KH) + ")");
-  cudaFuncAttributes attr{};
-  check(cudaFuncGetAttributes(&attr, kernel), what);
-  const std::size_t dynamic = std::size_t(Tk) * sizeof(float), total = dynamic + attr.sharedSizeBytes;
-  if (total > 48 * 1024) {
-    int device = 0, optin = 0;
-    check(cudaGetDevice(&device), what);
-    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), what);
-    if (total > std::size_t(optin))
-      throw CudaError(std::string(what) + ": the CUDA attention kernel keeps a row of " + std::to_string(Tk) +
-                      " fp32 scores in shared memory, " + std::to_string(total) + " bytes, and this device allows " +
-                      std::to_string(optin) + " per block; the sequence is too long for it");
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic)), what);
-  }
-  return dynamic;
 }
 }  // namespace
 
-void attention_forward(bf16* out, float* att, const bf16* q, const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H,
+void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H,
                        int KH, int D, cudaStream_t stream) {
+  flash_check_shape(H, KH, D, "the attention forward");
   if (B == 0 || Tq == 0) return;
-  const std::size_t shared = attention_shared(attention_forward_kernel, B, Tk, H, KH, D, "the attention forward");
-  attention_forward_kernel<<<dim3(Tq, H, B), kThreads, shared, stream>>>(out, att, q, k, v, Tq, Tk, q0, H, KH, D,
-                                                                         1.f / sqrtf(float(D)));
+  if (D <= 64) flash_forward<64>(out, lse, q, k, v, B, Tq, Tk, q0, H, KH, D, stream);
+  else if (D <= 128) flash_forward<128>(out, lse, q, k, v, B, Tq, Tk, q0, H, KH, D, stream);
+  else flash_forward<256>(out, lse, q, k, v, B, Tq, Tk, q0, H, KH, D, stream);
 }
-void attention_backward(float* dq, float* dk, float* dv, const bf16* dout, const float* att, const bf16* q, const bf16* k,
-                        const bf16* v, int B, int Tq, int Tk, int q0, int H, int KH, int D, cudaStream_t stream) {
-  if (B == 0 || Tq == 0) return;
-  const std::size_t shared = attention_shared(attention_backward_kernel, B, Tk, H, KH, D, "the attention backward");
-  attention_backward_kernel<<<dim3(Tq, H, B), kThreads, shared, stream>>>(dq, dk, dv, dout, att, q, k, v, Tq, Tk, q0, H, KH, D,
-                                                                          1.f / sqrtf(float(D)));
+void attention_backward(float* dq, float* dk, float* dv, const bf16* dout, const bf16* out, const float* lse, const bf16* q,
+                        const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H, int KH, int D, cudaStream_t stream) {
+  flash_check_shape(H, KH, D, "the attention backward");
+  if (B == 0 || Tq == 0 || Tk == 0) return;
+  if (D <= 64) flash_backward<64>(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, q0, H, KH, D, stream);
+  else if (D <= 128) flash_backward<128>(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, q0, H, KH, D, stream);
+  else flash_backward<256>(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, q0, H, KH, D, stream);
 }
 void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int N, int Tn, int C, int pos0,
                        cudaStream_t stream) {

@@ -5,8 +5,9 @@
 // Storage: activations bf16 (`bf16`), statistics and parameter gradients fp32; every kernel
 // computes in fp32. Every function only enqueues work on `stream` and returns at once; a
 // launch error shows at the next check_launch (device.hpp) — a stream synchronisation does not
-// report a launch that never started — never as an abort. fp32 atomics make the embedding's and
-// attention's gradients vary in their last bits between runs; every other kernel is deterministic.
+// report a launch that never started — never as an abort. fp32 atomics make the embedding's
+// gradients and attention's dq vary in their last bits between runs; every other kernel (dk and
+// dv of attention included) is deterministic.
 // Outputs: forward outputs and activation gradients are OVERWRITTEN unless the comment says
 // "+="; parameter gradients (fp32) always accumulate (+=), as in ops.hpp.
 #include <cuda_bf16.h>
@@ -44,25 +45,33 @@ void swiglu_backward(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate,
 template <class T> void rope_forward(T* x, int B, int Tn, int H, int D, int pos0, cudaStream_t stream);
 template <class T> void rope_backward(T* dx, int B, int Tn, int H, int D, int pos0, cudaStream_t stream);
 
-// Causal grouped-query attention: q[B,Tq,H,D], k,v[B,Tk,KH,D] -> out[B,Tq,H,D]; query t at
-// position q0 + t sees keys s <= q0 + t (query head h reads kv head h / (H/KH)). att[B,H,Tq,Tk]
-// (fp32) keeps the probabilities (zero where masked). One thread block per (t, h, b) query row,
-// a warp per key for the dot products — simple and correct, not fast. Known limits:
-//  * memory: att is B·H·T² fp32 per layer and micro-batch (512 MiB at B 1, H 32, T 2048),
-//    kept until the backward; a flash-attention kernel would keep O(B·H·T) instead;
-//  * time: scores are recomputed from global k, v per query row (no tiling or tensor cores:
-//    O(T²·D) scalar FMAs, read bandwidth-bound), and the backward adds to dk, dv with fp32
-//    atomics from every query row of the group (contention grows with T and H/KH; results
-//    vary in the last bits from run to run);
-//  * shared memory: Tk·4 bytes of scores per block plus ~3 KiB, opted in above 48 KiB up to the
-//    device's limit (Tk up to ~57k on H100, ~40k on A100). These throw a CudaError with a
-//    sentence when the shapes do not fit (D > 256, H not a multiple of KH, H or B > 65535, Tk too
-//    long for shared memory) instead of enqueueing.
-void attention_forward(bf16* out, float* att, const bf16* q, const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H,
+// Causal grouped-query attention, FlashAttention-2 style (Dao 2023): q[B,Tq,H,D],
+// k,v[B,Tk,KH,D] -> out[B,Tq,H,D] (bf16, overwritten); query t at position q0 + t sees keys
+// s <= q0 + t (and s < Tk); query head h reads kv head h / (H/KH); scale 1/sqrt(D).
+// lse[B,H,Tq] (fp32, overwritten) keeps each query row's log Σ_s exp(score_s) for the backward
+// (-inf for a row that sees no key, whose out is 0) — O(B·H·T) instead of the B·H·T² matrix of
+// probabilities (64 KiB rather than 512 MiB per layer at B 1, H 32, T 2048).
+// Tiles of 32 queries × 32 keys in shared memory (bf16, as in global memory), fp32 scores and
+// online softmax on CUDA cores (no tensor cores), 128 threads per block; instances for head
+// dimensions up to 64, 128 and 256 (D is a runtime value, picked at launch). The forward runs
+// a block per (query tile, head, sequence); shared memory ~12 KiB (D <= 64), ~24 KiB (<= 128),
+// ~48 KiB (<= 256).
+void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H,
                        int KH, int D, cudaStream_t stream);
-// dq[B,Tq,H,D] +=, dk, dv[B,Tk,KH,D] += (fp32; atomics, since a group's heads share k, v).
-void attention_backward(float* dq, float* dk, float* dv, const bf16* dout, const float* att, const bf16* q, const bf16* k,
-                        const bf16* v, int B, int Tq, int Tk, int q0, int H, int KH, int D, cudaStream_t stream);
+// dq[B,Tq,H,D] +=, dk, dv[B,Tk,KH,D] += (fp32, ACCUMULATED), given dout and out[B,Tq,H,D] (bf16)
+// and lse from the forward with the same arguments. Probabilities are recomputed tile by tile
+// (p = exp(score - lse)); delta = rowsum(dout ∘ out). A block per (key tile, kv head, sequence)
+// loops over the query heads of its group and the query tiles that see the tile; it accumulates
+// its dk, dv rows in shared memory and adds them once at the end (no atomics: deterministic);
+// dq is added with fp32 atomics, one per element per key tile (its last bits vary from run to
+// run). Shared memory ~42 KiB (D <= 64), ~74 KiB (<= 128), ~138 KiB (<= 256).
+// Known limits (both passes throw a CudaError with a sentence before enqueueing anything):
+// D in 1..256, H a multiple of KH, H and B (backward: KH and B) at most 65535, and the shared
+// memory above within the device's opt-in limit per block (D <= 256 fits H100 and A100;
+// devices with ~99 KiB per block, e.g. sm_86/sm_89, take D <= 128 in the backward). Not tuned:
+// fp32 CUDA-core math, roughly an order of magnitude below a tensor-core flash kernel.
+void attention_backward(float* dq, float* dk, float* dv, const bf16* dout, const bf16* out, const float* lse, const bf16* q,
+                        const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H, int KH, int D, cudaStream_t stream);
 
 // out[N,C] = wte[tokens[n]] (+ wpe[pos0 + n % T]; wpe may be null); N = B·T
 void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int N, int Tn, int C, int pos0,

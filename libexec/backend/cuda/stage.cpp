@@ -35,7 +35,7 @@ struct DeviceParam {
 // One layer's activations of one micro-batch (as model::BlockActs, on the device).
 struct LayerActs {
   Buf<bf16> x, ln1, q, k, v, att_out, x2, ln2, fc, h, up;
-  Buf<float> ln1_mean, ln1_rstd, att, ln2_mean, ln2_rstd;
+  Buf<float> ln1_mean, ln1_rstd, lse, ln2_mean, ln2_rstd;  // lse: attention's [B,H,T] log-sum-exp
 };
 
 struct Acts {
@@ -184,7 +184,7 @@ class CudaStage final : public Stage {
       n += a.tokens.bytes() + a.targets.bytes() + a.head_in.bytes() + a.normed.bytes() + a.logits.bytes() + a.mean.bytes() + a.rstd.bytes();
       for (const auto& l : a.layers) {
         for (const auto* b : {&l.x, &l.ln1, &l.q, &l.k, &l.v, &l.att_out, &l.x2, &l.ln2, &l.fc, &l.h, &l.up}) n += b->bytes();
-        for (const auto* b : {&l.ln1_mean, &l.ln1_rstd, &l.att, &l.ln2_mean, &l.ln2_rstd}) n += b->bytes();
+        for (const auto* b : {&l.ln1_mean, &l.ln1_rstd, &l.lse, &l.ln2_mean, &l.ln2_rstd}) n += b->bytes();
       }
     }
     return n;
@@ -269,8 +269,8 @@ class CudaStage final : public Stage {
       cuda::rope_forward(a.q.get(), B, T, H, D, 0, stream());
       cuda::rope_forward(a.k.get(), B, T, KH, D, 0, stream());
     }
-    a.att = Buf<float>(stream(), std::size_t(B) * H * T * T), a.att_out = Buf<bf16>(stream(), n * QD);
-    cuda::attention_forward(a.att_out.get(), a.att.get(), a.q.get(), a.k.get(), a.v.get(), B, T, T, 0, H, KH, D, stream());
+    a.lse = Buf<float>(stream(), std::size_t(B) * H * T), a.att_out = Buf<bf16>(stream(), n * QD);
+    cuda::attention_forward(a.att_out.get(), a.lse.get(), a.q.get(), a.k.get(), a.v.get(), B, T, T, 0, H, KH, D, stream());
     a.x2 = Buf<bf16>(stream(), n * C);  // x2 = x + att_out · wo^T (+ bo)
     gemm_.forward(a.x2.get(), a.att_out.get(), p(l + "wo"), bias(l + "bo"), a.x.get(), N, QD, C);
     a.ln2 = Buf<bf16>(stream(), n * C), a.ln2_mean = Buf<float>(stream(), n), a.ln2_rstd = Buf<float>(stream(), n);
@@ -323,8 +323,8 @@ class CudaStage final : public Stage {
     gemm_.backward_weight(g(l + "wo"), dx2.get(), a.att_out.get(), N, QD, C);
     Buf<float> dqf(stream(), n * QD), dkf(stream(), n * KD), dvf(stream(), n * KD);
     zero(dqf), zero(dkf), zero(dvf);
-    cuda::attention_backward(dqf.get(), dkf.get(), dvf.get(), datt_out.get(), a.att.get(), a.q.get(), a.k.get(), a.v.get(), B, T, T, 0,
-                             H, KH, D, stream());
+    cuda::attention_backward(dqf.get(), dkf.get(), dvf.get(), datt_out.get(), a.att_out.get(), a.lse.get(), a.q.get(), a.k.get(),
+                             a.v.get(), B, T, T, 0, H, KH, D, stream());
     if (!gpt()) {
       cuda::rope_backward(dqf.get(), B, T, H, D, 0, stream());
       cuda::rope_backward(dkf.get(), B, T, KH, D, 0, stream());
