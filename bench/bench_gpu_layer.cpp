@@ -2,18 +2,21 @@
 // forward+backward time through backend::Stage and its MFU against the peak this GPU reaches on
 // a large cuBLASLt bf16 GEMM (8192³), measured here. The Stage time includes what the interface
 // costs (host-staged activations, and finish_backward()'s gradient copy to the host, as a step
-// of one micro-batch pays it), so it is a floor on MFU, not the kernels' own. Exits 77 without a
-// CUDA device.
+// of one micro-batch pays it), so it is a floor on MFU, not the kernels' own. Then the flash
+// attention kernels alone (kernels.hpp) at the layer's shape and with 8 kv heads: forward and
+// backward times and their FLOP rates. Exits 77 without a CUDA device.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gemm.hpp"
+#include "backend/cuda/kernels.hpp"
 
 namespace {
 
@@ -35,6 +38,38 @@ double gemm_peak_flops(int n) {
   check(cudaEventElapsedTime(&ms, start, stop), "event");
   cudaEventDestroy(start), cudaEventDestroy(stop);
   return 2.0 * n * n * double(n) * reps / (ms * 1e-3);
+}
+
+// The mean of `reps` runs of the flash attention forward and backward (after 2 warm-up
+// runs) on zero inputs, in seconds each; returns {forward, backward}.
+std::pair<double, double> attention_seconds(int B, int T, int H, int KH, int D) {
+  using namespace het::cuda;
+  Stream stream;
+  const cudaStream_t s = stream.get();
+  const std::size_t nq = std::size_t(B) * T * H * D, nk = std::size_t(B) * T * KH * D;
+  DeviceBuffer<bf16> q(nq), k(nk), v(nk), out(nq), dout(nq);
+  DeviceBuffer<float> lse(std::size_t(B) * H * T), dq(nq), dk(nk), dv(nk);
+  for (auto* b : {&q, &k, &v, &dout}) check(cudaMemsetAsync(b->get(), 0, b->bytes(), s), "memset");
+  for (auto* b : {&dq, &dk, &dv}) check(cudaMemsetAsync(b->get(), 0, b->bytes(), s), "memset");
+  cudaEvent_t e0, e1, e2;
+  check(cudaEventCreate(&e0), "event"), check(cudaEventCreate(&e1), "event"), check(cudaEventCreate(&e2), "event");
+  auto fwd = [&] { attention_forward(out.get(), lse.get(), q.get(), k.get(), v.get(), B, T, T, 0, H, KH, D, s); };
+  auto bwd = [&] {
+    attention_backward(dq.get(), dk.get(), dv.get(), dout.get(), out.get(), lse.get(), q.get(), k.get(), v.get(), B, T, T, 0, H, KH, D, s);
+  };
+  for (int i = 0; i < 2; ++i) fwd(), bwd();
+  const int reps = 5;
+  check(cudaEventRecord(e0, s), "event");
+  for (int i = 0; i < reps; ++i) fwd();
+  check(cudaEventRecord(e1, s), "event");
+  for (int i = 0; i < reps; ++i) bwd();
+  check(cudaEventRecord(e2, s), "event");
+  check_launch("the attention kernels");
+  check(cudaEventSynchronize(e2), "event");
+  float f = 0, b = 0;
+  check(cudaEventElapsedTime(&f, e0, e1), "event"), check(cudaEventElapsedTime(&b, e1, e2), "event");
+  cudaEventDestroy(e0), cudaEventDestroy(e1), cudaEventDestroy(e2);
+  return {f * 1e-3 / reps, b * 1e-3 / reps};
 }
 
 }  // namespace
@@ -81,6 +116,14 @@ int main() {
     std::printf("cuBLASLt bf16 GEMM peak (8192^3): %.1f TFLOP/s\n", peak / 1e12);
     std::printf("GPT layer h=%d T=%d b=%d: %.2f ms forward+backward (median of 5), %.1f TFLOP/s, MFU %.1f%%\n", C, T, B, t * 1e3,
                 flops / t / 1e12, 100 * flops / t / peak);
+    for (const int KH : {32, 8}) {
+      const int H = 32, D = 128;
+      const auto [f, b] = attention_seconds(B, T, H, KH, D);
+      // causal: QKᵀ and PV, 2·2·B·H·T²·D FLOPs halved by the mask; the backward has 5 such products
+      const double fl = 2.0 * B * H * double(T) * T * D;
+      std::printf("flash attention B=%d T=%d H=%d KH=%d D=%d: forward %.2f ms (%.1f TFLOP/s), backward %.2f ms (%.1f TFLOP/s)\n", B, T,
+                  H, KH, D, f * 1e3, fl / f / 1e12, b * 1e3, 2.5 * fl / b / 1e12);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpu_layer: %s\n", e.what());
