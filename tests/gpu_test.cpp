@@ -247,15 +247,16 @@ TEST_CASE("flash attention (grouped-query, causal) matches the CPU kernel", "[ke
     auto gdq = g.f32(dq0), gdk = g.f32(dk0), gdv = g.f32(dv0);
     het::cuda::attention_backward(gdq.get(), gdk.get(), gdv.get(), gdout.get(), gout.get(), glse.get(), gq.get(), gk.get(), gv.get(), c.B,
                                   c.Tq, c.Tk, c.q0, c.H, c.KH, c.D, g.s());
-    const Vec hdk = g.host(gdk), hdv = g.host(gdv);
-    CHECK_CLOSE(g.host(gdq), dq, 2e-2);  // delta = rowsum(dout ∘ out) reads the bf16 out
+    const Vec hdq = g.host(gdq), hdk = g.host(gdk), hdv = g.host(gdv);
+    CHECK_CLOSE(hdq, dq, 2e-2);  // delta = rowsum(dout ∘ out) reads the bf16 out
     CHECK_CLOSE(hdk, dk, 2e-2);
     CHECK_CLOSE(hdv, dv, 2e-2);
-    // dk, dv have no atomics: a second run gives the same bits
+    // no atomics: a second run gives the same bits
     auto gdk2 = g.f32(dk0), gdv2 = g.f32(dv0), gdq2 = g.f32(dq0);
     het::cuda::attention_backward(gdq2.get(), gdk2.get(), gdv2.get(), gdout.get(), gout.get(), glse.get(), gq.get(), gk.get(), gv.get(),
                                   c.B, c.Tq, c.Tk, c.q0, c.H, c.KH, c.D, g.s());
-    const bool same_dk = g.host(gdk2) == hdk, same_dv = g.host(gdv2) == hdv;
+    const bool same_dq = g.host(gdq2) == hdq, same_dk = g.host(gdk2) == hdk, same_dv = g.host(gdv2) == hdv;
+    CHECK(same_dq);
     CHECK(same_dk);
     CHECK(same_dv);
   }

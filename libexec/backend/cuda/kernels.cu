@@ -227,6 +227,9 @@ template <int Dmax> __host__ __device__ constexpr int flash_ld() { return Dmax +
 template <int Dmax> constexpr std::size_t flash_forward_shared() {
   return std::size_t(kBq + 2 * kBk) * flash_ld<Dmax>() * sizeof(bf16);  // q, k, v tiles
 }
+template <int Dmax> constexpr std::size_t flash_dq_shared() {
+  return std::size_t(2 * kBq + 2 * kBk) * flash_ld<Dmax>() * sizeof(bf16);  // q, dout, k, v tiles
+}
 template <int Dmax> __host__ __device__ constexpr int flash_acc_ld() { return Dmax + 4; }  // fp32 rows: quads' lanes on distinct banks
 template <int Dmax> constexpr std::size_t flash_backward_shared() {
   return (2 * std::size_t(kBk) * flash_acc_ld<Dmax>()  // dk, dv accumulators
@@ -314,10 +317,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_forward_kernel(bf16* out,
 //   ds[r,c] = p (dp - delta_r);
 //   dv_c += Σ_r p[r,c] dout_r, dk_c += scale Σ_r ds[r,c] q_r  (fp32 in shared memory, each
 //   element owned by one thread: no atomics, a fixed order, deterministic);
-//   dq_r += scale Σ_c ds[r,c] k_c  (fp32 atomicAdd on global dq: the key tiles of a query row
-//   run in different blocks, so dq's last bits vary from run to run).
+// dq comes from flash_backward_dq_kernel (below), which recomputes ds by query tile.
 template <int Dmax>
-__global__ void __launch_bounds__(kFlashThreads) flash_backward_kernel(float* dq, float* dk, float* dv, const bf16* dout,
+__global__ void __launch_bounds__(kFlashThreads) flash_backward_kernel(float* dk, float* dv, const bf16* dout,
                                                                        const bf16* out, const float* lse, const bf16* q, const bf16* k,
                                                                        const bf16* v, int Tq, int Tk, int q0, int H, int KH, int D,
                                                                        float scale) {
@@ -390,17 +392,6 @@ __global__ void __launch_bounds__(kFlashThreads) flash_backward_kernel(float* dq
           dka[c * ald + d] += ak * scale;
         }
       }
-      {  // dq of query row r
-        const int t = qstart + r;
-        if (t < Tq) {
-          const std::int64_t row = ((std::int64_t(b) * Tq + t) * H + h) * D;
-          for (int d = sub; d < D; d += 4) {
-            float g = 0.f;
-            for (int c = 0; c < kBk; ++c) g += dss[r * pld + c] * __bfloat162float(ks[c * ld + d]);
-            atomicAdd(dq + row + d, g * scale);
-          }
-        }
-      }
     }
   // dk, dv rows of this tile: one block owns them (+=, no atomics); a thread reads only its own
   // accumulators, so no barrier is needed
@@ -408,6 +399,69 @@ __global__ void __launch_bounds__(kFlashThreads) flash_backward_kernel(float* dq
   if (s < Tk) {
     const std::int64_t row = ((std::int64_t(b) * Tk + s) * KH + kh) * D;
     for (int d = sub; d < D; d += 4) dk[row + d] += dka[r * ald + d], dv[row + d] += dva[r * ald + d];
+  }
+}
+
+// dq by query tile, without atomics: a block per (query tile, head h, sequence b), a quad per
+// query row as in the forward (delta_r and lse_r held in the quad's lanes, dq_r's columns
+// sub, sub + 4, ... in registers). For each key tile the row sees: p = exp(q_r·k_c·scale - lse_r),
+// ds = p (dout_r·v_c - delta_r), dq_r += scale Σ_c ds[r,c] k_c; added to dq once at the end.
+// It recomputes the scores and dout·vᵀ of the dk/dv kernel (two of the backward's five
+// products) in exchange for a deterministic dq.
+template <int Dmax>
+__global__ void __launch_bounds__(kFlashThreads) flash_backward_dq_kernel(float* dq, const bf16* dout, const bf16* out,
+                                                                          const float* lse, const bf16* q, const bf16* k, const bf16* v,
+                                                                          int Tq, int Tk, int q0, int H, int KH, int D, float scale) {
+  constexpr int ld = flash_ld<Dmax>(), cols = Dmax / 4;
+  extern __shared__ float4 flash_shared[];
+  bf16* qs = reinterpret_cast<bf16*>(flash_shared);  // [kBq][ld]
+  bf16* dos = qs + kBq * ld;                         // [kBq][ld]
+  bf16* ks = dos + kBq * ld;                         // [kBk][ld]
+  bf16* vs = ks + kBk * ld;                          // [kBk][ld]
+  const int qstart = blockIdx.x * kBq, h = blockIdx.y, b = blockIdx.z, kh = h / (H / KH);
+  const int r = threadIdx.x / 4, sub = threadIdx.x % 4, quad0 = (threadIdx.x % 32) & ~3;
+  const int t = qstart + r;
+  const bool row_ok = t < Tq;
+  const std::int64_t row = ((std::int64_t(b) * Tq + (row_ok ? t : 0)) * H + h) * D;
+  load_tile(qs, ld, q, b, qstart, kBq, Tq, H, h, D);
+  load_tile(dos, ld, dout, b, qstart, kBq, Tq, H, h, D);
+  float delta = 0.f;
+  if (row_ok)
+    for (int d = sub; d < D; d += 4) delta += __bfloat162float(dout[row + d]) * __bfloat162float(out[row + d]);
+  delta = quad_sum(delta);  // all lanes call it
+  const float row_lse = row_ok ? lse[(std::int64_t(b) * H + h) * Tq + t] : 0.f;
+  float acc[cols];
+#pragma unroll
+  for (int i = 0; i < cols; ++i) acc[i] = 0.f;
+  const int keys = max(0, min(Tk, q0 + min(Tq, qstart + kBq)));  // as in the forward
+  for (int kstart = 0; kstart < keys; kstart += kBk) {
+    __syncthreads();  // the previous tile's reads of ks, vs are done
+    load_tile(ks, ld, k, b, kstart, kBk, Tk, KH, kh, D);
+    load_tile(vs, ld, v, b, kstart, kBk, Tk, KH, kh, D);
+    __syncthreads();  // qs, dos (first pass), ks, vs visible
+    float ds[kBk / 4];  // keys c = sub + 4j
+#pragma unroll
+    for (int j = 0; j < kBk / 4; ++j) {
+      const int c = sub + 4 * j, s = kstart + c;
+      ds[j] = 0.f;
+      if (row_ok && s < Tk && s <= q0 + t) {
+        const float p = expf(dot_rows(qs + r * ld, ks + c * ld, D) * scale - row_lse);
+        ds[j] = p * (dot_rows(dos + r * ld, vs + c * ld, D) - delta);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kBk; ++c) {
+      const float dsc = __shfl_sync(0xffffffffu, ds[c / 4], quad0 + c % 4);  // key c lives in lane sub = c % 4
+      const bf16* kr = ks + c * ld;
+#pragma unroll
+      for (int i = 0; i < cols; ++i)
+        if (sub + 4 * i < D) acc[i] += dsc * __bfloat162float(kr[sub + 4 * i]);
+    }
+  }
+  if (row_ok) {
+#pragma unroll
+    for (int i = 0; i < cols; ++i)
+      if (sub + 4 * i < D) dq[row + sub + 4 * i] += acc[i] * scale;
   }
 }
 
@@ -577,11 +631,14 @@ void flash_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf
 template <int Dmax>
 void flash_backward(float* dq, float* dk, float* dv, const bf16* dout, const bf16* out, const float* lse, const bf16* q, const bf16* k,
                     const bf16* v, int B, int Tq, int Tk, int q0, int H, int KH, int D, cudaStream_t stream) {
-  constexpr std::size_t shared = flash_backward_shared<Dmax>();
+  constexpr std::size_t shared = flash_backward_shared<Dmax>(), dq_shared = flash_dq_shared<Dmax>();
   flash_prepare(flash_backward_kernel<Dmax>, shared, B, KH, H, D, "the attention backward");
+  flash_prepare(flash_backward_dq_kernel<Dmax>, dq_shared, B, H, H, D, "the attention backward");
+  const float scale = 1.f / sqrtf(float(D));
   const dim3 grid(unsigned((Tk + kBk - 1) / kBk), unsigned(KH), unsigned(B));
-  flash_backward_kernel<Dmax><<<grid, kFlashThreads, shared, stream>>>(dq, dk, dv, dout, out, lse, q, k, v, Tq, Tk, q0, H, KH, D,
-                                                                      1.f / sqrtf(float(D)));
+  flash_backward_kernel<Dmax><<<grid, kFlashThreads, shared, stream>>>(dk, dv, dout, out, lse, q, k, v, Tq, Tk, q0, H, KH, D, scale);
+  const dim3 dq_grid(unsigned((Tq + kBq - 1) / kBq), unsigned(H), unsigned(B));
+  flash_backward_dq_kernel<Dmax><<<dq_grid, kFlashThreads, dq_shared, stream>>>(dq, dout, out, lse, q, k, v, Tq, Tk, q0, H, KH, D, scale);
 }
 // The argument checks of both passes, before the head dimension picks a kernel.
 void flash_check_shape(int H, int KH, int D, const char* what) {

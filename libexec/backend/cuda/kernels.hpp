@@ -6,8 +6,8 @@
 // computes in fp32. Every function only enqueues work on `stream` and returns at once; a
 // launch error shows at the next check_launch (device.hpp) — a stream synchronisation does not
 // report a launch that never started — never as an abort. fp32 atomics make the embedding's
-// gradients and attention's dq vary in their last bits between runs; every other kernel (dk and
-// dv of attention included) is deterministic.
+// gradients and sum_squares vary in their last bits between runs; every other kernel (attention's
+// included) is deterministic.
 // Outputs: forward outputs and activation gradients are OVERWRITTEN unless the comment says
 // "+="; parameter gradients (fp32) always accumulate (+=), as in ops.hpp.
 #include <cuda_bf16.h>
@@ -60,15 +60,17 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
                        int KH, int D, cudaStream_t stream);
 // dq[B,Tq,H,D] +=, dk, dv[B,Tk,KH,D] += (fp32, ACCUMULATED), given dout and out[B,Tq,H,D] (bf16)
 // and lse from the forward with the same arguments. Probabilities are recomputed tile by tile
-// (p = exp(score - lse)); delta = rowsum(dout ∘ out). A block per (key tile, kv head, sequence)
-// loops over the query heads of its group and the query tiles that see the tile; it accumulates
-// its dk, dv rows in shared memory and adds them once at the end (no atomics: deterministic);
-// dq is added with fp32 atomics, one per element per key tile (its last bits vary from run to
-// run). Shared memory ~42 KiB (D <= 64), ~74 KiB (<= 128), ~138 KiB (<= 256).
+// (p = exp(score - lse)); delta = rowsum(dout ∘ out); ds = p ∘ (dout·vᵀ - delta). Two kernels,
+// no atomics, deterministic: a block per (key tile, kv head, sequence) loops over the query
+// heads of its group and the query tiles that see the tile, accumulates its dk, dv rows in
+// shared memory and adds them once at the end (~42 KiB of shared memory for D <= 64, ~74 KiB
+// for <= 128, ~138 KiB for <= 256); then a block per (query tile, head, sequence) recomputes ds
+// over the key tiles its rows see and adds dq (~17, ~33, ~65 KiB). The recomputation costs two
+// extra products (7 instead of 5 T²·D products) for the determinism and the absence of atomics.
 // Known limits (both passes throw a CudaError with a sentence before enqueueing anything):
-// D in 1..256, H a multiple of KH, H and B (backward: KH and B) at most 65535, and the shared
-// memory above within the device's opt-in limit per block (D <= 256 fits H100 and A100;
-// devices with ~99 KiB per block, e.g. sm_86/sm_89, take D <= 128 in the backward). Not tuned:
+// D in 1..256, H a multiple of KH, H and B at most 65535, and the shared memory above within
+// the device's opt-in limit per block (D <= 256 fits H100 and A100; devices with ~99 KiB per
+// block, e.g. sm_86/sm_89, take D <= 128 in the backward). Any sequence length. Not tuned:
 // fp32 CUDA-core math, roughly an order of magnitude below a tensor-core flash kernel.
 void attention_backward(float* dq, float* dk, float* dv, const bf16* dout, const bf16* out, const float* lse, const bf16* q,
                         const bf16* k, const bf16* v, int B, int Tq, int Tk, int q0, int H, int KH, int D, cudaStream_t stream);
