@@ -1,6 +1,6 @@
 // The flash attention kernels of the CUDA backend (kernels.hpp: attention_forward/backward),
-// included by kernels.cu inside its anonymous namespace, and by tests/flash_emulation_test.cpp,
-// which runs this same source on CPU threads (tests/cuda_emulation.hpp) under sanitizers. It
+// included by kernels.cu inside its anonymous namespace (tests/cuda_emulation runs kernels.cu,
+// this file included, on CPU threads under sanitizers). It
 // uses only: threadIdx/blockIdx/blockDim, __syncthreads, __shfl_xor_sync, the bf16 conversions,
 // fmaxf/expf/logf, std::int64_t, and HET_FLASH_SHARED(name), which declares the block's dynamic
 // shared memory as `float4 name[]` (kernels.cu: extern __shared__; the emulation: a buffer).

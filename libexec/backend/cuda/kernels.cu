@@ -1,12 +1,23 @@
 // The CUDA backend's layer kernels (kernels.hpp). Written for clarity first: one thread block
 // per row for the norms and cross-entropy, grid-stride loops for elementwise ops, tiled
-// (flash-style) kernels for attention.
+// (flash-style) kernels for attention. tests/cuda_emulation compiles this very file as C++ and
+// runs its kernels on CPU threads (the [kernels] part of tests/gpu_test.cpp, no GPU needed).
 #include "backend/cuda/kernels.hpp"
 
 #include <cmath>
 #include <string>
 
 #include "backend/cuda/device.hpp"
+
+// kernel<<<grid, block, shared, stream>>>(...), spelled so that tests/cuda_emulation (which runs
+// this file's kernels on CPU threads) can define it otherwise; so is the flash kernels' dynamic
+// shared memory.
+#ifndef HET_LAUNCH
+#define HET_LAUNCH(kernel, grid, block, shared, stream) kernel<<<grid, block, shared, stream>>>
+#endif
+#ifndef HET_FLASH_SHARED
+#define HET_FLASH_SHARED(name) extern __shared__ float4 name[]
+#endif
 
 namespace het::cuda {
 
@@ -188,8 +199,7 @@ __global__ void rope_kernel(T* x, std::int64_t pairs, int Tn, int H, int D, int 
   }
 }
 
-// ---- attention: flash_attention.cuh (also run on CPU threads by a test) ------------------
-#define HET_FLASH_SHARED(name) extern __shared__ float4 name[]
+// ---- attention: flash_attention.cuh --------------------------------------------------------
 #include "backend/cuda/flash_attention.cuh"
 
 // ---- embedding ------------------------------------------------------------------------
@@ -281,45 +291,45 @@ __global__ void sum_squares_kernel(float* sum, const float* x, std::int64_t n) {
 
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int N, int C,
                        cudaStream_t stream) {
-  if (N > 0) layernorm_forward_kernel<<<N, kThreads, 0, stream>>>(out, mean, rstd, inp, w, b, C);
+  if (N > 0) HET_LAUNCH(layernorm_forward_kernel, N, kThreads, 0, stream)(out, mean, rstd, inp, w, b, C);
 }
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
                         const float* rstd, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  layernorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dout, inp, w, mean, rstd, C);
-  norm_param_grad_kernel<<<(C + 31) / 32, kThreads, 0, stream>>>(dw, db, dout, inp, mean, rstd, N, C);
+  HET_LAUNCH(layernorm_backward_kernel, N, kThreads, 0, stream)(dinp, dout, inp, w, mean, rstd, C);
+  HET_LAUNCH(norm_param_grad_kernel, (C + 31) / 32, kThreads, 0, stream)(dw, db, dout, inp, mean, rstd, N, C);
 }
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C, cudaStream_t stream) {
-  if (N > 0) rmsnorm_forward_kernel<<<N, kThreads, 0, stream>>>(out, rstd, inp, w, C);
+  if (N > 0) HET_LAUNCH(rmsnorm_forward_kernel, N, kThreads, 0, stream)(out, rstd, inp, w, C);
 }
 void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd, int N, int C,
                       cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  rmsnorm_backward_kernel<<<N, kThreads, 0, stream>>>(dinp, dout, inp, w, rstd, C);
-  norm_param_grad_kernel<<<(C + 31) / 32, kThreads, 0, stream>>>(dw, nullptr, dout, inp, nullptr, rstd, N, C);
+  HET_LAUNCH(rmsnorm_backward_kernel, N, kThreads, 0, stream)(dinp, dout, inp, w, rstd, C);
+  HET_LAUNCH(norm_param_grad_kernel, (C + 31) / 32, kThreads, 0, stream)(dw, nullptr, dout, inp, nullptr, rstd, N, C);
 }
 void gelu_forward(bf16* out, const bf16* inp, std::int64_t n, cudaStream_t stream) {
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
+  HET_LAUNCH(gelu_forward_kernel, blocks_for(n), kThreads, 0, stream)(out, inp, n);
 }
 void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, std::int64_t n, cudaStream_t stream) {
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dinp, inp, dout, n);
+  HET_LAUNCH(gelu_backward_kernel, blocks_for(n), kThreads, 0, stream)(dinp, inp, dout, n);
 }
 void swiglu_forward(bf16* out, const bf16* gate, const bf16* up, std::int64_t n, cudaStream_t stream) {
-  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, gate, up, n);
+  HET_LAUNCH(swiglu_forward_kernel, blocks_for(n), kThreads, 0, stream)(out, gate, up, n);
 }
 void swiglu_backward(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, std::int64_t n,
                      cudaStream_t stream) {
-  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dgate, dup, dout, gate, up, n);
+  HET_LAUNCH(swiglu_backward_kernel, blocks_for(n), kThreads, 0, stream)(dgate, dup, dout, gate, up, n);
 }
 template <class T>
 void rope_forward(T* x, int B, int Tn, int H, int D, int pos0, cudaStream_t stream) {
   const std::int64_t pairs = std::int64_t(B) * Tn * H * (D / 2);
-  rope_kernel<<<blocks_for(pairs), kThreads, 0, stream>>>(x, pairs, Tn, H, D, pos0, 1.f);
+  HET_LAUNCH(rope_kernel<T>, blocks_for(pairs), kThreads, 0, stream)(x, pairs, Tn, H, D, pos0, 1.f);
 }
 template <class T>
 void rope_backward(T* dx, int B, int Tn, int H, int D, int pos0, cudaStream_t stream) {
   const std::int64_t pairs = std::int64_t(B) * Tn * H * (D / 2);
-  rope_kernel<<<blocks_for(pairs), kThreads, 0, stream>>>(dx, pairs, Tn, H, D, pos0, -1.f);  // orthogonal: transpose = inverse
+  HET_LAUNCH(rope_kernel<T>, blocks_for(pairs), kThreads, 0, stream)(dx, pairs, Tn, H, D, pos0, -1.f);  // orthogonal: transpose = inverse
 }
 template void rope_forward<bf16>(bf16*, int, int, int, int, int, cudaStream_t);
 template void rope_forward<float>(float*, int, int, int, int, int, cudaStream_t);
@@ -353,7 +363,7 @@ void flash_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf
   constexpr std::size_t shared = flash_forward_shared<Dmax>();
   flash_prepare(flash_forward_kernel<Dmax>, shared, B, H, H, D, "the attention forward");
   const dim3 grid(unsigned((Tq + kBq - 1) / kBq), unsigned(H), unsigned(B));
-  flash_forward_kernel<Dmax><<<grid, kFlashThreads, shared, stream>>>(out, lse, q, k, v, Tq, Tk, q0, H, KH, D, 1.f / sqrtf(float(D)));
+  HET_LAUNCH(flash_forward_kernel<Dmax>, grid, kFlashThreads, shared, stream)(out, lse, q, k, v, Tq, Tk, q0, H, KH, D, 1.f / sqrtf(float(D)));
 }
 template <int Dmax>
 void flash_backward(float* dq, float* dk, float* dv, const bf16* dout, const bf16* out, const float* lse, const bf16* q, const bf16* k,
@@ -363,9 +373,9 @@ void flash_backward(float* dq, float* dk, float* dv, const bf16* dout, const bf1
   flash_prepare(flash_backward_dq_kernel<Dmax>, dq_shared, B, H, H, D, "the attention backward");
   const float scale = 1.f / sqrtf(float(D));
   const dim3 grid(unsigned((Tk + kBk - 1) / kBk), unsigned(KH), unsigned(B));
-  flash_backward_kernel<Dmax><<<grid, kFlashThreads, shared, stream>>>(dk, dv, dout, out, lse, q, k, v, Tq, Tk, q0, H, KH, D, scale);
+  HET_LAUNCH(flash_backward_kernel<Dmax>, grid, kFlashThreads, shared, stream)(dk, dv, dout, out, lse, q, k, v, Tq, Tk, q0, H, KH, D, scale);
   const dim3 dq_grid(unsigned((Tq + kBq - 1) / kBq), unsigned(H), unsigned(B));
-  flash_backward_dq_kernel<Dmax><<<dq_grid, kFlashThreads, dq_shared, stream>>>(dq, dout, out, lse, q, k, v, Tq, Tk, q0, H, KH, D, scale);
+  HET_LAUNCH(flash_backward_dq_kernel<Dmax>, dq_grid, kFlashThreads, dq_shared, stream)(dq, dout, out, lse, q, k, v, Tq, Tk, q0, H, KH, D, scale);
 }
 // The argument checks of both passes, before the head dimension picks a kernel.
 void flash_check_shape(int H, int KH, int D, const char* what) {
@@ -395,35 +405,35 @@ void attention_backward(float* dq, float* dk, float* dv, const bf16* dout, const
 void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int N, int Tn, int C, int pos0,
                        cudaStream_t stream) {
   const std::int64_t n = std::int64_t(N) * C;
-  embedding_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, tokens, wte, wpe, n, Tn, C, pos0);
+  HET_LAUNCH(embedding_forward_kernel, blocks_for(n), kThreads, 0, stream)(out, tokens, wte, wpe, n, Tn, C, pos0);
 }
 void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int* tokens, int N, int Tn, int C, int pos0,
                         cudaStream_t stream) {
   const std::int64_t n = std::int64_t(N) * C;
-  embedding_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dwte, dwpe, dout, tokens, n, Tn, C, pos0);
+  HET_LAUNCH(embedding_backward_kernel, blocks_for(n), kThreads, 0, stream)(dwte, dwpe, dout, tokens, n, Tn, C, pos0);
 }
 void crossentropy_forward_backward(bf16* dlogits, float* losses, const bf16* logits, const int* targets, int N, int V, float scale,
                                    cudaStream_t stream) {
-  if (N > 0) crossentropy_kernel<<<N, kThreads, 0, stream>>>(dlogits, losses, logits, targets, V, scale);
+  if (N > 0) HET_LAUNCH(crossentropy_kernel, N, kThreads, 0, stream)(dlogits, losses, logits, targets, V, scale);
 }
 void bias_backward(float* db, const bf16* dout, int N, int OC, cudaStream_t stream) {
-  if (OC > 0) bias_backward_kernel<<<(OC + 31) / 32, kThreads, 0, stream>>>(db, dout, N, OC);
+  if (OC > 0) HET_LAUNCH(bias_backward_kernel, (OC + 31) / 32, kThreads, 0, stream)(db, dout, N, OC);
 }
 void add_inplace(bf16* x, const bf16* y, std::int64_t n, cudaStream_t stream) {
-  add_inplace_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  HET_LAUNCH(add_inplace_kernel, blocks_for(n), kThreads, 0, stream)(x, y, n);
 }
 void to_bf16(bf16* out, const float* in, std::int64_t n, cudaStream_t stream) {
-  to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+  HET_LAUNCH(to_bf16_kernel, blocks_for(n), kThreads, 0, stream)(out, in, n);
 }
 void to_float(float* out, const bf16* in, std::int64_t n, cudaStream_t stream) {
-  to_float_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+  HET_LAUNCH(to_float_kernel, blocks_for(n), kThreads, 0, stream)(out, in, n);
 }
 void adamw_update(float* value, const float* grad, float* m, float* v, std::int64_t n, const AdamWArgs& a, cudaStream_t stream) {
   const float c1 = float(1 - std::pow(double(a.beta1), a.step)), c2 = float(1 - std::pow(double(a.beta2), a.step));
-  adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(value, grad, m, v, n, a, c1, c2);
+  HET_LAUNCH(adamw_kernel, blocks_for(n), kThreads, 0, stream)(value, grad, m, v, n, a, c1, c2);
 }
 void sum_squares(float* sum, const float* x, std::int64_t n, cudaStream_t stream) {
-  sum_squares_kernel<<<blocks_for(n), kThreads, 0, stream>>>(sum, x, n);
+  HET_LAUNCH(sum_squares_kernel, blocks_for(n), kThreads, 0, stream)(sum, x, n);
 }
 
 }  // namespace het::cuda

@@ -1,0 +1,63 @@
+// Emulation of <cuda_runtime_api.h> for tests/cuda_emulation: the runtime calls the CUDA
+// backend's kernels.cu, device.hpp and tests/gpu_test.cpp make, on one emulated device whose
+// memory is host memory (emulation.hpp has the execution model).
+#pragma once
+#include <cstdlib>
+#include <cstring>
+
+#include "emulation.hpp"
+
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidConfiguration = 9 };
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+  }
+  return "unknown error";
+}
+inline cudaError_t cudaGetLastError() {
+  std::lock_guard<std::mutex> lock(emu::device().mutex);
+  return cudaError_t(std::exchange(emu::device().last_error, 0));
+}
+
+struct CUstream_st {};
+using cudaStream_t = CUstream_st*;
+constexpr unsigned cudaStreamNonBlocking = 1;
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return *s = new CUstream_st, cudaSuccess; }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) { return delete s, cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+
+inline cudaError_t cudaMalloc(void** p, std::size_t n) { return (*p = std::malloc(n ? n : 1)) ? cudaSuccess : cudaErrorMemoryAllocation; }
+inline cudaError_t cudaFree(void* p) { return std::free(p), cudaSuccess; }
+inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+inline cudaError_t cudaMallocHost(void** p, std::size_t n) { return cudaMalloc(p, n); }
+inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+inline cudaError_t cudaMemcpy(void* to, const void* from, std::size_t n, cudaMemcpyKind) { return std::memmove(to, from, n), cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
+  return cudaMemcpy(to, from, n, k);
+}
+inline cudaError_t cudaMemset(void* p, int v, std::size_t n) { return std::memset(p, v, n), cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void* p, int v, std::size_t n, cudaStream_t = nullptr) { return cudaMemset(p, v, n); }
+
+inline cudaError_t cudaGetDeviceCount(int* n) { return *n = 1, cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) { return *d = 0, cudaSuccess; }
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int device) {
+  if (device != 0) return cudaErrorInvalidValue;
+  return *v = emu::Device::kOptinLimit, cudaSuccess;
+}
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <class... P>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute, int value) {
+  if (value < 0 || value > emu::Device::kOptinLimit) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(emu::device().mutex);
+  emu::device().dynamic_shared[reinterpret_cast<void (*)()>(kernel)] = value;
+  return cudaSuccess;
+}

@@ -1,0 +1,144 @@
+// The CUDA execution model on CPU threads, so that libexec/backend/cuda/kernels.cu — compiled
+// as C++ against this directory's cuda_runtime_api.h and cuda_bf16.h — runs its very kernels
+// here, under AddressSanitizer or ThreadSanitizer, driven by the [kernels] part of
+// tests/gpu_test.cpp (no GPU needed).
+//  * A launch runs its blocks one after another on blockDim.x std::threads.
+//  * __syncthreads is a barrier of the block; __shfl_*_sync a barrier of the warp with a slot
+//    per lane (every lane must call it, as on the device, or the test hangs and times out).
+//  * Static __shared__ arrays are function statics (one block runs at a time, so they are the
+//    block's); the dynamic shared memory is a buffer filled with NaN (a read before a write
+//    shows); more than 48 KiB of it needs the kernel's cudaFuncSetAttribute opt-in and at most
+//    the device's 227 KiB, else the launch fails as on an H100.
+//  * Device memory is host memory from malloc; streams run everything at once, in order.
+// What it does not show: speed, the device's rounding of transcendental functions, memory
+// coalescing, bank conflicts, warp-divergence rules beyond "every lane calls the shuffle".
+#pragma once
+#include <math.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "cuda_bf16.h"
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct float4 {
+  float x, y, z, w;
+};
+
+#define __global__
+#define __device__
+#define __host__
+#define __launch_bounds__(n)
+#define __shared__ static
+#define HET_FLASH_SHARED(name) float4* name = emu::self.shared
+
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+using std::max;  // CUDA's device min/max
+using std::min;
+
+namespace emu {
+struct Thread {  // what a CUDA thread knows of itself
+  dim3 thread, block;
+  float4* shared = nullptr;
+  std::barrier<>* block_barrier = nullptr;
+  std::barrier<>* warp_barrier = nullptr;
+  float* warp_slots = nullptr;
+};
+inline thread_local Thread self;
+inline dim3 block_dim, grid_dim;  // of the launch running now (launches do not overlap)
+
+struct Device {  // the one emulated device's state
+  std::mutex mutex;
+  int last_error = 0;                          // a cudaError_t
+  std::map<void (*)(), int> dynamic_shared;    // cudaFuncAttributeMaxDynamicSharedMemorySize per kernel
+  static constexpr int kOptinLimit = 227 * 1024, kDefaultLimit = 48 * 1024;
+};
+inline Device& device() {
+  static Device d;
+  return d;
+}
+
+// Runs f() as every thread of every block: blockDim.x std::threads take the blocks one after
+// another (between blocks they meet at a barrier and the shared memory is poisoned again).
+template <class F>
+void run_blocks(dim3 grid, unsigned threads, std::size_t shared_bytes, F f) {
+  block_dim = dim3(threads), grid_dim = grid;
+  std::vector<float4> shared((shared_bytes + sizeof(float4) - 1) / sizeof(float4));
+  std::barrier<> block(threads);
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
+  std::vector<float> slots((threads + 31) / 32 * 32);
+  std::vector<std::thread> run;
+  for (unsigned t = 0; t < threads; ++t)
+    run.emplace_back([&, t] {
+      self = {dim3(t), dim3(), shared.data(), &block, warps[t / 32].get(), slots.data() + t / 32 * 32};
+      for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+          for (unsigned x = 0; x < grid.x; ++x) {
+            if (t == 0) std::fill(shared.begin(), shared.end(), float4{NAN, NAN, NAN, NAN});
+            block.arrive_and_wait();  // the previous block is done everywhere, the shared memory poisoned
+            self.block = dim3(x, y, z);
+            f();
+            block.arrive_and_wait();
+          }
+    });
+  for (auto& t : run) t.join();
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...)
+template <class... P>
+struct Launch {
+  void (*kernel)(P...);
+  dim3 grid, block;
+  std::size_t shared;
+  template <class... A>
+  void operator()(A&&... a) const {
+    Device& d = device();
+    {
+      std::lock_guard<std::mutex> lock(d.mutex);
+      const auto it = d.dynamic_shared.find(reinterpret_cast<void (*)()>(kernel));
+      const int limit = it == d.dynamic_shared.end() ? Device::kDefaultLimit : it->second;
+      if (block.x == 0 || block.x > 1024 || grid.x == 0 || grid.y > 65535 || grid.z > 65535 || shared > std::size_t(limit)) {
+        d.last_error = 9;  // cudaErrorInvalidConfiguration
+        return;
+      }
+    }
+    std::tuple<P...> args(std::forward<A>(a)...);
+    run_blocks(grid, block.x, shared, [&] { std::apply(kernel, args); });
+  }
+};
+template <class Stream, class... P>
+Launch<P...> launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t shared, Stream) {  // every stream in order
+  return {kernel, grid, block, shared};
+}
+}  // namespace emu
+
+#define threadIdx (emu::self.thread)
+#define blockIdx (emu::self.block)
+#define blockDim (emu::block_dim)
+#define gridDim (emu::grid_dim)
+#define HET_LAUNCH(kernel, grid, block, shared, stream) emu::launch(kernel, dim3(grid), dim3(block), std::size_t(shared), stream)
+
+inline void __syncthreads() { emu::self.block_barrier->arrive_and_wait(); }
+inline float __shfl_sync(unsigned, float v, int src_lane) {
+  emu::self.warp_slots[threadIdx.x % 32] = v;
+  emu::self.warp_barrier->arrive_and_wait();
+  const float r = emu::self.warp_slots[unsigned(src_lane) % 32];
+  emu::self.warp_barrier->arrive_and_wait();
+  return r;
+}
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) { return __shfl_sync(mask, v, int(threadIdx.x % 32) ^ lane_mask); }
+inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
