@@ -2,6 +2,7 @@
 // backend's kernels.cu, device.hpp and tests/gpu_test.cpp make, on one emulated device whose
 // memory is host memory (emulation.hpp has the execution model).
 #pragma once
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -61,3 +62,30 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute, int va
   emu::device().dynamic_shared[reinterpret_cast<void (*)()>(kernel)] = value;
   return cudaSuccess;
 }
+
+struct cudaDeviceProp {
+  char name[256];
+  int major, minor;
+  std::size_t totalGlobalMem, sharedMemPerBlockOptin;
+  int multiProcessorCount;
+};
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device != 0) return cudaErrorInvalidValue;
+  *p = cudaDeviceProp{};
+  std::snprintf(p->name, sizeof p->name, "CUDA emulation on CPU threads");
+  p->major = 9, p->minor = 0, p->totalGlobalMem = std::size_t(80) << 30, p->sharedMemPerBlockOptin = emu::Device::kOptinLimit;
+  p->multiProcessorCount = 132;
+  return cudaSuccess;
+}
+struct CUmemPoolHandle_st {};
+using cudaMemPool_t = CUmemPoolHandle_st*;
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  static CUmemPoolHandle_st the_pool;
+  if (device != 0) return cudaErrorInvalidValue;
+  return *pool = &the_pool, cudaSuccess;
+}
+inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+
+// library_types.h
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };

@@ -2,7 +2,7 @@
 // as C++ against this directory's cuda_runtime_api.h and cuda_bf16.h — runs its very kernels
 // here, under AddressSanitizer or ThreadSanitizer, driven by the [kernels] part of
 // tests/gpu_test.cpp (no GPU needed).
-//  * A launch runs its blocks one after another on blockDim.x std::threads.
+//  * A launch runs its blocks one after another on blockDim.x threads of a pool.
 //  * __syncthreads is a barrier of the block; __shfl_*_sync a barrier of the warp with a slot
 //    per lane (every lane must call it, as on the device, or the test hangs and times out).
 //  * Static __shared__ arrays are function statics (one block runs at a time, so they are the
@@ -18,8 +18,10 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,7 +73,60 @@ inline Device& device() {
   return d;
 }
 
-// Runs f() as every thread of every block: blockDim.x std::threads take the blocks one after
+// The CPU threads that play CUDA threads, kept across launches (creating 256 threads per launch
+// cost most of the emulation's time): run(n, body) runs body(i) on workers 0..n-1 and returns
+// when all are done.
+class Pool {
+ public:
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  void run(unsigned n, const std::function<void(unsigned)>& body) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (workers_.size() < n) {
+      const unsigned index = unsigned(workers_.size());
+      workers_.emplace_back([this, index] { work(index); });
+    }
+    job_ = &body, active_ = n, pending_ = n, ++generation_;
+    start_.notify_all();
+    done_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  void work(unsigned index) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(unsigned)>* job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        start_.wait(lock, [&] { return stop_ || (generation_ != seen && index < active_); });
+        if (stop_) return;
+        seen = generation_, job = job_;
+      }
+      (*job)(index);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable start_, done_;
+  std::vector<std::thread> workers_;
+  const std::function<void(unsigned)>* job_ = nullptr;
+  unsigned active_ = 0, pending_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+inline Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+// Runs f() as every thread of every block: blockDim.x pool threads take the blocks one after
 // another (between blocks they meet at a barrier and the shared memory is poisoned again).
 template <class F>
 void run_blocks(dim3 grid, unsigned threads, std::size_t shared_bytes, F f) {
@@ -81,9 +136,7 @@ void run_blocks(dim3 grid, unsigned threads, std::size_t shared_bytes, F f) {
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
   std::vector<float> slots((threads + 31) / 32 * 32);
-  std::vector<std::thread> run;
-  for (unsigned t = 0; t < threads; ++t)
-    run.emplace_back([&, t] {
+  pool().run(threads, [&](unsigned t) {
       self = {dim3(t), dim3(), shared.data(), &block, warps[t / 32].get(), slots.data() + t / 32 * 32};
       for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
@@ -94,8 +147,7 @@ void run_blocks(dim3 grid, unsigned threads, std::size_t shared_bytes, F f) {
             f();
             block.arrive_and_wait();
           }
-    });
-  for (auto& t : run) t.join();
+  });
 }
 
 // kernel<<<grid, block, shared, stream>>>(args...)
