@@ -71,9 +71,6 @@ TEST_CASE("GPUs as CUDA names them match the catalog's device types by whole wor
   CHECK_FALSE(job::is_model("A100-40GB", "NVIDIA A800-SXM4-80GB"));
   // Every type of the shipped catalog, against the names the CUDA runtime reports.
   const auto& catalog = test::catalog();
-  std::vector<std::string> types;
-  std::vector<double> memory;
-  for (const auto& d : catalog.devices) types.push_back(d.device.type), memory.push_back(d.device.memory);
   const double GiB = double(1 << 30);
   const std::vector<std::tuple<std::string, double, std::string>> seen = {
       {"NVIDIA A100-SXM4-40GB", 39.4, "A100-40GB"},       {"NVIDIA A100-SXM4-80GB", 79.2, "A100-80GB"},
@@ -87,6 +84,6 @@ TEST_CASE("GPUs as CUDA names them match the catalog's device types by whole wor
   };
   for (const auto& [name, gib, want] : seen) {
     INFO(name);
-    CHECK(job::catalog_type(name, gib * GiB, types, memory) == want);
+    CHECK(job::catalog_type(name, gib * GiB, catalog) == want);
   }
 }

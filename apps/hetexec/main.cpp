@@ -181,13 +181,13 @@ int run_worker(const JobArgs& a) {
   // Every rank's seat (host, device, subcluster) decides which groups run on NCCL.
   const auto place = het::runtime::ranks_of(job->plan)[std::size_t(a.rank)];
   const auto& subcluster = job->plan.pipelines[std::size_t(place.pipeline)].stages[std::size_t(place.stage)].subcluster;
-  auto seats = het::collective::exchange_seats(
-      **rendezvous, a.rank, a.world, het::collective::seat_here((*backend)->name() == "cuda" ? std::max(0, a.device) : -1, subcluster), 120);
+  const int ordinal = (*backend)->name() == "cuda" ? std::max(0, a.device) : -1;  // -1: the CPU
+  auto seats = het::collective::exchange_seats(**rendezvous, a.rank, a.world, het::collective::seat_here(ordinal, subcluster), 120);
   if (!seats) {
     for (const auto& e : seats.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
   }
-  het::collective::Fabric fabric(**peers, std::move(*seats), **rendezvous, std::max(0, a.device), 120);
+  het::collective::Fabric fabric(**peers, std::move(*seats), **rendezvous, ordinal, 120);
   het::runtime::Options opt;
   opt.fabric = &fabric;
   opt.steps = a.steps;
@@ -443,11 +443,8 @@ int main(int argc, char** argv) {
       const auto gpus = het::node::describe_node().gpus;
       const auto catalog = het::builtin_catalog();
       const std::size_t at = std::size_t(std::max(0, ordinal));
-      std::vector<std::string> types;
-      std::vector<double> memory;
-      if (catalog)
-        for (const auto& c : catalog->devices) types.push_back(c.device.type), memory.push_back(c.device.memory);
-      const std::string type = at < gpus.size() ? het::job::catalog_type(gpus[at].name, gpus[at].memory_bytes, types, memory) : "";
+      const std::string type =
+          catalog && at < gpus.size() ? het::job::catalog_type(gpus[at].name, gpus[at].memory_bytes, *catalog) : "";
       if (type.empty()) {
         std::cerr << "error: the device catalog has no type for "
                   << (at < gpus.size() ? gpus[at].name : "CUDA device " + std::to_string(at)) << "; name it with --device\n";

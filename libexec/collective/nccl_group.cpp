@@ -60,8 +60,9 @@ class NcclGroup final : public Group {
   static std::string cuda_error(const char* what, cudaError_t e) {
     return std::string("NCCL group staging: ") + what + ": " + cudaGetErrorString(e);
   }
-  // Grows the device buffer to `total` elements, zeroes it, and copies host[lo, lo + count)
-  // to the same place on the device.
+  // Grows the device buffer to `total` elements and copies host[lo, lo + count) to the same
+  // place on the device. The rest is not cleared: what it sums or gathers (the padding past n,
+  // the other members' blocks before an all-gather) is overwritten or never read back.
   std::string stage_in(const float* host, std::size_t lo, std::size_t count, std::size_t total) {
     if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess) return cuda_error("cudaSetDevice", e);
     if (total > capacity_) {
@@ -71,7 +72,6 @@ class NcclGroup final : public Group {
         return cuda_error("cudaMalloc", e);
       capacity_ = total;
     }
-    if (cudaError_t e = cudaMemsetAsync(device_, 0, total * sizeof(float), stream_); e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
     if (cudaError_t e = cudaMemcpyAsync(device_ + lo, host + lo, count * sizeof(float), cudaMemcpyHostToDevice, stream_);
         e != cudaSuccess)
       return cuda_error("copy to the device", e);

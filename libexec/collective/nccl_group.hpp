@@ -1,8 +1,8 @@
 #pragma once
 // A collective::Group on an NCCL communicator (built only with NCCL): host buffers staged
 // through one device buffer on a stream of its own. Reduce-scatter and all-gather cut n into
-// |group| blocks of ceil(n/|group|) (NCCL needs equal blocks; the last is padded with zeros),
-// member i owning block i, and run in place.
+// |group| blocks of ceil(n/|group|) (NCCL needs equal blocks; the padding past n is never read
+// back), member i owning block i, and run in place.
 #include <memory>
 #include <string>
 #include <vector>

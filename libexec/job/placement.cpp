@@ -67,14 +67,14 @@ bool is_model(const std::string& type, const std::string& gpu_name) {
   return false;
 }
 
-std::string catalog_type(const std::string& gpu_name, double memory_bytes, const std::vector<std::string>& types,
-                         const std::vector<double>& type_memory) {
+std::string catalog_type(const std::string& gpu_name, double memory_bytes, const DeviceCatalog& catalog) {
   std::string best;
   double best_gap = 0;
-  for (std::size_t i = 0; i < types.size() && i < type_memory.size(); ++i) {
-    if (!is_model(types[i], gpu_name)) continue;
-    const double gap = std::abs(type_memory[i] - memory_bytes);
-    if (best.empty() || gap < best_gap) best = types[i], best_gap = gap;
+  for (const auto& entry : catalog.devices) {
+    const DeviceSpec& d = entry.device;
+    if (!is_model(d.type, gpu_name)) continue;
+    const double gap = std::abs(d.memory - memory_bytes);
+    if (best.empty() || gap < best_gap) best = d.type, best_gap = gap;
   }
   return best;
 }

@@ -10,6 +10,7 @@
 
 #include "diag/diag.hpp"
 #include "plan/plan.hpp"
+#include "spec/catalog.hpp"
 
 namespace het::job {
 
@@ -48,8 +49,7 @@ struct Offer {
 bool is_model(const std::string& type, const std::string& gpu_name);
 // The catalog's device type of a GPU: of the types is_model() accepts, the one whose memory is
 // nearest `memory_bytes`; empty when none (a GPU the catalog does not know).
-std::string catalog_type(const std::string& gpu_name, double memory_bytes, const std::vector<std::string>& types,
-                         const std::vector<double>& type_memory);
+std::string catalog_type(const std::string& gpu_name, double memory_bytes, const DeviceCatalog& catalog);
 
 // Empty when `offer` can run the plan's ranks on `node`; else one sentence per problem, e.g.
 // "a100/0: the plan uses device 3, the agent has 2 cpu devices".

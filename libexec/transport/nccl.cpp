@@ -136,47 +136,46 @@ Communicator::~Communicator() {
   else ncclCommAbort(comm_);
 }
 
-Result<Done> Communicator::all_reduce_sum(void* data, std::size_t count, DataType type, cudaStream_t stream) {
+template <class Call>
+Result<Done> Communicator::run(const std::string& what, Call&& call, cudaStream_t stream) {
   if (aborted_) return problem("NCCL group '" + group_ + "' was aborted after an earlier error");
-  const std::string what = "all-reduce of " + std::to_string(count) + " elements";
-  if (auto done = settle(what, ncclAllReduce(data, data, count, nccl_type(type), ncclSum, comm_, stream)); !done)
-    return done;
+  if (auto done = settle(what, call()); !done) return done;
   return finish(what, stream);
+}
+
+Result<Done> Communicator::all_reduce_sum(void* data, std::size_t count, DataType type, cudaStream_t stream) {
+  return run("all-reduce of " + std::to_string(count) + " elements",
+             [&] { return ncclAllReduce(data, data, count, nccl_type(type), ncclSum, comm_, stream); }, stream);
 }
 
 Result<Done> Communicator::reduce_scatter_sum(const void* send, void* recv, std::size_t count, DataType type,
                                               cudaStream_t stream) {
-  if (aborted_) return problem("NCCL group '" + group_ + "' was aborted after an earlier error");
-  const std::string what = "reduce-scatter of " + std::to_string(count) + " elements per member";
-  if (auto done = settle(what, ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, comm_, stream)); !done)
-    return done;
-  return finish(what, stream);
+  return run("reduce-scatter of " + std::to_string(count) + " elements per member",
+             [&] { return ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, comm_, stream); }, stream);
 }
 
 Result<Done> Communicator::all_gather(const void* send, void* recv, std::size_t count, DataType type,
                                       cudaStream_t stream) {
-  if (aborted_) return problem("NCCL group '" + group_ + "' was aborted after an earlier error");
-  const std::string what = "all-gather of " + std::to_string(count) + " elements per member";
-  if (auto done = settle(what, ncclAllGather(send, recv, count, nccl_type(type), comm_, stream)); !done) return done;
-  return finish(what, stream);
+  return run("all-gather of " + std::to_string(count) + " elements per member",
+             [&] { return ncclAllGather(send, recv, count, nccl_type(type), comm_, stream); }, stream);
 }
 
 Result<Done> Communicator::exchange(const std::vector<P2P>& ops, DataType type, cudaStream_t stream) {
-  if (aborted_) return problem("NCCL group '" + group_ + "' was aborted after an earlier error");
   const std::string what = "send/receive of " + std::to_string(ops.size()) + " buffers";
   for (const P2P& op : ops)
     if (op.peer < 0 || op.peer >= size_ || op.peer == member_)
       return problem("NCCL " + what + " in group '" + group_ + "': peer " + std::to_string(op.peer) +
                      " is not another member");
-  ncclResult_t first = ncclGroupStart();
-  for (const P2P& op : ops) {
-    const ncclResult_t r = op.kind == P2P::send ? ncclSend(op.data, op.count, nccl_type(type), op.peer, comm_, stream)
-                                                : ncclRecv(op.data, op.count, nccl_type(type), op.peer, comm_, stream);
-    if (first == ncclSuccess && r != ncclInProgress) first = r;
-  }
-  const ncclResult_t end = ncclGroupEnd();
-  if (auto done = settle(what, first != ncclSuccess ? first : end); !done) return done;
-  return finish(what, stream);
+  return run(what, [&] {
+    ncclResult_t first = ncclGroupStart();
+    for (const P2P& op : ops) {
+      const ncclResult_t r = op.kind == P2P::send ? ncclSend(op.data, op.count, nccl_type(type), op.peer, comm_, stream)
+                                                  : ncclRecv(op.data, op.count, nccl_type(type), op.peer, comm_, stream);
+      if (first == ncclSuccess && r != ncclInProgress) first = r;
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return first != ncclSuccess ? first : end;
+  }, stream);
 }
 
 }  // namespace het::transport::nccl

@@ -63,6 +63,10 @@ class Communicator {
 
  private:
   Communicator() = default;
+  // Refuses an aborted communicator, else makes the NCCL call(s), settles them and waits for
+  // the stream: every operation's steps.
+  template <class Call>
+  Result<Done> run(const std::string& what, Call&& call, cudaStream_t stream);
   Result<Done> settle(const std::string& what, int result);  // waits out ncclInProgress
   Result<Done> finish(const std::string& what, cudaStream_t stream);  // waits for the stream
   Diagnostic fail(const std::string& what, const std::string& why);

@@ -40,6 +40,21 @@ __device__ float dot_rows(const bf16* a, const bf16* b, int D) {
   return s;
 }
 
+// acc[i] += Σ_c w_c · rows[c][sub + 4i] over a tile's kBk rows, where weight w_c is w[c / 4] of
+// lane quad0 + c % 4 of this quad (every lane of the warp must call): P·V in the forward, dS·K
+// for dQ.
+template <int cols>
+__device__ void accumulate_rows(float (&acc)[cols], const float* w, const bf16* rows, int ld, int quad0, int sub, int D) {
+#pragma unroll
+  for (int c = 0; c < kBk; ++c) {
+    const float wc = __shfl_sync(0xffffffffu, w[c / 4], quad0 + c % 4);  // row c's weight lives in lane sub = c % 4
+    const bf16* row = rows + c * ld;
+#pragma unroll
+    for (int i = 0; i < cols; ++i)
+      if (sub + 4 * i < D) acc[i] += wc * __bfloat162float(row[sub + 4 * i]);
+  }
+}
+
 // Dynamic shared memory of the kernels below for head dimensions up to Dmax (host and device).
 template <int Dmax> __host__ __device__ constexpr int flash_ld() { return Dmax + 2; }
 template <int Dmax> constexpr std::size_t flash_forward_shared() {
@@ -108,14 +123,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_forward_kernel(bf16* out,
     m = m_new;
 #pragma unroll
     for (int i = 0; i < cols; ++i) o[i] *= alpha;
-#pragma unroll
-    for (int c = 0; c < kBk; ++c) {
-      const float pc = __shfl_sync(0xffffffffu, p[c / 4], quad0 + c % 4);  // key c lives in lane sub = c % 4
-      const bf16* vr = vs + c * ld;
-#pragma unroll
-      for (int i = 0; i < cols; ++i)
-        if (sub + 4 * i < D) o[i] += pc * __bfloat162float(vr[sub + 4 * i]);
-    }
+    accumulate_rows(o, p, vs, ld, quad0, sub, D);
   }
   if (row_ok) {
     const float inv = l > 0.f ? 1.f / l : 0.f;
@@ -267,14 +275,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_backward_dq_kernel(float*
         ds[j] = p * (dot_rows(dos + r * ld, vs + c * ld, D) - delta);
       }
     }
-#pragma unroll
-    for (int c = 0; c < kBk; ++c) {
-      const float dsc = __shfl_sync(0xffffffffu, ds[c / 4], quad0 + c % 4);  // key c lives in lane sub = c % 4
-      const bf16* kr = ks + c * ld;
-#pragma unroll
-      for (int i = 0; i < cols; ++i)
-        if (sub + 4 * i < D) acc[i] += dsc * __bfloat162float(kr[sub + 4 * i]);
-    }
+    accumulate_rows(acc, ds, ks, ld, quad0, sub, D);
   }
   if (row_ok) {
 #pragma unroll
