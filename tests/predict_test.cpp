@@ -164,23 +164,35 @@ links:
   REQUIRE(validate_plan(plan, "p").empty());
   cost::ComputeModel cm(plan.model, {});
   double best = 1e9;
-  for (auto r : {predict::Resharding::all_pairs, predict::Resharding::gather_send_scatter,
-                 predict::Resharding::inner_dp_rank0, predict::Resharding::send_recv_allgather}) {
+  for (Resharding r : kReshardings) {
     predict::Options o;
     o.resharding = r;
     auto out = predict::predict(plan, cm, o);
     REQUIRE(out.ok());
     CHECK(out->stages[0][0].resharding == r);
-    best = std::min(best, out->stages[0][0].send_forward_s);
+    CHECK(out->plan.pipelines[0].stages[0].resharding == r);  // written into the plan
+    const auto& d = out->stages[0][0];
+    best = std::min(best, d.send_forward_s + d.send_backward_s);
+    // Every strategy but all-pairs moves the activation across the slow link once.
+    if (r != Resharding::all_pairs) CHECK(d.send_bytes == Approx(4 * 512.0 * 1024 * 2));
   }
   auto cheapest = predict::predict(plan, cm, {});
   REQUIRE(cheapest.ok());
-  CHECK(cheapest->stages[0][0].send_forward_s == Approx(best));
+  const auto& c = cheapest->stages[0][0];
+  CHECK(c.send_forward_s + c.send_backward_s == Approx(best));
   // All-pairs sends the activation once per receiving TP rank across the slow link.
   predict::Options ap;
-  ap.resharding = predict::Resharding::all_pairs;
+  ap.resharding = Resharding::all_pairs;
   auto all = predict::predict(plan, cm, ap);
   CHECK(all->stages[0][0].send_bytes == Approx(4 * 4 * 512.0 * 1024 * 2));
+  // Forward, all-pairs sends tp_b = 4 copies; backward, tp_a = 2: forward is the slower.
+  CHECK(all->stages[0][0].send_forward_s > all->stages[0][0].send_backward_s);
+  // A plan that names its strategy is costed (and run) with it.
+  Plan named = plan;
+  named.pipelines[0].stages[0].resharding = Resharding::gather_send_scatter;
+  auto kept = predict::predict(named, cm, {});
+  REQUIRE(kept.ok());
+  CHECK(kept->stages[0][0].resharding == Resharding::gather_send_scatter);
 }
 
 TEST_CASE("HAPT's case study (§2.2.2, Table 1): the 128-unit plan is ~40% faster than the 8-unit plan") {

@@ -200,6 +200,7 @@ TEST_CASE("gradient sync overlaps the last backward, and what is not hidden is e
   SimInput in;
   in.pipelines = {p};
   in.sync_groups = {{{{0, 0}}, 1.5}, {{{0, 1}}, 5.0}};
+  in.overlap_sync = true;
   auto r = simulate(in);
   REQUIRE(r.ok());
   const double makespan = 9 * 3.0;

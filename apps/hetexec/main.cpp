@@ -106,7 +106,7 @@ struct JobArgs {
   int steps = 10;
   std::uint64_t seed = 1;
   double lr = 1e-3;
-  std::optional<std::string> data, metrics_out, trace;
+  std::optional<std::string> data, metrics_out, trace, traffic;
   // worker only
   bool emulate_links = false, emulate_devices = false;
   std::string backend = "cpu";
@@ -131,6 +131,9 @@ het::Result<Job> load_job(const JobArgs& a) {
   auto loaded = het::load_plan_inputs(a.files);
   if (!loaded) return loaded.errors();
   if (auto why = het::runtime::unsupported(loaded->plan); !why.empty()) return het::Diagnostic{*a.files.plan, 0, 0, "", why};
+  // Plans not completed by `hetplan simulate` or `search`: the same warm-ups and resharding
+  // strategies the simulator would derive.
+  loaded->plan = het::runtime::with_derived_fields(loaded->plan);
   const auto& m = loaded->plan.model;
   if (a.data) {
     auto tokens = het::data::read_tokens(*a.data);
@@ -179,8 +182,7 @@ int run_worker(const JobArgs& a) {
     return 1;
   }
   // Every rank's seat (host, device, subcluster) decides which groups run on NCCL.
-  const auto place = het::runtime::ranks_of(job->plan)[std::size_t(a.rank)];
-  const auto& subcluster = job->plan.pipelines[std::size_t(place.pipeline)].stages[std::size_t(place.stage)].subcluster;
+  const auto& subcluster = het::program::Topology(job->plan).stage_of(a.rank).subcluster;
   const int ordinal = (*backend)->name() == "cuda" ? std::max(0, a.device) : -1;  // -1: the CPU
   auto seats = het::collective::exchange_seats(**rendezvous, a.rank, a.world, het::collective::seat_here(ordinal, subcluster), 120);
   if (!seats) {
@@ -227,6 +229,7 @@ int run_worker(const JobArgs& a) {
     for (const auto& e : reports.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
   }
+  if (a.traffic) std::ofstream(*a.traffic) << het::runtime::traffic_report(job->plan, **peers, a.steps).dump();
   if (a.trace) {  // this rank's events, for run-local to merge
     nlohmann::json j = nlohmann::json::array();
     for (const auto& e : events) j.push_back({e.track, e.name, e.start_s, e.duration_s});
@@ -249,7 +252,7 @@ int run_local(const JobArgs& a) {
   char self[4096] = {};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   lj.executable = n > 0 ? std::string(self, std::size_t(n)) : "hetexec";
-  lj.world = static_cast<int>(het::runtime::ranks_of(job->plan).size());
+  lj.world = het::program::Topology(job->plan).ranks();
   if (a.gpus > 0 && a.backend != "cuda") {
     std::cerr << "error: --gpus applies to the cuda backend, not to " << a.backend << "\n";
     return 2;
@@ -274,13 +277,14 @@ int run_local(const JobArgs& a) {
   if (a.data) lj.worker_args.insert(lj.worker_args.end(), {"--data", *a.data});
   if (a.emulate_links) lj.worker_args.push_back("--emulate-links");
   std::string trace_dir;
-  if (a.trace) {
+  if (a.trace || a.traffic) {
     trace_dir = (std::filesystem::temp_directory_path() / "hetexec-trace-XXXXXX").string();
     if (!mkdtemp(trace_dir.data())) {
       std::cerr << "error: cannot create a directory for the trace\n";
       return 2;
     }
-    lj.worker_args.insert(lj.worker_args.end(), {"--trace-events", trace_dir + "/rank"});
+    if (a.trace) lj.worker_args.insert(lj.worker_args.end(), {"--trace-events", trace_dir + "/rank"});
+    if (a.traffic) lj.worker_args.insert(lj.worker_args.end(), {"--traffic-events", trace_dir + "/traffic"});
   }
   if (a.emulate_devices) lj.worker_args.push_back("--emulate-devices");
   std::ofstream metrics;
@@ -316,9 +320,27 @@ int run_local(const JobArgs& a) {
     for (const auto& e : all) t0 = std::min(t0, e.start_s);
     for (auto& e : all) e.start_s -= t0;
     std::ofstream(*a.trace) << het::sim::chrome_trace(all);
+    std::cout << "trace: " << *a.trace << " (" << all.size() << " events; open in https://ui.perfetto.dev)\n";
+  }
+  if (a.traffic) {  // every rank's bytes, measured and by the program
+    nlohmann::json ranks = nlohmann::json::array();
+    std::uint64_t measured = 0, program = 0;
+    for (int r = 0; r < lj.world; ++r) {
+      std::ifstream in(trace_dir + "/traffic." + std::to_string(r));
+      if (!in) continue;
+      ranks.push_back(nlohmann::json::parse(in));
+      for (const char* kind : {"activations", "gradients"}) {
+        measured += ranks.back()["measured"][kind]["sent"].get<std::uint64_t>();
+        program += ranks.back()["program"][kind]["sent"].get<std::uint64_t>();
+      }
+    }
+    std::ofstream(*a.traffic) << nlohmann::json{{"ranks", ranks}}.dump(1) << "\n";
+    std::cout << "traffic between stages: " << measured << " bytes sent, the rank program's " << program << " bytes"
+              << (measured == program ? "" : " (they differ)") << "; per rank in " << *a.traffic << "\n";
+  }
+  if (!trace_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(trace_dir, ec);
-    std::cout << "trace: " << *a.trace << " (" << all.size() << " events; open in https://ui.perfetto.dev)\n";
   }
   return 0;
 }
@@ -384,6 +406,8 @@ int main(int argc, char** argv) {
   local->add_option("--gpus", job.gpus, "cuda backend: spread the ranks over this many GPUs, rank r on GPU r mod N (default: all)")
       ->check(CLI::PositiveNumber);
   local->add_option("--trace", job.trace, "write every rank's timeline as a Chrome trace (the simulator's event names)");
+  local->add_option("--traffic-out", job.traffic,
+                    "write every rank's bytes by kind, measured by the transport, beside the rank program's (JSON)");
   auto* worker = app.add_subcommand("worker", "One rank of a job (started by run-local or an agent)");
   worker->group("");  // not for people
   worker->add_option("--plan", job.files.plan, "plan.json")->required();
@@ -400,6 +424,8 @@ int main(int argc, char** argv) {
   worker->add_option("--slowdown", job.slowdown, "stretch compute by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
   std::optional<std::string> trace_events;
   worker->add_option("--trace-events", trace_events, "write this rank's events to FILE.<rank>");
+  std::optional<std::string> traffic_events;
+  worker->add_option("--traffic-events", traffic_events, "write this rank's bytes by kind to FILE.<rank>");
   het::cli::ControlCommands control(app, het::kVersion);
   try {
     app.parse(argc, argv);
@@ -491,6 +517,7 @@ int main(int argc, char** argv) {
   }
   if (worker->parsed()) {
     if (trace_events) job.trace = *trace_events + "." + std::to_string(job.rank);
+    if (traffic_events) job.traffic = *traffic_events + "." + std::to_string(job.rank);
     return run_worker(job);
   }
   return 2;

@@ -89,7 +89,7 @@ bool write_file(const std::string& path, const std::string& text) {
 struct SimulateArgs {
   het::InputFiles files;
   std::string schedule, format = "table", output, trace, resharding = "cheapest";
-  bool no_overlap_sync = false;
+  bool overlap_sync = false;
 };
 
 // simulate and show: load, validate, predict; print a table or the completed plan (simulate),
@@ -106,11 +106,8 @@ int run_simulate(const SimulateArgs& a, const hetplan::ShowArgs* show) {
                    het::ScheduleKind::h_1f1b, het::ScheduleKind::virtual_1f1b})
       if (a.schedule == het::to_string(k)) opt.schedule = k;
   }
-  for (auto r : {het::predict::Resharding::cheapest, het::predict::Resharding::all_pairs,
-                 het::predict::Resharding::gather_send_scatter, het::predict::Resharding::inner_dp_rank0,
-                 het::predict::Resharding::send_recv_allgather})
-    if (a.resharding == het::predict::to_string(r)) opt.resharding = r;
-  opt.overlap_sync = !a.no_overlap_sync;
+  if (a.resharding != "cheapest") opt.resharding = het::parse_resharding(a.resharding);
+  opt.overlap_sync = a.overlap_sync;
   opt.trace = !a.trace.empty() || (show && hetplan::show_needs_trace(*show));
   het::cost::ComputeModel compute(loaded->plan.model, loaded->profiles);
   auto outcome = het::predict::predict(loaded->plan, compute, opt);
@@ -352,9 +349,11 @@ int main(int argc, char** argv) {
     cmd->add_option("--catalog", sim_args.files.catalog, "device catalog (default: built in)");
     cmd->add_option("--schedule", sim_args.schedule, "replace the plan's schedule")
         ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b", "h-1f1b", "virtual-1f1b"}));
-    cmd->add_option("--resharding", sim_args.resharding, "between stages of different (dp, cp, tp)")
+    cmd->add_option("--resharding", sim_args.resharding,
+                    "force one strategy between all stages (default cheapest: the plan's where it names one, else the cheapest)")
         ->check(CLI::IsMember({"cheapest", "all-pairs", "gather-send-scatter", "inner-dp-rank0", "send-recv-allgather"}));
-    cmd->add_flag("--no-overlap-sync", sim_args.no_overlap_sync, "gradient sync waits for the last backward");
+    cmd->add_flag("--overlap-sync", sim_args.overlap_sync,
+                  "what if the gradient sync overlapped the last backward (hetexec syncs after it)");
     cmd->add_option("--trace", sim_args.trace, "write a Chrome trace of one iteration (open in Perfetto)");
   };
   auto* simulate = app.add_subcommand(

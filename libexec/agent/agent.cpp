@@ -280,7 +280,7 @@ struct Agent::State final : public pb::Agent::Service {
     auto j = std::make_shared<Job>();
     j->id = request->job_id();
     j->ranks = std::move(mine);
-    j->world = int(runtime::ranks_of(loaded->plan).size());
+    j->world = program::Topology(loaded->plan).ranks();
     j->dir = dir, j->plan_file = plan_file;
     j->rendezvous = "grpc://" + request->rendezvous_address() + "/" + request->job_id();
     if (!request->rendezvous_ca_pem().empty()) {

@@ -24,13 +24,8 @@ namespace {
 // The device each rank runs on: (subcluster, node, device).
 template <class F>
 void for_each_rank(const Plan& plan, F&& f) {
-  const auto places = runtime::ranks_of(plan);
-  for (std::size_t r = 0; r < places.size(); ++r) {
-    const auto& pl = places[r];
-    const Stage& st = plan.pipelines[std::size_t(pl.pipeline)].stages[std::size_t(pl.stage)];
-    const DeviceRef& d = st.devices[std::size_t((pl.replica * st.cp + pl.context) * st.tp + pl.shard)];
-    f(int(r), st.subcluster, d);
-  }
+  const program::Topology topo(plan);
+  for (int r = 0; r < topo.ranks(); ++r) f(r, topo.stage_of(r).subcluster, topo.device_of(r));
 }
 }  // namespace
 

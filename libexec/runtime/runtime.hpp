@@ -1,20 +1,16 @@
 #pragma once
-// One rank of a plan (DESIGN.md §9): its program compiled from the plan and the schedule
-// module — the same operation order the simulator times — run over TCP.
+// One rank of a plan (DESIGN.md §9): the rank program of libplan/program — the schedule
+// module's operation order (the one the simulator times), the messages between stages by the
+// plan's resharding strategy (the ones the planner costs), the TP and CP collectives — run
+// over the transport.
 //
-// Ranks: pipelines in order, their stages in order, each stage's devices in order (tp
-// fastest, then cp, then dp). A rank (p, s, d, c, t) is TP shard t of context member c of
-// data-parallel replica d of stage s of pipeline p; replica d takes sequences [d·b, (d+1)·b)
-// of each micro-batch (b = mbs/dp), member c the time steps [c·T/cp, (c+1)·T/cp) of them.
-// Between stages of different (dp, cp, tp) the activations are resharded by blocks of
-// (sequences × time steps): a receiver (d', c', t') gets each overlapping sender block from
-// that sender's TP shard t' mod tp_sender; gradients flow back the same way.
-// After the last backward: every parameter's gradient is summed over all ranks that hold the
-// same slice of it (data-parallel replicas, context members, pipelines, and — for the tied
-// token embedding of gpt — the first and last stages), TP-replicated parameters counting each
-// copy 1/tp, over the groups of Options::fabric; then AdamW. With ZeRO (the model's training.zero_stage >= 1) that sum is a
-// reduce-scatter: each holder keeps the AdamW moments of its own 1/n of the slice, updates
-// it, and the updated values are all-gathered (ZeRO-1; stage 2 runs the same way on the CPU
+// Ranks and their blocks: program/program.hpp. After the last backward: every parameter's
+// gradient is summed over all ranks that hold the same slice of it (data-parallel replicas,
+// context members, pipelines, and — for the tied token embedding of gpt — the first and last
+// stages), TP-replicated parameters counting each copy 1/tp, over the groups of
+// Options::fabric; then AdamW. With ZeRO (the model's training.zero_stage >= 1) that sum is a
+// reduce-scatter: each holder keeps the AdamW moments of its own 1/n of the slice, updates it,
+// and the updated values are all-gathered (ZeRO-1; stage 2 runs the same way on the CPU
 // backend, stage 3 is refused). The loss of each step (mean over the global batch's tokens) is
 // gathered on rank 0.
 #include <cstdint>
@@ -22,22 +18,33 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/backend.hpp"
 #include "collective/collective.hpp"
 #include "data/data.hpp"
 #include "diag/diag.hpp"
 #include "model/params.hpp"
 #include "plan/plan.hpp"
+#include "program/program.hpp"
 #include "sim/sim.hpp"
 #include "transport/tcp.hpp"
 
 namespace het::runtime {
 
-struct RankPlace {
-  int pipeline = 0, stage = 0, replica = 0, context = 0, shard = 0;
-};
-// Every rank's place, in rank order.
-std::vector<RankPlace> ranks_of(const Plan& plan);
+// What a rank's transport carries, by kind; Peers::count(tag_of(kind)) reads its bytes.
+enum class Traffic { activations, gradients, tensor_parallel, gradient_sync, loss, context };
+std::uint32_t tag_of(Traffic kind);
+
+// The bytes of each kind this rank's transport moved (sent, received), and for the traffic
+// between stages the bytes its rank program says it moves in `steps` steps (4-byte floats):
+// {"measured": {"activations": {"sent", "received"}, ...}, "program": {"activations": ..., "gradients": ...}}.
+nlohmann::json traffic_report(const Plan& plan, const transport::Peers& peers, int steps);
+
+// The plan with the derived fields the runtime follows — warm-up counts and resharding
+// strategies — filled in by predict() (analytic costs) where the plan lacks them, as
+// `hetplan simulate` would; `filled` (optional) says whether any was missing.
+Plan with_derived_fields(const Plan& plan, bool* filled = nullptr);
 
 // Empty when this runtime can run the plan; else why not (sublayer units, ZeRO-3, ...).
 std::string unsupported(const Plan& plan);

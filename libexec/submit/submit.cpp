@@ -288,7 +288,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     std::lock_guard lock(mu);
     if (!st.ok()) fail((*agents)[i].name() + ": cannot start: " + control::describe(st), 4);
   });
-  if (on_status) on_status("started " + std::to_string(runtime::ranks_of(o.plan).size()) + " ranks");
+  if (on_status) on_status("started " + std::to_string(program::Topology(o.plan).ranks()) + " ranks");
   if (!o.detach)
     for (std::size_t i = 0; i < n; ++i)
       threads.emplace_back([&, i] {

@@ -273,6 +273,14 @@ void Peers::send(int peer, std::uint32_t tag, const void* data, std::size_t byte
     l.queue.emplace_back(std::chrono::steady_clock::now(), std::move(f));
   }
   l.cv.notify_all();
+  std::lock_guard<std::mutex> lock(count_mutex_);
+  counts_[tag].sent += bytes;
+}
+
+Peers::Count Peers::count(std::uint32_t tag) const {
+  std::lock_guard<std::mutex> lock(count_mutex_);
+  auto it = counts_.find(tag);
+  return it == counts_.end() ? Count{} : it->second;
 }
 
 void Peers::sender_loop(Link& l) {
@@ -330,6 +338,8 @@ std::string Peers::recv(int peer, std::uint32_t tag, void* data, std::size_t byt
     return "rank " + std::to_string(peer) + " sent tag " + std::to_string(f.tag) + " of " + std::to_string(f.payload.size()) +
            " bytes; expected tag " + std::to_string(tag) + " of " + std::to_string(bytes);
   if (bytes) std::memcpy(data, f.payload.data(), bytes);
+  std::lock_guard<std::mutex> count_lock(count_mutex_);
+  counts_[tag].received += bytes;
   return "";
 }
 

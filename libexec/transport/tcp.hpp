@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -56,6 +57,13 @@ class Peers {
   // Shapes the connection to `peer` (bytes per second, seconds); bandwidth 0: unshaped.
   void shape(int peer, double bandwidth, double latency);
 
+  // Payload bytes this rank has sent (queued) and received so far under one tag, over all
+  // peers: what the runtime's byte counts are checked with against the rank program.
+  struct Count {
+    std::uint64_t sent = 0, received = 0;
+  };
+  Count count(std::uint32_t tag) const;
+
  private:
   Peers(int rank, int world, std::vector<int> fds, double timeout_s);
   struct Link;
@@ -64,6 +72,8 @@ class Peers {
 
   int rank_, world_;
   double timeout_s_;
+  mutable std::mutex count_mutex_;
+  std::map<std::uint32_t, Count> counts_;  // by tag
   std::vector<std::unique_ptr<Link>> links_;  // by peer; null for this rank
 };
 

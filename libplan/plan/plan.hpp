@@ -30,6 +30,14 @@ namespace het {
 enum class ScheduleKind { gpipe, one_f_one_b, eager_1f1b, h_1f1b, virtual_1f1b };
 const char* to_string(ScheduleKind k);  // "gpipe", "1f1b", "eager-1f1b", "h-1f1b", "virtual-1f1b"
 
+// How a micro-batch's activations (and backward their gradients) move from a stage to the
+// next when their (dp, cp, tp) differ; program/program.hpp lists each strategy's messages.
+enum class Resharding { all_pairs, gather_send_scatter, inner_dp_rank0, send_recv_allgather };
+inline constexpr Resharding kReshardings[] = {Resharding::all_pairs, Resharding::gather_send_scatter,
+                                              Resharding::inner_dp_rank0, Resharding::send_recv_allgather};
+const char* to_string(Resharding r);  // "all-pairs", "gather-send-scatter", "inner-dp-rank0", "send-recv-allgather"
+std::optional<Resharding> parse_resharding(const std::string& text);
+
 enum class Granularity { layer, sublayer };
 const char* to_string(Granularity g);
 
@@ -57,6 +65,8 @@ struct Stage {
   Recompute recompute = Recompute::none;
   std::vector<DeviceRef> devices;  // dp*cp*tp, ordered tp fastest, then cp, then dp
   std::optional<int> warmup;       // forwards before the first backward
+  // To the next stage (none on the last). Derived: the cheapest strategy; may be set by hand.
+  std::optional<Resharding> resharding;
   std::optional<StagePrediction> predicted;
   int line = 0;                    // where the stage is in its file (0 when made in code)
 };

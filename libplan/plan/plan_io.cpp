@@ -21,6 +21,23 @@ const char* to_string(ScheduleKind k) {
 
 const char* to_string(Granularity g) { return g == Granularity::layer ? "layer" : "sublayer"; }
 
+const char* to_string(Resharding r) {
+  switch (r) {
+    case Resharding::all_pairs: return "all-pairs";
+    case Resharding::gather_send_scatter: return "gather-send-scatter";
+    case Resharding::inner_dp_rank0: return "inner-dp-rank0";
+    case Resharding::send_recv_allgather: return "send-recv-allgather";
+  }
+  return "?";
+}
+
+std::optional<Resharding> parse_resharding(const std::string& text) {
+  for (Resharding r : kReshardings)
+    if (text == to_string(r)) return r;
+  return std::nullopt;
+}
+
+
 int num_units(const ModelSpec& model, Granularity granularity) {
   return (granularity == Granularity::layer ? 1 : 2) * model.num_layers + 2;
 }
@@ -71,7 +88,7 @@ double number(const input::Fields& f, std::string_view key, Need need) {
 }
 
 std::optional<Stage> read_stage(const input::Context& ctx, const YAML::Node& node, const std::string& path) {
-  input::Fields f(ctx, node, path, {"subcluster", "layers", "tp", "cp", "dp", "recompute", "devices", "warmup", "predicted"});
+  input::Fields f(ctx, node, path, {"subcluster", "layers", "tp", "cp", "dp", "recompute", "devices", "warmup", "resharding", "predicted"});
   if (!f.is_map()) return std::nullopt;
   Stage s;
   s.line = f.line();
@@ -102,6 +119,11 @@ std::optional<Stage> read_stage(const input::Context& ctx, const YAML::Node& nod
     }
   }
   if (f.has("warmup")) s.warmup = static_cast<int>(f.integer("warmup", Need::optional, 0).value_or(0));
+  s.resharding = f.choice<Resharding>("resharding", Need::optional,
+                                      {{"all-pairs", Resharding::all_pairs},
+                                       {"gather-send-scatter", Resharding::gather_send_scatter},
+                                       {"inner-dp-rank0", Resharding::inner_dp_rank0},
+                                       {"send-recv-allgather", Resharding::send_recv_allgather}});
   if (auto p = f.map("predicted", Need::optional, {"forward_s", "backward_s", "memory_bytes"}))
     s.predicted = StagePrediction{number(*p, "forward_s", Need::required), number(*p, "backward_s", Need::required),
                                   number(*p, "memory_bytes", Need::required)};
@@ -244,6 +266,7 @@ nlohmann::ordered_json to_json(const Plan& plan) {
       J js = {{"subcluster", s.subcluster}, {"layers", {s.first, s.last}}, {"tp", s.tp},      {"cp", s.cp},
               {"dp", s.dp},                 {"recompute", to_string(s.recompute)}, {"devices", devices}};
       if (s.warmup) js["warmup"] = *s.warmup;
+      if (s.resharding) js["resharding"] = to_string(*s.resharding);
       if (s.predicted)
         js["predicted"] = {{"forward_s", s.predicted->forward_s},
                            {"backward_s", s.predicted->backward_s},

@@ -75,6 +75,9 @@ Diagnostics validate_plan(const Plan& plan, const std::string& file) {
         error(s.line, path + ".warmup",
               "warm-up count " + std::to_string(*s.warmup) + " must be between 1 and num_microbatches " +
                   std::to_string(p.num_microbatches));
+      if (s.resharding && si + 1 == p.stages.size())
+        error(s.line, path + ".resharding",
+              std::string("the last stage sends nothing onward; remove resharding '") + to_string(*s.resharding) + "'");
 
       // Devices: in the subcluster, dp·cp·tp of them, each used once.
       const SubclusterSpec* sub = plan.cluster.find(s.subcluster);

@@ -14,25 +14,12 @@
 
 namespace het::predict {
 
-const char* to_string(Resharding r) {
-  switch (r) {
-    case Resharding::cheapest: return "cheapest";
-    case Resharding::all_pairs: return "all-pairs";
-    case Resharding::gather_send_scatter: return "gather-send-scatter";
-    case Resharding::inner_dp_rank0: return "inner-dp-rank0";
-    case Resharding::send_recv_allgather: return "send-recv-allgather";
-  }
-  return "?";
-}
-
-
 Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& compute, const Options& opt) {
   Outcome out;
   out.plan = input_plan;
   Plan& plan = out.plan;
   if (opt.schedule) plan.schedule = *opt.schedule;
   const ModelSpec& m = plan.model;
-  const double act_bytes_per_seq = double(m.seq_length) * m.hidden_size * dtype_bytes(m.dtype);
   const double grad_bytes = dtype_bytes(m.dtype);
 
   // Sync groups: stages whose unit ranges overlap, across all pipelines (union-find).
@@ -131,8 +118,10 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       // Transfer to the next stage.
       if (si + 1 < S) {
         const Stage& next = p.stages[si + 1];
-        Hop h = hop(s, next, pl, places[si + 1], plan.cluster, p.micro_batch_size * act_bytes_per_seq, opt, sharers_of(s));
-        d.send_forward_s = d.send_backward_s = h.seconds;
+        const Hop h = hop(s, next, m, p.micro_batch_size, plan.cluster, opt, sharers_of(s));
+        d.send_forward_s = h.forward_s;
+        d.send_backward_s = h.backward_s;
+        p.stages[si].resharding = h.strategy;
         d.send_bytes = h.cross_bytes;
         d.resharding = h.strategy;
         d.crosses_subcluster = s.subcluster != next.subcluster;
@@ -243,7 +232,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
                            {"send_busy_s", r.send_busy_s},
                            {"idle_s", r.idle_s},
                            {"send_forward_s", d.send_forward_s},
-                           {"resharding", si + 1 < plan.pipelines[pi].stages.size() ? to_string(d.resharding) : "none"},
+                           {"resharding", s.resharding ? to_string(*s.resharding) : "none"},
                            {"sync_s", d.sync_s},
                            {"optimizer_s", d.optimizer_s},
                            {"memory_bytes", d.memory.total()},

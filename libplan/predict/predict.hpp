@@ -27,14 +27,15 @@
 
 namespace het::predict {
 
-enum class Resharding { cheapest, all_pairs, gather_send_scatter, inner_dp_rank0, send_recv_allgather };
-const char* to_string(Resharding r);
-
 struct Options {
   std::optional<ScheduleKind> schedule;  // replaces the plan's when set
-  Resharding resharding = Resharding::cheapest;
+  // Between stages: the plan's strategy where it names one, else this one, else the cheapest.
+  std::optional<Resharding> resharding;
   double host_bandwidth = 24e9;  // D2H and H2D copies of cross-subcluster hops (PCIe 4.0 x16)
-  bool overlap_sync = true;      // gradient sync starts with the last backward
+  // Gradient sync overlapped with the last backward (bucketed, as Megatron does). Off: the
+  // runtime syncs after the step's last backward (libexec/runtime), and the prediction says
+  // what the runtime does; on, a what-if for a runtime that overlaps.
+  bool overlap_sync = false;
   double epsilon = 0.01;         // h-1f1b's ε
   bool trace = false;
 };
@@ -44,7 +45,7 @@ struct StageDetail {
   double send_forward_s = 0;             // activations to the next stage, per micro-batch
   double send_backward_s = 0;            // gradients back from the next stage
   double send_bytes = 0;                 // bytes per micro-batch and direction to the next stage
-  Resharding resharding = Resharding::cheapest;  // strategy used towards the next stage
+  Resharding resharding = Resharding::all_pairs;  // strategy used towards the next stage
   bool crosses_subcluster = false;       // the hop to the next stage leaves the subcluster
   double sync_s = 0;                     // its sync group's all-reduce
   double optimizer_s = 0;

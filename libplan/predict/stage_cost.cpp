@@ -63,62 +63,99 @@ cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, i
   return shape;
 }
 
-Hop hop(const Stage& a, const Stage& b, const Placement& pa, const Placement& pb, const ClusterSpec& cluster,
-        double bytes, const Options& opt, double sharers) {
-  const bool cross = a.subcluster != b.subcluster;
-  const int da = static_cast<int>(a.devices.size()), db = static_cast<int>(b.devices.size());
-  // The link and how many independent paths it offers.
-  LinkSpec link;
-  int paths = 1;
-  bool same_node = !cross && pa.nodes == 1 && pb.nodes == 1 && a.devices[0].node == b.devices[0].node;
-  if (cross) {
-    link = cost::shared(cluster.link_between(a.subcluster, b.subcluster), sharers);
-    paths = std::min(pa.nodes, pb.nodes);  // the link bandwidth is per node
-  } else if (same_node) {
-    link = pa.sub->intra_node;
-    paths = std::min(da, db);  // each device has its own intra-node link
-  } else {
-    link = cost::shared(pa.sub->inter_node.value_or(pa.sub->intra_node), sharers);
-    paths = std::min(pa.nodes, pb.nodes);
-  }
-  const double host = cross ? 2 * bytes / std::min(da, db) / opt.host_bandwidth : 0;  // D2H + H2D
-  const LinkSpec recv_link = group_link(pb, pb.tp_in_node);
-  const LinkSpec send_link = group_link(pa, pa.tp_in_node && pa.nodes == 1);
-  const double recv_shard = bytes / (double(b.dp) * b.cp);  // what one receiver TP group needs
+namespace {
 
+// Seconds of one direction of a hop: the messages' phases one after the other.
+double seconds(const std::vector<program::Message>& messages, const Stage& a, const Stage& b, const ClusterSpec& cluster,
+               double element_bytes, const Options& opt, double sharers) {
+  const Stage* stage[2] = {&a, &b};
+  const SubclusterSpec* sub[2] = {cluster.find(a.subcluster), cluster.find(b.subcluster)};
+  const bool across = a.subcluster != b.subcluster;
+  const LinkSpec cross = across ? cost::shared(cluster.link_between(a.subcluster, b.subcluster), sharers) : LinkSpec{};
+  LinkSpec nic[2];
+  for (int s = 0; s < 2; ++s) nic[s] = cost::shared(sub[s]->inter_node.value_or(sub[s]->intra_node), sharers);
+  // Bytes per resource in one phase, by side: out of and into each device (its intra-node link;
+  // D2H and H2D when crossing), out of and into each node (its NIC, or its share of the link
+  // between subclusters).
+  struct Load {
+    std::vector<double> dev_out, dev_in, node_out, node_in;
+  } load[2];
+  for (int s = 0; s < 2; ++s) {
+    int nodes = 0;
+    for (const auto& d : stage[s]->devices) nodes = std::max(nodes, d.node + 1);
+    load[s] = {std::vector<double>(stage[s]->devices.size()), std::vector<double>(stage[s]->devices.size()),
+               std::vector<double>(std::size_t(nodes)), std::vector<double>(std::size_t(nodes))};
+  }
+  auto busiest = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
+  double total = 0, latency = 0;
+  // Phases of program::reshard either cross between the stages or stay inside one of them, so
+  // a phase between subclusters loads devices with D2H/H2D copies only.
+  bool crossed = false;  // this phase has messages between the subclusters
+  auto finish_phase = [&] {
+    double net = 0, d2h = 0, h2d = 0;
+    for (int s = 0; s < 2; ++s) {
+      Load& l = load[s];
+      const double node = std::max(busiest(l.node_out), busiest(l.node_in));
+      net = std::max(net, node / (across && crossed ? std::min(cross.bandwidth, nic[s].bandwidth) : nic[s].bandwidth));
+      if (across && crossed) {  // a crossing phase: devices copy out (sending side) and in (receiving side)
+        (s == 0 ? d2h : h2d) = std::max(s == 0 ? d2h : h2d, busiest(s == 0 ? l.dev_out : l.dev_in) / opt.host_bandwidth);
+      } else {
+        net = std::max(net, std::max(busiest(l.dev_out), busiest(l.dev_in)) / sub[s]->intra_node.bandwidth);
+      }
+      for (auto* v : {&l.dev_out, &l.dev_in, &l.node_out, &l.node_in}) std::fill(v->begin(), v->end(), 0.0);
+    }
+    total += latency + d2h + net + h2d;
+    latency = 0, crossed = false;
+  };
+  int phase = messages.empty() ? 0 : messages.front().phase;
+  for (const auto& m : messages) {
+    if (m.phase != phase) finish_phase(), phase = m.phase;
+    const int fs = m.from.side, ts = m.to.side;
+    const DeviceRef& f = stage[fs]->devices[std::size_t(m.from.index)];
+    const DeviceRef& t = stage[ts]->devices[std::size_t(m.to.index)];
+    const double bytes = double(m.block.elements()) * element_bytes;
+    if (sub[fs] != sub[ts]) {
+      crossed = true;
+      load[fs].node_out[std::size_t(f.node)] += bytes, load[ts].node_in[std::size_t(t.node)] += bytes;
+      load[fs].dev_out[std::size_t(m.from.index)] += bytes, load[ts].dev_in[std::size_t(m.to.index)] += bytes;
+      latency = std::max(latency, cross.latency);
+    } else if (f.node != t.node) {
+      load[fs].node_out[std::size_t(f.node)] += bytes, load[ts].node_in[std::size_t(t.node)] += bytes;
+      latency = std::max(latency, nic[fs].latency);
+    } else {
+      load[fs].dev_out[std::size_t(m.from.index)] += bytes, load[ts].dev_in[std::size_t(m.to.index)] += bytes;
+      latency = std::max(latency, sub[fs]->intra_node.latency);
+    }
+  }
+  if (!messages.empty()) finish_phase();
+  return total;
+}
+
+}  // namespace
+
+Hop hop(const Stage& a, const Stage& b, const ModelSpec& model, int micro_batch_size, const ClusterSpec& cluster,
+        const Options& opt, double sharers) {
+  const program::Dims dims{micro_batch_size, model.seq_length, model.hidden_size};
+  const double element_bytes = dtype_bytes(model.dtype);
+  const program::Shape sa = program::shape_of(a), sb = program::shape_of(b);
   auto make = [&](Resharding r) {
     Hop h;
     h.strategy = r;
-    switch (r) {
-      case Resharding::all_pairs:  // every receiver rank gets its shard straight from the senders
-        h.cross_bytes = bytes * b.tp;
-        h.seconds = link.latency * std::max(1, da / std::max(1, db)) + h.cross_bytes / (paths * link.bandwidth) + host;
-        break;
-      case Resharding::gather_send_scatter:  // one sender, one path, one receiver
-        h.cross_bytes = bytes;
-        h.seconds = cost::allgather_s(bytes, da / a.tp, send_link) + cost::p2p_s(bytes, link) +
-                    cost::allgather_s(bytes, db, recv_link) + 2 * bytes / opt.host_bandwidth * (cross ? 1 : 0);
-        break;
-      case Resharding::inner_dp_rank0: {  // each replica's rank 0 sends its shard; broadcast in the TP group
-        h.cross_bytes = bytes;
-        const int p = std::min({paths, a.dp, b.dp});
-        h.seconds = link.latency + bytes / (std::max(1, p) * link.bandwidth) + cost::p2p_s(b.tp > 1 ? recv_shard : 0, recv_link) + host;
-        break;
-      }
-      case Resharding::send_recv_allgather:  // every sender rank sends 1/tp; receivers all-gather
-      case Resharding::cheapest:
-        h.strategy = Resharding::send_recv_allgather;
-        h.cross_bytes = bytes;
-        h.seconds = link.latency + bytes / (paths * link.bandwidth) + cost::allgather_s(recv_shard, b.tp, recv_link) + host;
-        break;
-    }
+    const auto forward = program::reshard(sa, sb, dims, r);
+    h.forward_s = seconds(forward, a, b, cluster, element_bytes, opt, sharers);
+    h.backward_s = seconds(program::reshard(sb, sa, dims, r), b, a, cluster, element_bytes, opt, sharers);
+    if (a.subcluster != b.subcluster)
+      for (const auto& m : forward)
+        if (m.from.side != m.to.side) h.cross_bytes += double(m.block.elements()) * element_bytes;
     return h;
   };
-  if (opt.resharding != Resharding::cheapest) return make(opt.resharding);
-  Hop best = make(Resharding::send_recv_allgather);
-  for (auto r : {Resharding::all_pairs, Resharding::gather_send_scatter, Resharding::inner_dp_rank0}) {
+  if (opt.resharding) return make(*opt.resharding);
+  if (a.resharding) return make(*a.resharding);
+  Hop best;
+  best.forward_s = best.backward_s = 1e300;
+  for (Resharding r : kReshardings) {
     Hop h = make(r);
-    if (h.seconds < best.seconds) best = h;
+    if (h.forward_s + h.backward_s < best.forward_s + best.backward_s) best = h;
   }
   return best;
 }

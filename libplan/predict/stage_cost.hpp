@@ -7,6 +7,7 @@
 #include "cost/memory.hpp"
 #include "plan/plan.hpp"
 #include "predict/predict.hpp"
+#include "program/program.hpp"
 
 namespace het::predict {
 
@@ -43,15 +44,22 @@ UnitTimes unit_times(const ModelSpec& m, const cost::ComputeModel& compute, Unit
                      int cp, Recompute recompute, double sequences);
 int source_rank(cost::Source s);  // profile 0 .. analytic 3
 
-// One stage-to-stage hop of `bytes` (a whole micro-batch's activation). `sharers`: how many
-// pipelines send over the same node NICs at once (identical pipelines side by side); they
-// divide the inter-node and cross-subcluster bandwidth.
+// One micro-batch's hop from stage a to the next stage b, costed from exactly the messages the
+// runtime sends (program::reshard): activations forward, gradients back by the same strategy.
+// A phase of messages takes, after the slowest link's latency, as long as its busiest
+// resource: a device's intra-node link (per direction), a node's NIC inside the subcluster, a
+// node's share of the link between subclusters (the link bandwidth is per node), and for bytes
+// that leave the subcluster the D2H copy before and the H2D copy after (HetAuto §5.1).
+// `sharers`: how many pipelines send over the same node NICs at once (identical pipelines side
+// by side); they divide the inter-node and cross-subcluster bandwidth. The strategy is the
+// options', else the plan's (a.resharding), else the cheapest forward + backward.
 struct Hop {
-  double seconds = 0;
-  double cross_bytes = 0;  // bytes that cross the link between the stages
-  Resharding strategy = Resharding::send_recv_allgather;
+  double forward_s = 0, backward_s = 0;
+  double cross_bytes = 0;  // bytes per direction that cross between the two stages' subclusters
+  Resharding strategy = Resharding::all_pairs;
 };
-Hop hop(const Stage& a, const Stage& b, const Placement& pa, const Placement& pb, const ClusterSpec& cluster,
-        double bytes, const Options& opt, double sharers = 1);
+// The tensor is [micro_batch_size, seq_length, hidden] of the model's dtype.
+Hop hop(const Stage& a, const Stage& b, const ModelSpec& model, int micro_batch_size, const ClusterSpec& cluster,
+        const Options& opt, double sharers = 1);
 
 }  // namespace het::predict

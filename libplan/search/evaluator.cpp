@@ -130,6 +130,30 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   return *it->second;
 }
 
+double Evaluator::hop(const StageShape& a, int offset_a, const StageShape& b, int offset_b, int mbs, int sharers) const {
+  // Blocks of consecutive devices in node-major order: which devices share a node depends only
+  // on the offset within a node, and whether the two stages share nodes on their distance.
+  const int ma = cluster_.subclusters[a.sub].devices_per_node, mb = cluster_.subclusters[b.sub].devices_per_node;
+  const std::vector<int> key = {a.sub, a.dp, a.cp, a.tp, offset_a % ma, b.sub, b.dp, b.cp, b.tp, offset_b % mb,
+                                a.sub == b.sub ? offset_b - offset_a : 0, mbs, sharers};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = hops_.find(key); it != hops_.end()) return it->second;
+  }
+  auto stage = [&](const StageShape& sh, int offset) {
+    Stage st;
+    st.subcluster = cluster_.subclusters[sh.sub].name;
+    st.tp = sh.tp, st.cp = sh.cp, st.dp = sh.dp;
+    st.devices = block(cluster_.subclusters[sh.sub], offset, sh.devices());
+    return st;
+  };
+  const predict::Hop h = predict::hop(stage(a, offset_a), stage(b, offset_b), model_, mbs, cluster_, predict_, sharers);
+  const double c = (h.forward_s + h.backward_s) / 2;  // the estimate charges each direction c_i
+  std::lock_guard<std::mutex> lock(mutex_);
+  hops_.emplace(key, c);
+  return c;
+}
+
 std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
   if (!admissible(l)) return std::nullopt;
   Prepared p;
@@ -156,9 +180,7 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
     for (Recompute r : recompute_) by_r.push_back(&table(l, i, p.offset[i], r));
     p.tables.push_back(std::move(by_r));
   }
-  const double bytes = l.micro_batch_size * double(model_.seq_length) * model_.hidden_size * dtype_bytes(model_.dtype);
   for (int i = 0; i + 1 < S; ++i) {
-    const predict::Placement a = predict::place(stages[i], cluster_), b = predict::place(stages[i + 1], cluster_);
     // The k pipelines' copies of stage i lie side by side: those on one node share its NIC.
     const int M = cluster_.subclusters[l.stages[i].sub].devices_per_node, g = l.stages[i].devices();
     std::map<int, int> per_node;
@@ -169,7 +191,7 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
     }
     int sharers = 1;
     for (auto [n, c] : per_node) sharers = std::max(sharers, c);
-    p.hop.push_back(predict::hop(stages[i], stages[i + 1], a, b, cluster_, bytes, predict_, sharers).seconds);
+    p.hop.push_back(hop(l.stages[i], p.offset[i], l.stages[i + 1], p.offset[i + 1], l.micro_batch_size, sharers));
     p.cross.push_back(l.stages[i].sub != l.stages[i + 1].sub);
   }
   return p;

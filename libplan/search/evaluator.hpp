@@ -95,6 +95,10 @@ class Evaluator {
   bool admissible(const Layout& layout) const;
   // The table of stage `stage` of `layout` placed from device `offset` of its subcluster.
   const StageTable& table(const Layout& layout, int stage, int offset, Recompute r) const;
+  // The hop c_i (mean of forward and backward, predict::hop) from a stage of shape `a` on the
+  // devices from `offset_a` of its subcluster to one of shape `b` from `offset_b`, with
+  // `sharers` pipelines on the same NICs; memoised by the node pattern of both blocks.
+  double hop(const StageShape& a, int offset_a, const StageShape& b, int offset_b, int micro_batch_size, int sharers) const;
   const std::vector<Recompute>& recompute_options() const { return recompute_; }
   const predict::Options& predict_options() const { return predict_; }
   const cost::ComputeModel& compute() const { return compute_; }
@@ -116,6 +120,7 @@ class Evaluator {
   int units_;
   mutable std::mutex mutex_;
   mutable std::map<std::vector<double>, std::unique_ptr<Table>> tables_;
+  mutable std::map<std::vector<int>, double> hops_;
 };
 
 }  // namespace het::search

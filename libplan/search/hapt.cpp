@@ -73,7 +73,6 @@ class HaptDp {
     tables_.resize(order_.size());
     base_.assign(order_.size() + 1, 0);
     for (std::size_t q = 0; q < order_.size(); ++q) base_[q + 1] = base_[q] + capacity_[q] + 1;
-    bytes_ = mbs * double(w.eval.model().seq_length) * w.eval.model().hidden_size * dtype_bytes(w.eval.model().dtype);
   }
 
   // Stage shapes of the best pipeline under t_max = tau, or empty.
@@ -190,22 +189,12 @@ class HaptDp {
   }
 
   double hop(int sub, const Mesh& mesh, int offset, const Cell& next) {
-    const ClusterSpec& c = w_.eval.cluster();
     const Mesh& nm = meshes_[position(next.first_sub)][static_cast<std::size_t>(next.first_mesh)];
-    // (subcluster, mesh, offset) of both ends.
+    // (subcluster, mesh, offset) of both ends: this DP's own cache before the evaluator's.
     auto end = [](int s, std::ptrdiff_t m, int off) { return std::uint64_t(s) << 48 | std::uint64_t(m) << 24 | std::uint64_t(off); };
     const HopKey key{end(sub, &mesh - meshes_[position(sub)].data(), offset), end(next.first_sub, next.first_mesh, next.first_offset)};
     if (auto it = hops_.find(key); it != hops_.end()) return it->second;
-    auto stage = [&](int s, const Mesh& me, int off) {
-      Stage st;
-      st.subcluster = c.subclusters[s].name;
-      st.dp = me.dp, st.tp = me.tp;
-      const int M = c.subclusters[s].devices_per_node;
-      for (int d = off; d < off + me.devices; ++d) st.devices.push_back({d / M, d % M});
-      return st;
-    };
-    Stage a = stage(sub, mesh, offset), b = stage(next.first_sub, nm, next.first_offset);
-    const double t = predict::hop(a, b, predict::place(a, c), predict::place(b, c), c, bytes_, w_.eval.predict_options()).seconds;
+    const double t = w_.eval.hop({sub, mesh.dp, 1, mesh.tp}, offset, {next.first_sub, nm.dp, 1, nm.tp}, next.first_offset, mbs_, 1);
     hops_.emplace(key, t);
     return t;
   }
@@ -216,7 +205,6 @@ class HaptDp {
   ScheduleKind kind_;
   int U_;
   int m_ = 1;
-  double bytes_ = 0;
   std::vector<std::vector<Mesh>> meshes_;
   std::vector<int> capacity_;
   std::vector<std::size_t> base_;

@@ -46,7 +46,7 @@ struct SyncGroup {
 struct SimInput {
   std::vector<PipelineInput> pipelines;
   std::vector<SyncGroup> sync_groups;  // a stage in no group needs no sync
-  bool overlap_sync = true;            // sync may start with the last backward (bucketed all-reduce)
+  bool overlap_sync = false;           // sync may start with the last backward (bucketed all-reduce)
   bool trace = false;                  // record TraceEvents
 };
 
