@@ -270,6 +270,13 @@ TEST_CASE("auto is at least as good as each algorithm alone on the seed configur
     REQUIRE(best.ok());
     check_plan(best->plans.front(), cm);
     for (const auto& r : best->algorithms) CHECK_FALSE(r.timed_out);
+    // The refinement starts from every algorithm's best: its row is never worse than theirs.
+    double others = 1e300, refined = 0;
+    for (const auto& r : best->algorithms)
+      if (r.name == "refine") refined = r.iteration_s.value_or(1e300);
+      else if (r.iteration_s) others = std::min(others, *r.iteration_s);
+    CHECK(refined <= others * (1 + 1e-12));
+    CHECK(best_of(best) == Approx(refined).epsilon(1e-12));
     for (const char* algo : {"uniform", "hapt", "heteroauto", "mcts", "hexiscale"}) {
       INFO(algo);
       auto alone = search::run(algo, s.model, s.cluster, cm, o);

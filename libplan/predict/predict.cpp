@@ -152,14 +152,15 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
     sim::SyncGroup g;
     int replicas = 0;
     std::set<std::string> subclusters;
-    std::set<std::pair<std::string, int>> nodes;
+    std::vector<const Stage*> member_stages;
     for (int id : members) {
       const Stage& s = plan.pipelines[index[id].first].stages[index[id].second];
       replicas += s.dp * s.cp;
       subclusters.insert(s.subcluster);
-      for (const auto& dv : s.devices) nodes.insert({s.subcluster, dv.node});
+      member_stages.push_back(&s);
       g.members.push_back(index[id]);
     }
+    const LinkSpec link = sync_link(plan.cluster, member_stages);
     for (int id : members) {
       auto [pi, si] = index[id];
       const Stage& s = plan.pipelines[pi].stages[si];
@@ -167,32 +168,14 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       StageDetail& d = out.stages[pi][si];
       const UnitCounts units = count_units(plan, s);
       const double params = stage_parameters(m, units) / s.tp;
-      LinkSpec link;
-      if (subclusters.size() > 1) {
-        // The ring crosses subclusters: the slowest cross link among them, shared by the
-        // member's devices on a node.
-        link = {1e300, 0};
-        for (const auto& a : subclusters)
-          for (const auto& b2 : subclusters)
-            if (a < b2) {
-              LinkSpec l = plan.cluster.link_between(a, b2);
-              if (l.bandwidth < link.bandwidth) link = l;
-            }
-        link = cost::shared(link, pl.per_node);
-      } else {
-        link = group_link(pl, nodes.size() == 1);
-      }
-      d.sync_s = cost::allreduce_s(params * grad_bytes, replicas, link);
+      d.sync_s = gradient_sync_s(m, params, replicas, link);
       g.time_s = std::max(g.time_s, d.sync_s);
       if (subclusters.size() > 1 && replicas > 1)
         cross_bytes += 2.0 * 2.0 * (replicas - 1) / replicas * params * grad_bytes * s.tp * s.cp;
 
       d.memory = cost::stage_memory(m, shape_of(plan, plan.pipelines[pi], s, replicas, d.warmup));
       const double shard = m.training.zero_stage >= 1 ? replicas : 1;
-      if (auto per_layer = compute.optimizer_step(pl.sub->device.type))  // measured
-        d.optimizer_s = *per_layer * std::max(1.0, units.layers) / shard;
-      else  // Adam reads and writes about 28 bytes per parameter it owns (memory-bound)
-        d.optimizer_s = params / shard * 28 / pl.sub->device.mem_bandwidth;
+      d.optimizer_s = optimizer_s(compute, pl.sub->device, params, units.layers, shard);
       sin.pipelines[pi].stages[si].optimizer_s = d.optimizer_s;
       if (d.memory.total() > d.capacity)
         out.notes.push_back("pipelines[" + std::to_string(pi) + "].stages[" + std::to_string(si) + "] on " +

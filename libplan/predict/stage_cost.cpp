@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "cost/comm.hpp"
 
@@ -39,13 +40,57 @@ UnitCounts count_units(const Plan& plan, const Stage& s) {
   return c;
 }
 
-double stage_parameters(const ModelSpec& m, const UnitCounts& c) {
+double unit_parameters(const ModelSpec& m, UnitKind kind) {
   const double h = m.hidden_size, v = m.vocab_size;
   const double layer = static_cast<double>(layer_parameter_count(m));
-  double p = c.layers * layer;
-  if (c.embedding) p += v * h + (m.architecture == Architecture::gpt ? double(m.seq_length) * h : 0);
-  if (c.head) p += m.architecture == Architecture::gpt ? 2 * h : h + v * h;
+  switch (kind) {
+    case UnitKind::embedding: return v * h + (m.architecture == Architecture::gpt ? double(m.seq_length) * h : 0);
+    case UnitKind::head: return m.architecture == Architecture::gpt ? 2 * h : h + v * h;  // gpt ties wte
+    case UnitKind::layer: return layer;
+    case UnitKind::attn:
+    case UnitKind::mlp: return layer / 2;
+  }
+  return 0;
+}
+
+double stage_parameters(const ModelSpec& m, const UnitCounts& c) {
+  double p = c.layers * unit_parameters(m, UnitKind::layer);
+  if (c.embedding) p += unit_parameters(m, UnitKind::embedding);
+  if (c.head) p += unit_parameters(m, UnitKind::head);
   return p;
+}
+
+LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& members) {
+  std::set<std::string> subclusters;
+  std::map<std::pair<std::string, int>, std::set<int>> rings;  // (subcluster, node) -> TP shards on it
+  for (const Stage* s : members) {
+    subclusters.insert(s->subcluster);
+    for (std::size_t k = 0; k < s->devices.size(); ++k) rings[{s->subcluster, s->devices[k].node}].insert(int(k) % s->tp);
+  }
+  std::size_t sharers = 1;
+  for (const auto& [node, shards] : rings) sharers = std::max(sharers, shards.size());
+  if (subclusters.size() > 1) {
+    LinkSpec slowest{1e300, 0};
+    for (const auto& a : subclusters)
+      for (const auto& b : subclusters)
+        if (a < b) {
+          const LinkSpec l = cluster.link_between(a, b);
+          if (l.bandwidth < slowest.bandwidth) slowest = l;
+        }
+    return cost::shared(slowest, double(sharers));
+  }
+  const SubclusterSpec* sub = cluster.find(*subclusters.begin());
+  if (rings.size() == 1 || !sub->inter_node) return sub->intra_node;
+  return cost::shared(*sub->inter_node, double(sharers));
+}
+
+double gradient_sync_s(const ModelSpec& m, double params, int replicas, const LinkSpec& link) {
+  return cost::allreduce_s(params * dtype_bytes(m.dtype), replicas, link);
+}
+
+double optimizer_s(const cost::ComputeModel& compute, const DeviceSpec& device, double params, double layers, double shard) {
+  if (auto per_layer = compute.optimizer_step(device.type)) return *per_layer * std::max(1.0, layers) / shard;
+  return params / shard * kAdamBytesPerParameter / device.mem_bandwidth;
 }
 
 cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, int zero_dp, int in_flight) {

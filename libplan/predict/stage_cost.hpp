@@ -29,7 +29,34 @@ struct UnitCounts {
   bool embedding = false, head = false;
 };
 UnitCounts count_units(const Plan& plan, const Stage& s);
+// Parameters of one unit, whole (before TP): the embedding's token table (and gpt's position
+// table), a layer's weights, the head's final norm (and llama's untied output projection).
+double unit_parameters(const ModelSpec& m, UnitKind kind);
 double stage_parameters(const ModelSpec& m, const UnitCounts& c);
+
+// ---- After the last backward: gradient sync and optimizer step (one source for predict()
+// and the searches' estimate) ----
+
+// The link of a stage's gradient-sync rings. The members are the stages holding the same
+// units (replicas across pipelines); each TP shard of them syncs on a ring of its own over all
+// members' replicas and context members (libexec/runtime's chunks). A ring inside one node
+// uses the intra-node links; else a node's NIC is shared by the rings with a member on it
+// (rings visit each node's members in a row, as ranks are ordered: one flow leaves a node per
+// ring), and a ring over several subclusters runs at the slowest link between them (its
+// bandwidth per node, shared the same way).
+LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& members);
+// Seconds of the ring all-reduce of `params` parameters per device (a stage's parameters over
+// its tp) among `replicas` copies, of the model's dtype.
+double gradient_sync_s(const ModelSpec& m, double params, int replicas, const LinkSpec& link);
+// Mixed-precision AdamW is memory-bound: per parameter it reads the fp32 master weight, both
+// fp32 moments and the 16-bit gradient (14 bytes) and writes the master weight, the moments
+// and the 16-bit weight (14 bytes).
+inline constexpr double kAdamBytesPerParameter = 28;
+// Seconds of the optimizer step of a stage on `device` holding `params` parameters per device
+// (a stage's over its tp) and `layers` layers, sharded `shard` ways by ZeRO: the profile's
+// measured step per layer where it has one, else kAdamBytesPerParameter at the device's
+// memory bandwidth.
+double optimizer_s(const cost::ComputeModel& compute, const DeviceSpec& device, double params, double layers, double shard);
 
 // The memory model's view of a stage.
 cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, int zero_dp, int in_flight);

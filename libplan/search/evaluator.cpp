@@ -90,30 +90,31 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   t->backward.assign(units_ + 1, 0);
   t->params.assign(units_ + 1, 0);
   t->act.assign(units_ + 1, 0);
-  const double layer_params = static_cast<double>(layer_parameter_count(model_));
+  t->layers.assign(units_ + 1, 0);
   const double layer_act = cost::layer_activation_bytes(model_, b, sh.tp, sh.cp, r);
   auto unit = [&](UnitKind kind) { return predict::unit_times(model_, compute_, kind, pl, sh.tp, sh.cp, r, b); };
   const predict::UnitTimes emb = unit(UnitKind::embedding), head = unit(UnitKind::head);
   const predict::UnitTimes layer = granularity_ == Granularity::layer ? unit(UnitKind::layer) : predict::UnitTimes{};
   const predict::UnitTimes attn = granularity_ == Granularity::sublayer ? unit(UnitKind::attn) : predict::UnitTimes{};
   const predict::UnitTimes mlp = granularity_ == Granularity::sublayer ? unit(UnitKind::mlp) : predict::UnitTimes{};
-  const double h = model_.hidden_size, v = model_.vocab_size;
   for (int u = 0; u < units_; ++u) {
     predict::UnitTimes ut;
-    double p = 0, a = 0;
+    double p = 0, a = 0, layers = 0;
     if (u == 0) {
-      ut = emb, p = v * h + (model_.architecture == Architecture::gpt ? double(model_.seq_length) * h : 0);
+      ut = emb, p = predict::unit_parameters(model_, UnitKind::embedding);
     } else if (u == units_ - 1) {
-      ut = head, p = model_.architecture == Architecture::gpt ? 2 * h : h + v * h;
+      ut = head, p = predict::unit_parameters(model_, UnitKind::head);
     } else if (granularity_ == Granularity::layer) {
-      ut = layer, p = layer_params, a = layer_act;
+      ut = layer, p = predict::unit_parameters(model_, UnitKind::layer), a = layer_act, layers = 1;
     } else {
-      ut = (u - 1) % 2 == 0 ? attn : mlp, p = layer_params / 2, a = layer_act / 2;
+      const UnitKind kind = (u - 1) % 2 == 0 ? UnitKind::attn : UnitKind::mlp;
+      ut = kind == UnitKind::attn ? attn : mlp, p = predict::unit_parameters(model_, kind), a = layer_act / 2, layers = 0.5;
     }
     t->time[u + 1] = t->time[u] + ut.forward_s + ut.backward_s;
     t->backward[u + 1] = t->backward[u] + ut.backward_s;
     t->params[u + 1] = t->params[u] + p;
     t->act[u + 1] = t->act[u] + a;
+    t->layers[u + 1] = t->layers[u] + layers;
   }
   cost::StageShape one;
   one.parameters = sh.tp;  // one parameter per device
@@ -123,8 +124,7 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   head_only.has_head = true, head_only.tp = sh.tp, head_only.cp = sh.cp, head_only.sequences = b, head_only.in_flight = 0;
   t->logits = cost::stage_memory(model_, head_only).logits;
   t->capacity = sub.device.memory;
-  t->mem_bandwidth = sub.device.mem_bandwidth;
-  t->grad_bytes = dtype_bytes(model_.dtype);
+  t->device = &sub.device;
   std::lock_guard<std::mutex> lock(mutex_);
   auto [it, fresh] = tables_.emplace(std::move(key), std::move(t));
   return *it->second;
@@ -173,8 +173,7 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
     stages[i].devices = block(sub, cursor[sh.sub], sh.devices());
     Stage all = stages[i];
     all.devices = block(sub, cursor[sh.sub], l.pipelines * sh.devices());
-    const predict::Placement pl = predict::place(all, cluster_);
-    p.sync_link.push_back(predict::group_link(pl, pl.nodes == 1));
+    p.sync_link.push_back(predict::sync_link(cluster_, {&all}));
     cursor[sh.sub] += l.pipelines * sh.devices();
     std::vector<const Table*> by_r;
     for (Recompute r : recompute_) by_r.push_back(&table(l, i, p.offset[i], r));
@@ -262,6 +261,10 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     c.recompute.clear();
     std::vector<double> t(S);
     double t_max = 0, sum = 0, tail = 0;
+    // The last micro-batch's backward leaves stage i this long before it leaves stage 0: the
+    // backwards and hops of the stages before it. The gradient sync and optimizer step of stage
+    // i start then (sim.cpp: after the stage's own last backward, as the runtime runs them).
+    double slack = 0;
     int k = 0;
     for (int i = 0; i < S; ++i) {
       const int e = end[at(i, k)], r = pick[at(i, k)];
@@ -271,19 +274,24 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       t[i] = tb.sum(tb.time, k, e);
       t_max = std::max(t_max, t[i]);
       sum += t[i] + (i + 1 < S ? 2 * p.hop[i] : 0);
-      // Gradient sync beyond the last backward, then the optimizer step.
       const int replicas = l.pipelines * l.stages[i].dp * l.stages[i].cp;
       const double params = tb.sum(tb.params, k, e) / l.stages[i].tp;
-      const double sync = cost::allreduce_s(params * tb.grad_bytes, replicas, p.sync_link[i]);
+      const double sync = predict::gradient_sync_s(model_, params, replicas, p.sync_link[i]);
       const double last_b = tb.sum(tb.backward, k, e);
-      const double opt = params / (model_.training.zero_stage >= 1 ? replicas : 1) * 28 / tb.mem_bandwidth;
-      tail = std::max(tail, std::max(0.0, sync - (predict_.overlap_sync ? last_b : 0)) + opt);
+      const double opt = predict::optimizer_s(compute_, *tb.device, params, tb.sum(tb.layers, k, e),
+                                              model_.training.zero_stage >= 1 ? replicas : 1);
+      tail = std::max(tail, std::max(0.0, sync - (predict_.overlap_sync ? last_b : 0)) + opt - slack);
+      slack += last_b + (i + 1 < S ? p.hop[i] : 0);
       k = e + 1;
     }
-    // Each link direction carries one micro-batch per c_i: it paces the pipeline too.
+    // Each link direction carries one micro-batch per c_i: it paces the pipeline too. A stage
+    // that alternates backwards and forwards (N_i < m) waits each round trip to the next stage
+    // (eq. 12); one that runs all its forwards first (gpipe) does not.
     double steady = t_max;
-    for (int i = 0; i + 1 < S; ++i)
-      steady = std::max({steady, p.hop[i], (N[i + 1] * t_max + t_max + 2 * p.hop[i]) / N[i]});
+    for (int i = 0; i + 1 < S; ++i) {
+      steady = std::max(steady, p.hop[i]);
+      if (N[i] < m) steady = std::max(steady, (N[i + 1] * t_max + t_max + 2 * p.hop[i]) / N[i]);
+    }
     c.estimate_s = sum + (m - 1) * steady + tail;
   };
 
@@ -346,7 +354,8 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     else lo = mid;
   }
   // No split's Σ t_i is below the fastest stage's time for every unit: a split whose t_max
-  // exceeds tau estimates at least (m − 1)·tau + fastest (+ the step below).
+  // exceeds tau estimates at least (m − 1)·tau + fastest (the step after the last backward
+  // may hide behind the drain of the stages before it: it adds nothing certain).
   double fastest = 0;
   for (int u = 0; u < U; ++u) {
     double t = kInf;
@@ -354,16 +363,6 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       for (int r = 0; r < R; ++r) t = std::min(t, p.tables[i][r]->sum(p.tables[i][r]->time, u, u));
     fastest += t;
   }
-  // Nor is its optimizer step, the slowest stage's, below that of parameters spread so that
-  // every stage steps for equally long: P / Σ_i (1 / seconds per parameter of stage i).
-  double step_rate = 0, params = kInf;
-  for (int i = 0; i < S; ++i) {
-    const Table& tb = *p.tables[i][0];
-    const int replicas = l.pipelines * l.stages[i].dp * l.stages[i].cp;
-    step_rate += l.stages[i].tp * (model_.training.zero_stage >= 1 ? replicas : 1) * tb.mem_bandwidth / 28;
-    params = std::min(params, tb.params[U]);
-  }
-  fastest += params / step_rate;
   try_tau(hi);
   // Upward from the smallest feasible t_max while splits of larger t_max can still beat the
   // best (HAPT §5.2's t_E = T(t_S)/B), on a geometric ladder; a rung finds splits with t_max

@@ -43,14 +43,14 @@ struct Layout {
 };
 
 // Per-unit prefix sums of one stage shape at one placement: time per micro-batch (forward +
-// backward, and backward alone), parameters, and activation bytes per micro-batch.
+// backward, and backward alone), parameters, activation bytes per micro-batch, and layers
+// (a sublayer unit counts 1/2).
 struct StageTable {
-  std::vector<double> time, backward, params, act;  // prefix sums, size units + 1
+  std::vector<double> time, backward, params, act, layers;  // prefix sums, size units + 1
   double bytes_per_param = 0;  // model state per parameter on a device (ZeRO applied)
   double logits = 0;           // the head's logits buffer
   double capacity = 0;
-  double mem_bandwidth = 0;
-  double grad_bytes = 0;
+  const DeviceSpec* device = nullptr;  // the subcluster's, in the evaluator's cluster
   double sum(const std::vector<double>& v, int a, int e) const { return v[e + 1] - v[a]; }
   // Memory of units a..e holding `in_flight` micro-batches (tp: the stage's TP degree).
   double memory(int a, int e, int tp, int in_flight, bool has_head) const {

@@ -148,12 +148,21 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   }
   // auto: refine the portfolio's best candidates across the algorithms' spaces, in what is
   // left of the time budget.
+  // It starts from the four best candidates and every algorithm's best, and its row counts them
+  // too: a refinement never reports worse than what it started from.
+  std::vector<Candidate> seeds;
   if (algorithm == "auto") {
-    std::vector<Candidate> seeds;
-    for (auto& w : works)
-      for (const auto& c : w->take()) seeds.push_back(c), w->offer(c);
+    std::vector<Candidate> all;
+    for (auto& w : works) {
+      std::vector<Candidate> own = w->take();
+      for (const auto& c : own) all.push_back(c), w->offer(c);
+      auto best = std::min_element(own.begin(), own.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
+      if (best != own.end()) seeds.push_back(*best);
+    }
+    std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
+    if (all.size() > 4) all.resize(4);
+    seeds.insert(seeds.end(), all.begin(), all.end());
     std::sort(seeds.begin(), seeds.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
-    if (seeds.size() > 4) seeds.resize(4);
     works.push_back(std::make_unique<Work>(eval, opt, deadline, "refine"));
     const auto t0 = Clock::now();
     run_refine(*works.back(), seeds);
@@ -166,7 +175,9 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   std::vector<std::vector<std::size_t>> of_work(works.size());
   std::map<std::vector<int>, std::size_t> index;
   for (std::size_t i = 0; i < works.size(); ++i) {
-    for (const Candidate& c : works[i]->take()) {
+    std::vector<Candidate> candidates = works[i]->take();
+    if (works[i]->name == "refine") candidates.insert(candidates.end(), seeds.begin(), seeds.end());
+    for (const Candidate& c : candidates) {
       std::vector<int> key = {c.layout.pipelines, c.layout.micro_batch_size, static_cast<int>(c.layout.schedule)};
       for (const auto& st : c.layout.stages) key.insert(key.end(), {st.sub, st.dp, st.cp, st.tp});
       key.insert(key.end(), c.first_unit.begin(), c.first_unit.end());
