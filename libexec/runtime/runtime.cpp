@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "model/stage.hpp"
+#include "runtime/sync_plan.hpp"
 #include "predict/predict.hpp"
 #include "schedule/schedule.hpp"
 
@@ -86,103 +87,38 @@ void run_hop(transport::Peers& peers, std::uint32_t tag, const program::HopPart&
   }
 }
 
-// ---- Gradient sync: which ranks sum which part of each parameter --------------------------
+// ---- Gradient sync: the plan's chunks (sync_plan.hpp) with their groups and AdamW moments ---
 
-// Parameters split across TP shards; the others are whole on every shard.
-bool sharded(const std::string& name) {
-  const auto dot = name.rfind('.');
-  const std::string base = dot == std::string::npos ? name : name.substr(dot + 1);
-  static const std::set<std::string> names = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "wfc", "bfc", "wproj",
-                                              "wgate", "wup", "wdown"};
-  return names.count(base) > 0;
-}
-
-// Whether a stage holds parameter `name` (layerN.*: unit N + 1; wte: the embedding, and for gpt
-// the head, whose logits reuse it; wpe: the embedding; the rest: the head).
-bool holds(const Plan& plan, const Stage& o, const std::string& n) {
-  if (n.rfind("layer", 0) == 0) {
-    const int layer = std::stoi(n.substr(5, n.find('.') - 5));
-    return o.first <= layer + 1 && layer + 1 <= o.last;
-  }
-  if (n == "wte") return o.first == 0 || (o.last == plan.model.num_layers + 1 && plan.model.architecture == Architecture::gpt);
-  if (n == "wpe") return o.first == 0;
-  return o.last == plan.model.num_layers + 1;  // lnf_w, lnf_b, wout
-}
-
-// A part of a parameter summed over a group of ranks. A TP-sharded parameter held with
-// different TP degrees (pipelines of different TP) is synced in chunks of the finest sharding,
-// F = lcm of the holders' tp (HexiScale §3.2; Hetu's SplitAR): chunk c is held by the shard
-// c / (F / tp) of every holder. The optimizer runs on the part of it this rank owns: all of
-// it, or with ZeRO its 1/|group|.
-struct SyncChunk {
-  std::vector<int> group;
+// A chunk of the sync plan as this rank runs it. The optimizer runs on the part of it this rank
+// owns: all of it, or with ZeRO its 1/|group|.
+struct OwnedChunk {
+  SyncChunk part;
   model::Param<float>* param;
-  collective::Group* comm = nullptr;  // over `group`, set once the chunks are sorted
-  int chunk;
-  std::vector<std::size_t> elements;  // local indices of the chunk in param->value
-  float weight = 1;                   // 1/tp for a copy every TP shard holds whole
-  std::size_t lo = 0, hi = 0;         // the owned part: elements[lo, hi)
+  collective::Group* comm = nullptr;  // over part.group
+  std::size_t lo = 0, hi = 0;         // the owned part: part.elements[lo, hi)
   std::vector<float> m, v;            // AdamW moments of the owned part
 };
 
-// The chunks of this rank's parameters, in (group, name, chunk) order: the order in which
-// every rank asks for its groups.
-std::vector<SyncChunk> plan_sync(const Plan& plan, const program::Topology& topo, int me,
-                                 const std::vector<model::Param<float>*>& params) {
-  const program::Place here = topo.place(me);
-  const Stage& st = topo.stage_of(me);
-  std::vector<SyncChunk> sync;
-  for (auto* param : params) {
-    const std::string& n = param->name;
-    std::vector<int> holders;
-    int F = 1;
-    for (int r = 0; r < topo.ranks(); ++r) {
-      if (!holds(plan, topo.stage_of(r), n)) continue;
-      holders.push_back(r);
-      F = std::lcm(F, topo.stage_of(r).tp);
-    }
-    std::vector<std::size_t> all(param->value.size());
-    std::iota(all.begin(), all.end(), std::size_t(0));
-    if (!sharded(n)) {
-      sync.push_back({holders, param, nullptr, 0, std::move(all), 1.0f / float(st.tp), 0, 0, {}, {}});
-      continue;
-    }
-    const int per = F / st.tp;  // my chunks: [shard·per, (shard+1)·per)
-    const std::string base = n.substr(n.rfind('.') + 1);
-    const bool columns = base == "wo" || base == "wproj" || base == "wdown";  // [C, local cols]
-    const std::size_t local = param->value.size();
-    for (int k = 0; k < per; ++k) {
-      const int c = here.shard * per + k;
-      SyncChunk chunk{{}, param, nullptr, c, {}, 1.0f, 0, 0, {}, {}};
-      for (int r : holders)
-        if (topo.place(r).shard == c / (F / topo.stage_of(r).tp)) chunk.group.push_back(r);
-      if (columns) {
-        const std::size_t rows = std::size_t(plan.model.hidden_size), cols = local / rows, w = cols / std::size_t(per);
-        for (std::size_t i = 0; i < rows; ++i)
-          for (std::size_t j = 0; j < w; ++j) chunk.elements.push_back(i * cols + std::size_t(k) * w + j);
-      } else {
-        const std::size_t w = local / std::size_t(per);
-        for (std::size_t j = 0; j < w; ++j) chunk.elements.push_back(std::size_t(k) * w + j);
-      }
-      sync.push_back(std::move(chunk));
-    }
+std::vector<OwnedChunk> chunks_of(const Plan& plan, const program::Topology& topo, int me,
+                                  const std::vector<model::Param<float>*>& params) {
+  std::vector<LocalParam> local;
+  for (const auto* p : params) local.push_back({p->name, p->value.size()});
+  std::vector<OwnedChunk> out;
+  for (auto& c : plan_sync(plan, topo, me, local)) {
+    model::Param<float>* p = params[c.param];
+    out.push_back({std::move(c), p, nullptr, 0, 0, {}, {}});
   }
-  std::sort(sync.begin(), sync.end(), [](const SyncChunk& a, const SyncChunk& b) {
-    if (a.group != b.group) return a.group < b.group;
-    if (a.param->name != b.param->name) return a.param->name < b.param->name;
-    return a.chunk < b.chunk;
-  });
-  return sync;
+  return out;
 }
 
 // Gives every chunk its group (asked for in the chunks' order) and, with ZeRO, the part of it
 // this rank owns, with zeroed AdamW moments.
-std::string make_groups(std::vector<SyncChunk>& sync, collective::Fabric& fabric, std::uint32_t tag, bool zero) {
+std::string make_groups(std::vector<OwnedChunk>& sync, collective::Fabric& fabric, std::uint32_t tag, bool zero) {
   for (auto& chunk : sync) {
-    auto comm = fabric.group(chunk.group, tag);
+    auto comm = fabric.group(chunk.part.group, tag);
     if (!comm) return comm.errors().front().to_string();
     chunk.comm = *comm;
-    const std::size_t n = chunk.elements.size();
+    const std::size_t n = chunk.part.elements.size();
     const collective::Range own = zero ? chunk.comm->owned(n) : collective::Range{0, n};
     chunk.lo = own.lo, chunk.hi = own.hi;
     chunk.m.assign(chunk.hi - chunk.lo, 0.0f), chunk.v.assign(chunk.hi - chunk.lo, 0.0f);
@@ -194,18 +130,18 @@ std::string make_groups(std::vector<SyncChunk>& sync, collective::Fabric& fabric
 // copy counts 1/tp; powers of two divide exactly), AdamW on the owned part of every chunk, and
 // with ZeRO the updated parts all-gathered. `record(name, start)` traces the three phases.
 template <class Record>
-void sync_and_update(std::vector<SyncChunk>& sync, bool zero, const model::AdamW& adamw, int step, Record&& record) {
+void sync_and_update(std::vector<OwnedChunk>& sync, bool zero, const model::AdamW& adamw, int step, Record&& record) {
   double start = now_s();
   std::vector<float> grads, values;
   for (auto& chunk : sync) {
     auto& grad = chunk.param->grad;
-    grads.resize(chunk.elements.size());
-    for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = grad[chunk.elements[i]] * chunk.weight;
-    if (chunk.group.size() > 1) {
+    grads.resize(chunk.part.elements.size());
+    for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = grad[chunk.part.elements[i]] * chunk.part.weight;
+    if (chunk.part.group.size() > 1) {
       if (zero) check(chunk.comm->reduce_scatter_sum(grads.data(), grads.size()));
       else check(chunk.comm->all_reduce_sum(grads.data(), grads.size()));
     }
-    for (std::size_t i = 0; i < grads.size(); ++i) grad[chunk.elements[i]] = grads[i];
+    for (std::size_t i = 0; i < grads.size(); ++i) grad[chunk.part.elements[i]] = grads[i];
   }
   record("sync", start);
   start = now_s();
@@ -214,21 +150,21 @@ void sync_and_update(std::vector<SyncChunk>& sync, bool zero, const model::AdamW
     const auto& grad = chunk.param->grad;
     const std::size_t n = chunk.hi - chunk.lo;
     grads.resize(n), values.resize(n);
-    for (std::size_t i = 0; i < n; ++i) grads[i] = grad[chunk.elements[chunk.lo + i]], values[i] = value[chunk.elements[chunk.lo + i]];
+    for (std::size_t i = 0; i < n; ++i) grads[i] = grad[chunk.part.elements[chunk.lo + i]], values[i] = value[chunk.part.elements[chunk.lo + i]];
     model::adamw_update(values.data(), grads.data(), chunk.m.data(), chunk.v.data(), n, adamw, step + 1,
                         model::decays(chunk.param->name));
-    for (std::size_t i = 0; i < n; ++i) value[chunk.elements[chunk.lo + i]] = values[i];
+    for (std::size_t i = 0; i < n; ++i) value[chunk.part.elements[chunk.lo + i]] = values[i];
   }
   record("optimizer", start);
   if (!zero) return;
   start = now_s();
   for (auto& chunk : sync) {
-    if (chunk.group.size() <= 1) continue;
+    if (chunk.part.group.size() <= 1) continue;
     auto& value = chunk.param->value;
-    values.resize(chunk.elements.size());
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = value[chunk.elements[i]];
+    values.resize(chunk.part.elements.size());
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = value[chunk.part.elements[i]];
     check(chunk.comm->all_gather(values.data(), values.size()));
-    for (std::size_t i = 0; i < values.size(); ++i) value[chunk.elements[i]] = values[i];
+    for (std::size_t i = 0; i < values.size(); ++i) value[chunk.part.elements[i]] = values[i];
   }
   record("gather", start);
 }
@@ -406,7 +342,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   const int warmup = st.warmup.value_or(int(pipe.stages.size()) - here.stage);  // the plan's, else 1f1b's
   const auto ops = schedule::stage_ops(warmup, m);
   const program::StageHops hops = program::hops_of(plan, topo, me);
-  std::vector<SyncChunk> sync = plan_sync(plan, topo, me, model->params());
+  std::vector<OwnedChunk> sync = chunks_of(plan, topo, me, model->params());
   const bool zero = plan.model.training.zero_stage >= 1;
   if (auto err = make_groups(sync, *fabric, kSync, zero); !err.empty()) return Diagnostic{"", 0, 0, "rank " + std::to_string(me), err};
   std::size_t optimizer_state = 0;

@@ -1,0 +1,42 @@
+#pragma once
+// The gradient sync's plan (DESIGN.md §9): after the last backward, which ranks sum which part
+// of each of a rank's parameters. Pure: the same plan, rank and parameters give the same
+// chunks on every rank, in the order in which every rank asks for their groups.
+//
+// Every parameter's gradient is summed over all ranks that hold the same slice of it
+// (data-parallel replicas, context members, pipelines, and — for gpt's tied token embedding —
+// the first and last stages). A parameter that every TP shard holds whole counts each copy
+// 1/tp. A TP-sharded parameter held with different TP degrees (pipelines of different TP) is
+// synced in chunks of the finest sharding, F = lcm of the holders' tp (HexiScale §3.2; Hetu's
+// SplitAR): chunk c is held by shard c / (F / tp) of every holder.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "plan/plan.hpp"
+#include "program/program.hpp"
+
+namespace het::runtime {
+
+// A parameter of the rank's stage: its name ("layer3.wq", "wte", ...) and local element count.
+struct LocalParam {
+  std::string name;
+  std::size_t size = 0;
+};
+
+struct SyncChunk {
+  std::vector<int> group;             // the job ranks that sum it, ascending
+  std::size_t param = 0;              // index into the rank's parameters
+  int chunk = 0;                      // 0 for a whole parameter
+  std::vector<std::size_t> elements;  // local indices of the chunk in the parameter
+  float weight = 1;                   // 1/tp for a copy every TP shard holds whole
+};
+
+// The chunks of `rank`'s parameters, in (group, name, chunk) order.
+std::vector<SyncChunk> plan_sync(const Plan& plan, const program::Topology& topology, int rank,
+                                 const std::vector<LocalParam>& params);
+
+// Whether a parameter is split across TP shards (the others are whole on every shard).
+bool tp_sharded(const std::string& name);
+
+}  // namespace het::runtime

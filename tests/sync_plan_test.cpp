@@ -1,0 +1,93 @@
+// The gradient sync's plan (libexec/runtime/sync_plan): on a plan whose two pipelines hold the
+// same layers with different TP, every rank's chunks cover each of its parameters exactly once,
+// every member of a chunk's group plans the same chunk with the same group and size, and any
+// two ranks meet their common groups in the same order (so the collectives cannot deadlock).
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+
+#include "backend/backend.hpp"
+#include "program/program.hpp"
+#include "runtime/sync_plan.hpp"
+#include "test_util.hpp"
+
+using namespace het;
+
+TEST_CASE("the gradient sync plan: whole coverage, agreeing groups, one order (pipelines of different TP)") {
+  InputFiles files;
+  files.plan = HET_SOURCE_DIR "/tests/data/plans/two-pipelines-tp.plan.json";
+  files.model = HET_SOURCE_DIR "/configs/models/tiny-gpt.yaml";
+  files.cluster = HET_SOURCE_DIR "/configs/clusters/demo-1x4a100-1x4v100.yaml";
+  auto loaded = load_plan_inputs(files);
+  REQUIRE(loaded.ok());
+  const Plan& plan = loaded->plan;
+  const program::Topology topo(plan);
+  REQUIRE(topo.ranks() == 5);
+  auto backend = backend::open("cpu", 1);
+  REQUIRE(backend.ok());
+
+  struct Key {
+    std::string name;
+    int chunk;
+    auto operator<=>(const Key&) const = default;
+  };
+  std::vector<std::vector<runtime::SyncChunk>> plans(5);
+  std::vector<std::vector<runtime::LocalParam>> params(5);
+  std::map<std::pair<Key, int>, const runtime::SyncChunk*> by_rank;  // (chunk, rank) -> chunk
+  for (int r = 0; r < topo.ranks(); ++r) {
+    const Stage& st = topo.stage_of(r);
+    backend::StageSpec spec{plan.model, st.first, st.last, topo.place(r).shard, st.tp, 1, st.recompute, {}};
+    auto stage = (*backend)->make_stage(spec);
+    for (const auto* p : stage->params()) params[std::size_t(r)].push_back({p->name, p->value.size()});
+    plans[std::size_t(r)] = runtime::plan_sync(plan, topo, r, params[std::size_t(r)]);
+    // Coverage: each element of each parameter in exactly one chunk.
+    std::vector<std::vector<int>> seen(params[std::size_t(r)].size());
+    for (std::size_t i = 0; i < seen.size(); ++i) seen[i].assign(params[std::size_t(r)][i].size, 0);
+    for (const auto& c : plans[std::size_t(r)]) {
+      INFO("rank " << r << " " << params[std::size_t(r)][c.param].name << " chunk " << c.chunk);
+      for (std::size_t e : c.elements) ++seen[c.param].at(e);
+      CHECK(std::find(c.group.begin(), c.group.end(), r) != c.group.end());
+      CHECK(std::is_sorted(c.group.begin(), c.group.end()));
+      // A parameter every shard holds whole counts 1/tp; a sharded one is summed whole.
+      CHECK(c.weight == Approx(runtime::tp_sharded(params[std::size_t(r)][c.param].name) ? 1.0 : 1.0 / st.tp));
+      by_rank[{{params[std::size_t(r)][c.param].name, c.chunk}, r}] = &c;
+    }
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      INFO("rank " << r << " " << params[std::size_t(r)][i].name);
+      CHECK(std::count(seen[i].begin(), seen[i].end(), 1) == std::ptrdiff_t(seen[i].size()));
+    }
+  }
+  // Agreement: every member of a chunk's group plans it with the same group and size.
+  for (const auto& [at, c] : by_rank) {
+    for (int g : c->group) {
+      INFO(at.first.name << " chunk " << at.first.chunk << " of rank " << at.second << " in rank " << g);
+      auto it = by_rank.find({at.first, g});
+      REQUIRE(it != by_rank.end());
+      CHECK(it->second->group == c->group);
+      CHECK(it->second->elements.size() == c->elements.size());
+    }
+  }
+  // The tied token embedding of gpt: the first stages and the last stages of both pipelines.
+  const auto* wte = by_rank.at({{"wte", 0}, 0});
+  CHECK(wte->group == std::vector<int>{0, 1, 2, 3, 4});
+  // A layer held with tp 2 (pipeline 0) and tp 1 (pipeline 1, stage 0): chunks of the finest
+  // sharding, so rank 2 (tp 1) syncs two chunks of layer0.wq, one with each of ranks 0 and 1.
+  CHECK(by_rank.at({{"layer0.wq", 0}, 2})->group == std::vector<int>{0, 2});
+  CHECK(by_rank.at({{"layer0.wq", 1}, 2})->group == std::vector<int>{1, 2});
+  // One order: any two ranks list the chunks they share in the same order.
+  for (int a = 0; a < 5; ++a)
+    for (int b = a + 1; b < 5; ++b) {
+      auto shared = [&](int r) {
+        std::vector<Key> out;
+        for (const auto& c : plans[std::size_t(r)]) {
+          const bool both = std::find(c.group.begin(), c.group.end(), a) != c.group.end() &&
+                            std::find(c.group.begin(), c.group.end(), b) != c.group.end();
+          if (both) out.push_back({params[std::size_t(r)][c.param].name, c.chunk});
+        }
+        return out;
+      };
+      INFO("ranks " << a << " and " << b);
+      CHECK(shared(a) == shared(b));
+    }
+}
