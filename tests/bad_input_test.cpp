@@ -221,6 +221,24 @@ TEST_CASE("bad input: a profile measured for another model") {
                  {"profile.yaml: model: the profile was measured for a different model shape: hidden_size 2048 (model: 1024)"});
 }
 
+TEST_CASE("bad input: search and simulate refuse a profile measured for other model dimensions") {
+  // Recorded dimensions (kv heads, MLP width, vocabulary) are held to the model like the hidden
+  // size; search and simulate exit 2 naming the field instead of costing with a wrong profile.
+  TempDir dir;
+  const std::string model = dir.write("model.yaml", kModel), cluster = dir.write("cluster.yaml", kCluster);
+  const std::string plan = dir.write("plan.json", kPlan);
+  const std::string wrong = dir.write("profile.yaml", replace(kProfile, "num_attention_heads: 16", "num_attention_heads: 16, vocab_size: 77"));
+  for (const auto& args : {std::vector<std::string>{HETPLAN_BIN, "search", "--model", model, "--cluster", cluster, "--profile", wrong,
+                                                    "--time-budget", "1"},
+                           std::vector<std::string>{HETPLAN_BIN, "simulate", plan, "--model", model, "--cluster", cluster,
+                                                    "--profile", wrong}}) {
+    auto r = run_process(args);
+    INFO(args[1] << "\nstdout:\n" << r.out << "stderr:\n" << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("profile.yaml: model: the profile was measured for a different model shape: vocab_size 77 (model: "));
+  }
+}
+
 // ---- plan.json -----------------------------------------------------------------------
 
 TEST_CASE("bad input: plan JSON syntax error") {

@@ -90,7 +90,7 @@ TEST_CASE("profiled compute: exact rows, interpolation, extrapolation, scaled sh
   auto m = gpt(4, 1024, 16, 2048, 50000);
   ProfileSpec p;
   p.device = "A100-40GB";
-  p.model = {Architecture::gpt, 1024, 16, 2048};
+  p.model = {Architecture::gpt, 1024, 16, 2048, {}, {}, {}};
   p.units = {{UnitKind::layer, 1, 1, 1, 2048, 0.002, 0.004, {}, {}, {}, 0},
              {UnitKind::layer, 1, 1, 4, 2048, 0.005, 0.010, {}, {}, {}, 0}};
   ComputeModel cm(m, {p});
@@ -118,7 +118,7 @@ TEST_CASE("a profile of another model shape is not used, and the reason is kept"
   auto m = gpt(4, 2048, 16, 2048, 50000);
   ProfileSpec p;
   p.device = "A100-40GB";
-  p.model = {Architecture::gpt, 1024, 16, 2048};
+  p.model = {Architecture::gpt, 1024, 16, 2048, {}, {}, {}};
   p.units = {{UnitKind::layer, 1, 1, 1, 2048, 0.002, 0.004, {}, {}, {}, 0}};
   ComputeModel cm(m, {p});
   CHECK_FALSE(cm.has_profile("A100-40GB"));

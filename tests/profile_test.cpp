@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "importer/importer.hpp"
 #include "spec/profile.hpp"
 #include "test_util.hpp"
 
@@ -55,5 +56,20 @@ TEST_CASE("a profile for another model shape is named as such") {
   m.num_attention_heads = 16;
   CHECK_THAT(profile_mismatch(*p, m), Catch::Contains("hidden_size 1024 (model: 4096)"));
   m.hidden_size = 1024;
-  CHECK(profile_mismatch(*p, m).empty());
+  CHECK(profile_mismatch(*p, m).empty());  // a profile without the optional dimensions checks only these
+  // A profile that records kv heads, MLP width and vocabulary is held to them, each by name.
+  m.num_kv_heads = 16, m.ffn_hidden_size = 4096, m.vocab_size = 32000, m.seq_length = 2048;
+  ProfileSpec full = *p;
+  full.model = profile_model(m);
+  CHECK(profile_mismatch(full, m).empty());
+  m.num_kv_heads = 4, m.ffn_hidden_size = 2048, m.vocab_size = 50257;
+  const std::string why = profile_mismatch(full, m);
+  CHECK_THAT(why, Catch::Contains("num_kv_heads 16 (model: 4)") && Catch::Contains("ffn_hidden_size 4096 (model: 2048)") &&
+                      Catch::Contains("vocab_size 32000 (model: 50257)"));
+  // Written by the importer's writer and read back, the dimensions survive.
+  auto back = read_profile(test::doc(importer::to_yaml(full, "test"), "back.yaml"));
+  REQUIRE(back.ok());
+  CHECK(back->model.num_kv_heads == 16);
+  CHECK(back->model.ffn_hidden_size == 4096);
+  CHECK(back->model.vocab_size == 32000);
 }

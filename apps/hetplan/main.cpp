@@ -157,6 +157,10 @@ het::Result<SearchInputs> load_search_inputs(const SearchArgs& a) {
     else errors.insert(errors.end(), p.errors().begin(), p.errors().end());
   }
   if (!errors.empty()) return errors;
+  for (std::size_t i = 0; i < in.profiles.size(); ++i)  // measured for other dimensions: refused
+    if (auto why = het::profile_mismatch(in.profiles[i], in.model); !why.empty())
+      errors.push_back({a.profiles[i], 0, 0, "model", why + " in " + a.model});
+  if (!errors.empty()) return errors;
   return in;
 }
 

@@ -22,7 +22,7 @@ Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const
                                             " kv heads and " + std::to_string(m.ffn_hidden_size) + " MLP channels"};
   ProfileSpec p;
   p.device = o.device;
-  p.model = {m.architecture, m.hidden_size, m.num_attention_heads, m.seq_length};
+  p.model = profile_model(m);
   const int L = m.num_layers, T = m.seq_length, C = m.hidden_size;
   struct Point {
     double forward, backward;

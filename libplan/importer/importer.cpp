@@ -44,7 +44,7 @@ ProfileSpec empty_profile(const Options& o) {
   ProfileSpec p;
   p.device = o.device.value_or(device_name(fs::path(o.dir).lexically_normal().filename().string()));
   if (p.device.empty()) p.device = device_name(fs::path(o.dir).lexically_normal().parent_path().filename().string());
-  p.model = {o.model.architecture, o.model.hidden_size, o.model.num_attention_heads, o.model.seq_length};
+  p.model = profile_model(o.model);
   return p;
 }
 
@@ -171,7 +171,11 @@ std::string to_yaml(const ProfileSpec& p, const std::string& header) {
   out << "format: hetplan.profile/v1\n";
   out << "device: " << p.device << "\n";
   out << "model: {architecture: " << to_string(p.model.architecture) << ", hidden_size: " << p.model.hidden_size
-      << ", num_attention_heads: " << p.model.num_attention_heads << ", seq_length: " << p.model.seq_length << "}\n";
+      << ", num_attention_heads: " << p.model.num_attention_heads << ", seq_length: " << p.model.seq_length;
+  if (p.model.num_kv_heads) out << ", num_kv_heads: " << *p.model.num_kv_heads;
+  if (p.model.ffn_hidden_size) out << ", ffn_hidden_size: " << *p.model.ffn_hidden_size;
+  if (p.model.vocab_size) out << ", vocab_size: " << *p.model.vocab_size;
+  out << "}\n";
   out << "units:\n";
   auto rows = p.units;
   std::stable_sort(rows.begin(), rows.end(), [](const ProfileRow& a, const ProfileRow& b) {

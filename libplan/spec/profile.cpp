@@ -37,13 +37,18 @@ Result<ProfileSpec> read_profile(const input::Document& doc) {
     top.error("format", "expected hetplan.profile/v1, got '" + *format + "'");
   ProfileSpec p;
   p.device = top.string("device", Need::required).value_or("");
-  if (auto m = top.map("model", Need::required, {"architecture", "hidden_size", "num_attention_heads", "seq_length"})) {
+  if (auto m = top.map("model", Need::required,
+                       {"architecture", "hidden_size", "num_attention_heads", "seq_length", "num_kv_heads",
+                        "ffn_hidden_size", "vocab_size"})) {
     p.model.architecture = m->choice<Architecture>("architecture", Need::required,
                                                    {{"gpt", Architecture::gpt}, {"llama", Architecture::llama}})
                                .value_or(Architecture::gpt);
     p.model.hidden_size = static_cast<int>(m->integer("hidden_size", Need::required).value_or(0));
     p.model.num_attention_heads = static_cast<int>(m->integer("num_attention_heads", Need::required).value_or(0));
     p.model.seq_length = static_cast<int>(m->integer("seq_length", Need::required).value_or(0));
+    for (auto [key, field] : {std::pair{"num_kv_heads", &p.model.num_kv_heads}, std::pair{"ffn_hidden_size", &p.model.ffn_hidden_size},
+                              std::pair{"vocab_size", &p.model.vocab_size}})
+      if (auto v = m->integer(key, Need::optional)) *field = static_cast<int>(*v);
   }
   using Shape = std::tuple<UnitKind, int, int, int, int>;
   std::map<Shape, int> shapes;  // -> line of the first row with that shape
@@ -98,6 +103,10 @@ Result<ProfileSpec> load_profile(const std::string& file) {
   return read_profile(*doc);
 }
 
+ProfileModel profile_model(const ModelSpec& m) {
+  return {m.architecture, m.hidden_size, m.num_attention_heads, m.seq_length, m.num_kv_heads, m.ffn_hidden_size, m.vocab_size};
+}
+
 std::string profile_mismatch(const ProfileSpec& p, const ModelSpec& m) {
   std::string diff;
   auto check = [&](const char* what, long have, long want) {
@@ -110,6 +119,9 @@ std::string profile_mismatch(const ProfileSpec& p, const ModelSpec& m) {
             to_string(m.architecture) + ")";
   check("hidden_size", p.model.hidden_size, m.hidden_size);
   check("num_attention_heads", p.model.num_attention_heads, m.num_attention_heads);
+  if (p.model.num_kv_heads) check("num_kv_heads", *p.model.num_kv_heads, m.num_kv_heads);
+  if (p.model.ffn_hidden_size) check("ffn_hidden_size", *p.model.ffn_hidden_size, m.ffn_hidden_size);
+  if (p.model.vocab_size) check("vocab_size", *p.model.vocab_size, m.vocab_size);
   if (diff.empty()) return diff;
   return "the profile was measured for a different model shape: " + diff;
 }

@@ -33,13 +33,17 @@ struct ProfileRow {
   int line = 0;                            // where the row is in its file (0 when made in code)
 };
 
-// The model shape the profile was measured with.
+// The model shape the profile was measured with. The last three are optional in the file
+// (profiles written before they were recorded); when given they must match the model too.
 struct ProfileModel {
   Architecture architecture = Architecture::gpt;
   int hidden_size = 0;
   int num_attention_heads = 0;
   int seq_length = 0;
+  std::optional<int> num_kv_heads, ffn_hidden_size, vocab_size;
 };
+// The dimensions of `model` as a profile records them (all fields set).
+ProfileModel profile_model(const ModelSpec& model);
 
 struct ProfileSpec {
   std::string device;  // device type, as in the cluster (e.g. A100-40GB)

@@ -164,6 +164,11 @@ Result<LoadedPlan> read_plan_inputs(const InputFiles& files) {
   auto plan = load_plan(*files.plan, {model ? &*model : nullptr, cluster ? &*cluster : nullptr, &*catalog});
   if (!plan) return plan.errors();
   out.plan = std::move(*plan);
+  // A profile measured for other model dimensions would cost the plan wrongly: refused.
+  for (std::size_t i = 0; i < out.profiles.size(); ++i)
+    if (auto why = profile_mismatch(out.profiles[i], out.plan.model); !why.empty())
+      errors.push_back({files.profiles[i], 0, 0, "model", why + " in " + (files.model ? *files.model : "the plan's model")});
+  if (!errors.empty()) return errors;
   return out;
 }
 
