@@ -218,7 +218,8 @@ TEST_CASE("bad input: a profile row given twice") {
 }
 TEST_CASE("bad input: a profile measured for another model") {
   expect_invalid({{"profile", replace(kProfile, "hidden_size: 1024", "hidden_size: 2048")}, {"model", kModel}},
-                 {"profile.yaml: model: the profile was measured for a different model shape: hidden_size 2048 (model: 1024)"});
+                 {"profile.yaml:3: model.hidden_size: the profile was measured for hidden_size 2048, but the model (",
+                  "model.yaml) has 1024"});
 }
 
 // ---- plan.json -----------------------------------------------------------------------

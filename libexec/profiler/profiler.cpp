@@ -22,7 +22,7 @@ Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const
                                             " kv heads and " + std::to_string(m.ffn_hidden_size) + " MLP channels"};
   ProfileSpec p;
   p.device = o.device;
-  p.model = {m.architecture, m.hidden_size, m.num_attention_heads, m.seq_length};
+  p.model = profile_model(m);
   const int L = m.num_layers, T = m.seq_length, C = m.hidden_size;
   struct Point {
     double forward, backward;
@@ -94,7 +94,7 @@ Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const
       stage->zero_grad();
       if (r >= 2) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / L);
     }
-    p.optimizer_step = median(t) * o.slowdown;
+    p.optimizer_step = {{1, std::nullopt, median(t) * o.slowdown}};  // a tp-1 stage's: its scaling is the cost model's
   }
   return p;
 }

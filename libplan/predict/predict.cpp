@@ -189,7 +189,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
 
       d.memory = cost::stage_memory(m, shape_of(plan, plan.pipelines[pi], s, replicas, d.warmup));
       const double shard = m.training.zero_stage >= 1 ? replicas : 1;
-      if (auto per_layer = compute.optimizer_step(pl.sub->device.type))  // measured
+      if (auto per_layer = compute.optimizer_step(pl.sub->device.type, s.tp))  // measured at this tp
         d.optimizer_s = *per_layer * std::max(1.0, units.layers) / shard;
       else  // Adam reads and writes about 28 bytes per parameter it owns (memory-bound)
         d.optimizer_s = params / shard * 28 / pl.sub->device.mem_bandwidth;
