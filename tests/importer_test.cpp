@@ -87,6 +87,26 @@ TEST_CASE("Sailor's optimizer step reads back per tp and micro-batch, and the co
   CHECK_FALSE(cm.optimizer_step("V100-16GB", 1).has_value());
 }
 
+TEST_CASE("an update time of 0 is no measurement: no optimizer step, so the cost model's own") {
+  // As in Sailor's OPT-350 A100-80 profile.json, whose update times are all 0.
+  test::TempDir dir;
+  const std::string gpu = dir.path() + "/A100-80";
+  std::filesystem::create_directories(gpu);
+  dir.write("A100-80/profile.json", R"({"1": {"1": {"0": [0.001, 0.0, 0.0], "1": [0.002, 0.005, 0.0],
+                                                   "2": [0.003, 0.004, 0.0]},
+                                            "2": {"0": [0.001, 0.0, 0.001], "1": [0.002, 0.005, 0.001],
+                                                   "2": [0.003, 0.004, 0.001]}}})");
+  const ProfileSpec p = imported({"sailor", gpu, opt350(), {}, {}});
+  CHECK(p.device == "A100-80GB");
+  REQUIRE(p.optimizer_step.size() == 1);
+  CHECK(*p.optimizer_step[0].tp == 2);
+  dir.write("A100-80/profile.json", R"({"1": {"1": {"0": [0.001, 0.0, 0.0], "1": [0.002, 0.005, 0.0],
+                                                   "2": [0.003, 0.004, 0.0]}}})");
+  const ProfileSpec none = imported({"sailor", gpu, opt350(), {}, {}});
+  CHECK(none.optimizer_step.empty());
+  CHECK_FALSE(cost::ComputeModel(opt350(), {none}).optimizer_step("A100-80GB", 1).has_value());
+}
+
 TEST_CASE("Metis profiles import with the files' memory, per-tp optimizer steps and the split stated") {
   const ProfileSpec p = metis_a100();
   CHECK(p.units.size() == 3 * 4);  // embedding, layer, head for mbs 1,2 x tp 1,2
@@ -200,7 +220,8 @@ TEST_CASE("the shipped OPT-350M profiles are valid, serve the model and record a
     CHECK(p->model.num_kv_heads == 16);
     CHECK(p->model.ffn_hidden_size == 4096);
     CHECK(p->model.vocab_size == 50272);
-    REQUIRE_FALSE(p->optimizer_step.empty());
+    // Sailor's A100-80 update times are all 0, no measurement: the cost model's own step.
+    CHECK(p->optimizer_step.empty() == (std::string(gpu) == "a100-80"));
     for (const auto& s : p->optimizer_step) CHECK(s.tp.has_value());
   }
 }

@@ -168,7 +168,8 @@ Result<ProfileSpec> import_sailor(const Options& o, const nlohmann::json& memory
         row(UnitKind::embedding, e.at(0).get<double>(), e.at(1).get<double>(), 0);
         row(UnitKind::layer, median(f), median(b), 1);
         row(UnitKind::head, h.at(0).get<double>(), h.at(1).get<double>(), n - 1);
-        p.optimizer_step.push_back({tp, mbs, median(updates)});
+        // All 0 is no measurement (e.g. every update time of OPT-350 on A100-80): no row.
+        if (median(updates) > 0) p.optimizer_step.push_back({tp, mbs, median(updates)});
       }
     }
   } catch (const std::exception& e) {
@@ -236,7 +237,8 @@ Result<ProfileSpec> import_metis(const Options& o) {
       row(UnitKind::embedding, layers.front());
       row(UnitKind::layer, {blocks(&Layer::seconds), blocks(&Layer::parameter_bytes), blocks(&Layer::activation_bytes)});
       row(UnitKind::head, layers.back());
-      p.optimizer_step.push_back({tp, mbs, time.at("optimizer_time_ms").get<double>() * 1e-3 / double(n)});
+      if (const double step = time.at("optimizer_time_ms").get<double>() * 1e-3 / double(n); step > 0)
+        p.optimizer_step.push_back({tp, mbs, step});
     } catch (const std::exception& e) {
       return Diagnostic{file.string(), 0, 0, "", std::string("not a Metis profile: ") + e.what()};
     }

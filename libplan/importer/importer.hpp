@@ -5,7 +5,8 @@
 //           index 0 is the embedding, the last the head, the rest transformer blocks (their
 //           median becomes the `layer` row). update_s is the same for every layer of a
 //           (micro-batch, tp): the model's optimizer step over its layers; it becomes the
-//           optimizer step of that (tp, micro-batch). With --llm-info (misc/llm_info.json,
+//           optimizer step of that (tp, micro-batch), unless it is 0 (not measured: every
+//           update time of OPT-350 on A100-80, for one). With --llm-info (misc/llm_info.json,
 //           value counts per layer and tp), parameter and activation memory are added at the
 //           model's dtype.
 //   metis:  DIR/mbs<b>_tmp<t>.json, which Sailor wrote from the same measurements:
