@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates profiles/opt-350m/*.profile.yaml from the public Sailor measurements
-# (peer-data/sailor, MIT licence). Usage: scripts/import-sailor-profiles.sh [PEER_DATA_DIR]
+# (peer-data/sailor, MIT licence; the Sailor format, which has forward and backward apart).
+# The importer checks configs/models/opt-350m.yaml against the peer data's misc/.
+# Usage: scripts/import-sailor-profiles.sh [PEER_DATA_DIR]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 peer="${1:-../shared/peer-data/sailor}"

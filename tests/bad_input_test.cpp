@@ -218,7 +218,8 @@ TEST_CASE("bad input: a profile row given twice") {
 }
 TEST_CASE("bad input: a profile measured for another model") {
   expect_invalid({{"profile", replace(kProfile, "hidden_size: 1024", "hidden_size: 2048")}, {"model", kModel}},
-                 {"profile.yaml: model: the profile was measured for a different model shape: hidden_size 2048 (model: 1024)"});
+                 {"profile.yaml:3: model.hidden_size: the profile was measured for hidden_size 2048, but the model (",
+                  "model.yaml) has 1024"});
 }
 
 TEST_CASE("bad input: search and simulate refuse a profile measured for other model dimensions") {
@@ -235,7 +236,7 @@ TEST_CASE("bad input: search and simulate refuse a profile measured for other mo
     auto r = run_process(args);
     INFO(args[1] << "\nstdout:\n" << r.out << "stderr:\n" << r.err);
     CHECK(r.exit_code == 2);
-    CHECK_THAT(r.err, Catch::Contains("profile.yaml: model: the profile was measured for a different model shape: vocab_size 77 (model: "));
+    CHECK_THAT(r.err, Catch::Contains("profile.yaml:3: model.vocab_size: the profile was measured for vocab_size 77, but the model ("));
   }
 }
 

@@ -302,6 +302,81 @@ TEST_CASE("hetplan search refuses bad input and impossible instances with exit 2
   CHECK(u.exit_code == 2);
 }
 
+namespace {
+const std::string kPeer = kSrc + "/tests/data/sailor";  // a trimmed copy of the peer data's tree
+const std::string kShippedA100 = kSrc + "/profiles/opt-350m/a100-40.profile.yaml";
+
+std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// opt-350m.yaml with another hidden size and MLP width.
+std::string wide_model(const het::test::TempDir& dir) {
+  std::string m = text_of(kModel);
+  for (auto [from, to] : {std::pair{"hidden_size: 1024", "hidden_size: 2048"},
+                          std::pair{"ffn_hidden_size: 4096", "ffn_hidden_size: 8192"}}) {
+    const auto at = m.find(from);
+    REQUIRE(at != std::string::npos);
+    m.replace(at, std::string(from).size(), to);
+  }
+  return dir.write("wide.yaml", m);
+}
+}  // namespace
+
+TEST_CASE("hetplan profile import --from metis keeps the memory, states the split, and validate prints it") {
+  het::test::TempDir dir;
+  const std::string out = dir.path() + "/metis.profile.yaml";
+  const std::string metis = kPeer + "/baselines/Metis/profiles/OPT-350/A100-40";
+  auto r = run_process({HETPLAN_BIN, "profile", "import", "--from", "metis", metis, "--model", kModel, "-o", out});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string text = text_of(out);
+  CHECK_THAT(text, Catch::Contains("activation_memory: ") && Catch::Contains("parameter_memory: ") &&
+                       Catch::Contains("optimizer_step:  # per layer's parameters on one device\n  - {tp: 1, "
+                                       "micro_batch_size: 1, time: "));
+  auto v = run_process({HETPLAN_BIN, "validate", "--model", kModel, "--profile", out});
+  INFO(v.out << v.err);
+  CHECK(v.exit_code == 0);
+  CHECK_THAT(v.out, Catch::Contains("assumes: backward = 2 x forward: the Metis files give forward + backward only"));
+  auto j = run_process({HETPLAN_BIN, "validate", "--model", kModel, "--profile", out, "--format", "json"});
+  CHECK_THAT(nlohmann::json::parse(j.out)["inputs"][1]["assumptions"][0].get<std::string>(),
+             Catch::StartsWith("backward = 2 x forward"));
+  // The Metis files carry their own memory: --llm-info is refused, not ignored.
+  auto l = run_process({HETPLAN_BIN, "profile", "import", "--from", "metis", metis, "--model", kModel, "--llm-info",
+                        kPeer + "/misc/llm_info.json", "-o", out});
+  CHECK(l.exit_code == 2);
+  CHECK_THAT(l.err, Catch::Contains("error: --llm-info: not used with --from metis"));
+}
+
+TEST_CASE("a model of other dimensions exits 2 naming the field: import, validate, simulate, search") {
+  het::test::TempDir dir;
+  const std::string wide = wide_model(dir);
+  const std::string out = dir.path() + "/p.yaml";
+  auto i = run_process({HETPLAN_BIN, "profile", "import", "--from", "sailor", kPeer + "/sailor_planner/profiles/OPT-350/A100-40",
+                        "--model", wide, "-o", out});
+  CHECK(i.exit_code == 2);
+  CHECK_THAT(i.err, Catch::Contains("wide.yaml: hidden_size: contradicts the peer data: OPT-350 was profiled with "
+                                    "hidden_size 1024"));
+  CHECK_FALSE(std::ifstream(out).good());
+  const std::vector<std::vector<std::string>> commands = {
+      {HETPLAN_BIN, "validate", "--model", wide, "--profile", kShippedA100},
+      {HETPLAN_BIN, "simulate", kSrc + "/docs/examples/opt-350m-demo.plan.json", "--model", wide, "--profile", kShippedA100},
+      {HETPLAN_BIN, "search", "--model", wide, "--cluster", kCluster, "--profile", kShippedA100, "--time-budget", "1"}};
+  for (const auto& args : commands) {
+    INFO(args[1]);
+    auto r = run_process(args);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("a100-40.profile.yaml:") &&
+                          Catch::Contains(": model.hidden_size: the profile was measured for hidden_size 1024, but the "
+                                          "model (" + wide + ") has 2048"));
+    CHECK_THAT(r.err, Catch::Contains("model.ffn_hidden_size: the profile was measured for ffn_hidden_size 4096"));
+  }
+}
+
 TEST_CASE("hetexec prepare-data writes an llm.c token file of the text's bytes") {
   het::test::TempDir dir;
   const std::string out = dir.path() + "/t.bin";

@@ -123,6 +123,25 @@ TEST_CASE("a profile of another model shape is not used, and the reason is kept"
   ComputeModel cm(m, {p});
   CHECK_FALSE(cm.has_profile("A100-40GB"));
   REQUIRE(cm.notes().size() == 1);
-  CHECK_THAT(cm.notes()[0], Catch::Contains("hidden_size 1024 (model: 2048)"));
+  CHECK_THAT(cm.notes()[0], Catch::Contains("the profile was measured for hidden_size 1024, but the model has 2048"));
   CHECK(cm.unit(UnitKind::layer, a100(), 1, 1, 1).source == Source::analytic);
+}
+
+TEST_CASE("the profiled optimizer step per tp: a single time for all, the median of a tp's rows, the nearest tp scaled") {
+  auto m = gpt(4, 1024, 16, 2048, 50000);
+  ProfileSpec p;
+  p.device = "A100-40GB";
+  p.model = {Architecture::gpt, 1024, 16, 2048};
+  p.units = {{UnitKind::layer, 1, 1, 1, 2048, 0.002, 0.004, {}, {}, {}, 0}};
+  p.optimizer_step = {{std::nullopt, std::nullopt, 1.5e-3}};
+  CHECK(ComputeModel(m, {p}).optimizer_step("A100-40GB", 4).value() == Approx(1.5e-3));  // the old single time
+  p.optimizer_step = {{1, 1, 3.0e-3}, {1, 2, 2.9e-3}, {1, 4, 3.2e-3}, {2, 1, 1.6e-3}, {2, 2, 1.4e-3}};
+  p.assumptions = {"backward = 2 x forward: a test"};
+  ComputeModel cm(m, {p});
+  CHECK(cm.optimizer_step("A100-40GB", 1).value() == Approx(3.0e-3));  // median of three
+  CHECK(cm.optimizer_step("A100-40GB", 2).value() == Approx(1.5e-3));  // median of two
+  CHECK(cm.optimizer_step("A100-40GB", 8).value() == Approx(1.5e-3 * 2 / 8));  // nearest: tp 2
+  CHECK_FALSE(cm.optimizer_step("V100-16GB", 1).has_value());
+  REQUIRE(cm.notes().size() == 1);
+  CHECK(cm.notes()[0] == "profile for A100-40GB assumes: backward = 2 x forward: a test");
 }

@@ -1,6 +1,5 @@
 #include <catch2/catch.hpp>
 
-#include "importer/importer.hpp"
 #include "spec/profile.hpp"
 #include "test_util.hpp"
 
@@ -33,8 +32,57 @@ TEST_CASE("the profile format of the design reads") {
   CHECK(p->units[0].line == 5);
   CHECK(p->units[1].cp == 1);
   CHECK_FALSE(p->units[1].recompute.has_value());
-  CHECK(p->optimizer_step.value() == Approx(1.5e-3));
   CHECK(p->links.at(LinkClass::intra_node).bandwidth == 250e9);
+}
+
+TEST_CASE("an old-format profile still reads: four model fields and one optimizer step for every tp") {
+  auto p = read_profile(test::doc(kProfile, "p.yaml"));
+  REQUIRE(p.ok());
+  CHECK(p->model.hidden_size == 1024);
+  CHECK_FALSE(p->model.num_kv_heads.has_value());
+  CHECK_FALSE(p->model.ffn_hidden_size.has_value());
+  CHECK_FALSE(p->model.vocab_size.has_value());
+  REQUIRE(p->optimizer_step.size() == 1);
+  CHECK_FALSE(p->optimizer_step[0].tp.has_value());
+  CHECK(p->optimizer_step[0].time == Approx(1.5e-3));
+  CHECK(p->assumptions.empty());
+  // Written back, it keeps the single time.
+  CHECK_THAT(write_profile(*p, ""), Catch::Contains("\noptimizer_step: 1.5ms\n"));
+}
+
+TEST_CASE("optimizer_step as rows per tp and micro-batch, and assumptions, read back") {
+  std::string text = kProfile;
+  text.replace(text.find("optimizer_step: 1.5ms"), 21,
+               "optimizer_step:\n  - {tp: 1, micro_batch_size: 1, time: 2.94ms}\n  - {tp: 2, time: 1.51ms}\n"
+               "assumptions: [\"backward = 2 x forward: a test\"]");
+  auto p = read_profile(test::doc(text, "p.yaml"));
+  INFO((p ? "" : test::text(p.errors())));
+  REQUIRE(p.ok());
+  REQUIRE(p->optimizer_step.size() == 2);
+  CHECK(p->optimizer_step[0].tp == 1);
+  CHECK(p->optimizer_step[0].micro_batch_size == 1);
+  CHECK(p->optimizer_step[0].time == Approx(2.94e-3));
+  CHECK(p->optimizer_step[1].tp == 2);
+  CHECK_FALSE(p->optimizer_step[1].micro_batch_size.has_value());
+  CHECK(p->assumptions == std::vector<std::string>{"backward = 2 x forward: a test"});
+  auto back = read_profile(test::doc(write_profile(*p, "made by a test"), "q.yaml"));
+  REQUIRE(back.ok());
+  CHECK(back->optimizer_step.size() == 2);
+  CHECK(back->optimizer_step[1].time == Approx(1.51e-3));
+  CHECK(back->assumptions == p->assumptions);
+
+  std::string twice = text;
+  twice.replace(twice.find("{tp: 2, time"), 12, "{tp: 1, micro_batch_size: 1, time");
+  auto dup = read_profile(test::doc(twice, "p.yaml"));
+  REQUIRE_FALSE(dup.ok());
+  CHECK_THAT(test::text(dup.errors()),
+             Catch::Contains("optimizer_step[1]: an optimizer step with tp 1 and micro_batch_size 1 is already given at line"));
+  std::string map = kProfile;
+  map.replace(map.find("optimizer_step: 1.5ms"), 21, "optimizer_step: {tp: 1, time: 1ms}");
+  auto bad = read_profile(test::doc(map, "p.yaml"));
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(test::text(bad.errors()), Catch::Contains("optimizer_step: expected a time like 1.5ms or a list of {tp, "
+                                                       "[micro_batch_size,] time}, got a map"));
 }
 
 TEST_CASE("a profile rejects two rows of the same shape") {
@@ -47,29 +95,33 @@ TEST_CASE("a profile rejects two rows of the same shape") {
                                                      "seq_length 2048 is already given at line 7"));
 }
 
-TEST_CASE("a profile for another model shape is named as such") {
+TEST_CASE("a profile for a model of other dimensions: every differing one is named, absent ones are not checked") {
   auto p = read_profile(test::doc(kProfile, "p.yaml"));
   REQUIRE(p.ok());
   ModelSpec m;
   m.architecture = Architecture::gpt;
   m.hidden_size = 4096;
   m.num_attention_heads = 16;
-  CHECK_THAT(profile_mismatch(*p, m), Catch::Contains("hidden_size 1024 (model: 4096)"));
+  m.num_kv_heads = 16;
+  m.ffn_hidden_size = 11008;  // the old-format profile does not say, so it is not checked
+  m.vocab_size = 32000;
+  m.seq_length = 4096;
+  auto why = profile_mismatch(*p, m, "the model (m.yaml)");
+  REQUIRE(why.size() == 2);
+  CHECK(why[0].to_string() == "p.yaml:3: model.hidden_size: the profile was measured for hidden_size 1024, but the "
+                              "model (m.yaml) has 4096");
+  CHECK(why[1].path == "model.seq_length");
   m.hidden_size = 1024;
-  CHECK(profile_mismatch(*p, m).empty());  // a profile without the optional dimensions checks only these
-  // A profile that records kv heads, MLP width and vocabulary is held to them, each by name.
-  m.num_kv_heads = 16, m.ffn_hidden_size = 4096, m.vocab_size = 32000, m.seq_length = 2048;
-  ProfileSpec full = *p;
-  full.model = profile_model(m);
-  CHECK(profile_mismatch(full, m).empty());
-  m.num_kv_heads = 4, m.ffn_hidden_size = 2048, m.vocab_size = 50257;
-  const std::string why = profile_mismatch(full, m);
-  CHECK_THAT(why, Catch::Contains("num_kv_heads 16 (model: 4)") && Catch::Contains("ffn_hidden_size 4096 (model: 2048)") &&
-                      Catch::Contains("vocab_size 32000 (model: 50257)"));
-  // Written by the importer's writer and read back, the dimensions survive.
-  auto back = read_profile(test::doc(importer::to_yaml(full, "test"), "back.yaml"));
-  REQUIRE(back.ok());
-  CHECK(back->model.num_kv_heads == 16);
-  CHECK(back->model.ffn_hidden_size == 4096);
-  CHECK(back->model.vocab_size == 32000);
+  m.seq_length = 2048;
+  CHECK(profile_mismatch(*p, m, "m").empty());
+  // A profile that records them is checked in all of them.
+  p->model = profile_model(m);
+  p->model.ffn_hidden_size = 4096;
+  p->model.num_kv_heads = 4;
+  p->model.vocab_size = 50272;
+  auto all = profile_mismatch(*p, m, "m");
+  REQUIRE(all.size() == 3);
+  CHECK(all[0].path == "model.num_kv_heads");
+  CHECK(all[1].path == "model.ffn_hidden_size");
+  CHECK(all[2].path == "model.vocab_size");
 }

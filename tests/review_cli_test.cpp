@@ -283,7 +283,9 @@ units:  # docs/examples/a100-opt-350m.profile.yaml with every time 1.3x
      recompute: 1.43ms, activation_memory: 190MiB, parameter_memory: 24MiB}
   - {unit: embedding, tp: 1, cp: 1, micro_batch_size: 1, forward: 1.04ms, backward: 0.013ms}
   - {unit: head, tp: 1, cp: 1, micro_batch_size: 1, forward: 2.73ms, backward: 5.2ms}
-optimizer_step: 1.95ms
+optimizer_step:
+  - {tp: 1, time: 3.9ms}
+  - {tp: 2, time: 1.95ms}
 )");
 
   CheckedPlan() {

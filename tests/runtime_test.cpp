@@ -421,6 +421,15 @@ TEST_CASE("hetexec profile measures a model on the CPU backend and writes a vali
   // the forward again.
   auto p = het::load_profile(out);
   REQUIRE(p.ok());
+  // Every dimension of the model it measured (tiny-gpt: kv heads and MLP width by default),
+  // and the optimizer step of the tp it was measured at.
+  CHECK(p->model.hidden_size == 64);
+  CHECK(p->model.num_kv_heads == 4);
+  CHECK(p->model.ffn_hidden_size == 256);
+  CHECK(p->model.vocab_size == 256);
+  CHECK(p->model.seq_length == 32);
+  REQUIRE(p->optimizer_step.size() == 1);
+  CHECK(p->optimizer_step[0].tp == 1);
   auto layer = [&](int tp) {
     for (const auto& row : p->units)
       if (row.unit == het::UnitKind::layer && row.tp == tp && row.micro_batch_size == 2) return row;

@@ -32,7 +32,7 @@
 #include <thread>
 #include "control_commands.hpp"
 #include "progress.hpp"
-#include "importer/importer.hpp"
+#include "spec/profile.hpp"
 #include "node/node.hpp"
 #include "profiler/profiler.hpp"
 
@@ -503,7 +503,7 @@ int main(int argc, char** argv) {
     std::string tps;
     for (int tp : profile_opt.tp) tps += (tps.empty() ? "" : ", ") + std::to_string(tp);
     std::ofstream out(profile_out);
-    out << het::importer::to_yaml(*p, "Measured by `hetexec profile --backend " + backend + "` (tp " + tps + ", median of " +
+    out << het::write_profile(*p, "Measured by `hetexec profile --backend " + backend + "` (tp " + tps + ", median of " +
                                           std::to_string(profile_opt.repeats) + " runs, slowdown " +
                                           std::to_string(profile_opt.slowdown) + ") on " + (*be)->describe() + " for " +
                                           m->name + ".");

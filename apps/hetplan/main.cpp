@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <cstdio>
@@ -40,7 +41,7 @@ nlohmann::ordered_json report_json(const het::InputsReport& report) {
       errors.push_back({{"file", e.file}, {"line", e.line}, {"column", e.column}, {"path", e.path},
                         {"message", e.message}, {"text", e.to_string()}});
     inputs.push_back({{"kind", c.kind}, {"file", c.file}, {"valid", c.errors.empty()}, {"summary", c.summary},
-                      {"errors", errors}});
+                      {"assumptions", c.assumptions}, {"errors", errors}});
   }
   return {{"valid", report.ok()}, {"inputs", inputs}};
 }
@@ -62,6 +63,7 @@ int run_validate(const het::InputFiles& files, const std::string& format) {
     std::string file = c.file + std::string(width - c.file.size(), ' ');
     if (c.errors.empty()) {
       std::cout << kind << file << "  ok       " << c.summary << "\n";
+      for (const auto& a : c.assumptions) std::cout << std::string(kind.size() + file.size() + 11, ' ') << "assumes: " << a << "\n";
     } else {
       std::cout << kind << file << "  INVALID  " << c.errors.size() << " problem" << (c.errors.size() == 1 ? "" : "s")
                 << "\n";
@@ -148,18 +150,19 @@ het::Result<SearchInputs> load_search_inputs(const SearchArgs& a) {
   SearchInputs in;
   auto catalog = a.catalog ? het::load_catalog(*a.catalog) : het::builtin_catalog();
   if (!catalog) return catalog.errors();
-  if (auto m = het::load_model(a.model)) in.model = *m;
-  else errors.insert(errors.end(), m.errors().begin(), m.errors().end());
+  auto model = het::load_model(a.model);
+  if (model) in.model = *model;
+  else errors.insert(errors.end(), model.errors().begin(), model.errors().end());
   if (auto c = het::load_cluster(a.cluster, *catalog)) in.cluster = *c;
   else errors.insert(errors.end(), c.errors().begin(), c.errors().end());
   for (const auto& f : a.profiles) {
-    if (auto p = het::load_profile(f)) in.profiles.push_back(*p);
-    else errors.insert(errors.end(), p.errors().begin(), p.errors().end());
+    auto p = het::load_profile(f);
+    const auto problems = !p ? p.errors()
+                         : model ? het::profile_mismatch(*p, in.model, "the model (" + a.model + ")")
+                                 : het::Diagnostics{};
+    errors.insert(errors.end(), problems.begin(), problems.end());
+    if (p) in.profiles.push_back(*p);
   }
-  if (!errors.empty()) return errors;
-  for (std::size_t i = 0; i < in.profiles.size(); ++i)  // measured for other dimensions: refused
-    if (auto why = het::profile_mismatch(in.profiles[i], in.model); !why.empty())
-      errors.push_back({a.profiles[i], 0, 0, "model", why + " in " + a.model});
   if (!errors.empty()) return errors;
   return in;
 }
@@ -296,16 +299,23 @@ int run_import(const ImportArgs& a) {
     print_errors(model.errors());
     return kInvalid;
   }
-  het::importer::Options o{a.from, a.dir, *model, a.device, a.llm_info};
+  het::importer::Options o{a.from, a.dir, *model, a.device, a.llm_info, a.model};
   auto profile = het::importer::import_profile(o);
   if (!profile) {
     print_errors(profile.errors());
     return kInvalid;
   }
-  std::string header = "Imported by `hetplan profile import --from " + a.from + "` from " + a.dir +
-                       "\nfor the model shape of " + model->name + ". Times are measured per micro-batch.";
-  if (a.from == "sailor") header += "\nSource: Sailor (eth-easl/sailor), MIT licence.";
-  const std::string text = het::importer::to_yaml(*profile, header);
+  // How it was made, for whoever reads the profile.
+  std::string header = "Imported by `hetplan profile import --from " + a.from + " " + a.dir + " --model " + a.model +
+                       (a.llm_info ? " --llm-info " + *a.llm_info : "") + "`, for " + model->name + ".\n" +
+                       "Times per micro-batch; optimizer_step per layer's parameters (the peer data spreads the step "
+                       "evenly over the layers).";
+  if (std::any_of(profile->units.begin(), profile->units.end(), [](const auto& r) { return r.parameter_memory; }))
+    header += "\nMemory at " + std::to_string(het::dtype_bytes(model->dtype)) + " bytes a value (" +
+              het::to_string(model->dtype) + ", the model's dtype).";
+  header += a.from == "sailor" ? "\nSource: Sailor (eth-easl/sailor), MIT licence."
+                               : "\nSource: the Metis-format files Sailor (eth-easl/sailor) wrote from its measurements, MIT licence.";
+  const std::string text = het::write_profile(*profile, header);
   // What we write must read back: the importer's output goes through the same checks.
   auto doc = het::input::parse(text, a.output);
   auto reread = doc ? het::read_profile(*doc) : het::Result<het::ProfileSpec>(doc.errors());
@@ -417,7 +427,8 @@ int main(int argc, char** argv) {
   import->add_option("dir", import_args.dir, "the profile directory of one model and one GPU")->required();
   import->add_option("--model", import_args.model, "model.yaml of the profiled model's shape")->required();
   import->add_option("--device", import_args.device, "device type (default: from the directory name)");
-  import->add_option("--llm-info", import_args.llm_info, "sailor: misc/llm_info.json, for memory sizes");
+  import->add_option("--llm-info", import_args.llm_info,
+                     "sailor: misc/llm_info.json, for memory sizes (metis files carry their own: refused)");
   import->add_option("-o,--output", import_args.output, "profile.yaml to write")->required();
 
   hetplan::ReviewCommands review(app);  // diff, check

@@ -94,7 +94,7 @@ Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const
       stage->zero_grad();
       if (r >= 2) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / L);
     }
-    p.optimizer_step = median(t) * o.slowdown;
+    p.optimizer_step = {{1, std::nullopt, median(t) * o.slowdown}};  // a tp-1 stage's: its scaling is the cost model's
   }
   return p;
 }

@@ -21,10 +21,13 @@ const char* to_string(Source s) {
 
 ComputeModel::ComputeModel(const ModelSpec& model, std::vector<ProfileSpec> profiles) : model_(model) {
   for (auto& p : profiles) {
-    if (auto why = profile_mismatch(p, model); !why.empty()) {
-      notes_.push_back("profile for " + p.device + " not used: " + why);
+    if (auto why = profile_mismatch(p, model, "the model"); !why.empty()) {
+      std::string fields;
+      for (const auto& d : why) fields += (fields.empty() ? "" : "; ") + d.message;
+      notes_.push_back("profile for " + p.device + " not used: " + fields);
       continue;
     }
+    for (const auto& a : p.assumptions) notes_.push_back("profile for " + p.device + " assumes: " + a);
     profiles_.push_back(std::move(p));
   }
 }
@@ -33,10 +36,25 @@ bool ComputeModel::has_profile(const std::string& device_type) const {
   return std::any_of(profiles_.begin(), profiles_.end(), [&](const ProfileSpec& p) { return p.device == device_type; });
 }
 
-std::optional<double> ComputeModel::optimizer_step(const std::string& device_type) const {
+std::optional<double> ComputeModel::optimizer_step(const std::string& device_type, int tp) const {
+  const ProfileSpec* profile = nullptr;
   for (const auto& p : profiles_)
-    if (p.device == device_type && p.optimizer_step) return p.optimizer_step;
-  return std::nullopt;
+    if (p.device == device_type && !p.optimizer_step.empty()) profile = &p;
+  if (profile == nullptr) return std::nullopt;
+  const auto& steps = profile->optimizer_step;
+  if (!steps.front().tp) return steps.front().time;  // the single time of every tp
+  auto distance = [&](int measured) { return std::fabs(std::log2(double(measured) / tp)); };
+  int nearest = *steps.front().tp;
+  for (const auto& s : steps)
+    if (distance(*s.tp) < distance(nearest) || (distance(*s.tp) == distance(nearest) && *s.tp > nearest))
+      nearest = *s.tp;
+  std::vector<double> times;
+  for (const auto& s : steps)
+    if (*s.tp == nearest) times.push_back(s.time);
+  std::sort(times.begin(), times.end());
+  const std::size_t n = times.size();
+  const double median = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  return median * nearest / tp;
 }
 
 UnitCost ComputeModel::analytic(UnitKind kind, const DeviceSpec& d, int tp, int cp, double b, int seq) const {

@@ -35,14 +35,22 @@ inline constexpr double kDefaultEfficiency = 0.5;
 
 class ComputeModel {
  public:
-  // Keeps the profiles measured for this model's shape; the others are listed in notes().
+  // Keeps the profiles measured for this model's dimensions; the others are listed in
+  // notes() and not used (the command line refuses them first: profile_mismatch()). A kept
+  // profile's assumptions are listed in notes() too.
   ComputeModel(const ModelSpec& model, std::vector<ProfileSpec> profiles);
 
   // `sequences`: sequences of the micro-batch on one device (micro_batch_size / dp).
   UnitCost unit(UnitKind kind, const DeviceSpec& device, int tp, int cp, double sequences) const;
   const std::vector<std::string>& notes() const { return notes_; }
-  // The profiled optimizer step per layer's parameters on this device type, if measured.
-  std::optional<double> optimizer_step(const std::string& device_type) const;
+  // The profiled optimizer step per layer's parameters on one device of this type in a stage
+  // of this tp, if measured:
+  //   - a profile's single time (`optimizer_step: 1.5ms`) holds for every tp;
+  //   - rows of this tp: the median over their micro-batch sizes (the step does not depend on
+  //     the micro-batch: Sailor's A100-40 OPT-350 tp-1 rows span 2.930-2.947 ms over 1..8);
+  //   - a tp not measured: the nearest measured tp (in log2; the larger on a tie) scaled by
+  //     measured tp / tp, the share of a layer's parameters one device updates.
+  std::optional<double> optimizer_step(const std::string& device_type, int tp) const;
   bool has_profile(const std::string& device_type) const;
 
  private:

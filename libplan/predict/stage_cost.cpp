@@ -88,8 +88,8 @@ double gradient_sync_s(const ModelSpec& m, double params, int replicas, const Li
   return cost::allreduce_s(params * dtype_bytes(m.dtype), replicas, link);
 }
 
-double optimizer_s(const cost::ComputeModel& compute, const DeviceSpec& device, double params, double layers, double shard) {
-  if (auto per_layer = compute.optimizer_step(device.type)) return *per_layer * std::max(1.0, layers) / shard;
+double optimizer_s(const cost::ComputeModel& compute, const DeviceSpec& device, int tp, double params, double layers, double shard) {
+  if (auto per_layer = compute.optimizer_step(device.type, tp)) return *per_layer * std::max(1.0, layers) / shard;
   return params / shard * kAdamBytesPerParameter / device.mem_bandwidth;
 }
 

@@ -52,11 +52,11 @@ double gradient_sync_s(const ModelSpec& m, double params, int replicas, const Li
 // fp32 moments and the 16-bit gradient (14 bytes) and writes the master weight, the moments
 // and the 16-bit weight (14 bytes).
 inline constexpr double kAdamBytesPerParameter = 28;
-// Seconds of the optimizer step of a stage on `device` holding `params` parameters per device
+// Seconds of the optimizer step of a stage of TP degree `tp` on `device` holding `params` parameters per device
 // (a stage's over its tp) and `layers` layers, sharded `shard` ways by ZeRO: the profile's
-// measured step per layer where it has one, else kAdamBytesPerParameter at the device's
+// measured step per layer at that tp where it has one, else kAdamBytesPerParameter at the device's
 // memory bandwidth.
-double optimizer_s(const cost::ComputeModel& compute, const DeviceSpec& device, double params, double layers, double shard);
+double optimizer_s(const cost::ComputeModel& compute, const DeviceSpec& device, int tp, double params, double layers, double shard);
 
 // The memory model's view of a stage.
 cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, int zero_dp, int in_flight);

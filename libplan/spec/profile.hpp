@@ -2,9 +2,12 @@
 // Profiled costs of one device type (profile.yaml, format hetplan.profile/v1; schema in
 // docs/inputs.md): per unit kind (embedding, layer, attn, mlp, head) and shape (tp, cp,
 // micro-batch size, sequence length) the measured forward/backward/recompute times and
-// memory. The cost model interpolates between rows.
+// memory; the optimizer step per tp (and micro-batch); the model dimensions they were
+// measured for; and, in sentences, what the profile assumes rather than measured. The cost
+// model interpolates between rows.
 //
-// read_profile() checks the schema and rejects two rows with the same shape.
+// read_profile() checks the schema and rejects two rows (or two optimizer steps) with the
+// same shape; write_profile() writes text that read_profile() reads back to the same values.
 #include <map>
 #include <optional>
 #include <string>
@@ -29,34 +32,50 @@ struct ProfileRow {
   double forward = 0, backward = 0;        // seconds per micro-batch
   std::optional<double> recompute;         // seconds
   std::optional<double> activation_memory; // bytes per micro-batch held until backward
-  std::optional<double> parameter_memory;  // bytes of parameters on one device
+  std::optional<double> parameter_memory;  // bytes of the unit's weights on one device, in the model's dtype
   int line = 0;                            // where the row is in its file (0 when made in code)
 };
 
-// The model shape the profile was measured with. The last three are optional in the file
-// (profiles written before they were recorded); when given they must match the model too.
+// The model dimensions the profile was measured for. The optional ones are absent from
+// profiles written before they were recorded, and then not checked.
 struct ProfileModel {
   Architecture architecture = Architecture::gpt;
   int hidden_size = 0;
   int num_attention_heads = 0;
   int seq_length = 0;
-  std::optional<int> num_kv_heads, ffn_hidden_size, vocab_size;
+  std::optional<int> num_kv_heads = {}, ffn_hidden_size = {}, vocab_size = {};
 };
-// The dimensions of `model` as a profile records them (all fields set).
+// All the dimensions of a model, as a profile measured for it records them.
 ProfileModel profile_model(const ModelSpec& model);
 
+// One measured optimizer step: seconds per layer's parameters on one device. `tp` is absent
+// only in the single-time form (`optimizer_step: 1.5ms`), which holds for every tp.
+struct OptimizerStep {
+  std::optional<int> tp;
+  std::optional<int> micro_batch_size;
+  double time = 0;
+};
+
 struct ProfileSpec {
+  std::string file;    // where it was read from; empty when made in code
+  int model_line = 0;  // the line of its `model` field
   std::string device;  // device type, as in the cluster (e.g. A100-40GB)
   ProfileModel model;
   std::vector<ProfileRow> units;
-  std::optional<double> optimizer_step;  // seconds per layer's parameters
-  std::map<LinkClass, LinkSpec> links;   // fitted alpha-beta per link class
+  std::vector<OptimizerStep> optimizer_step;  // empty when not measured
+  std::vector<std::string> assumptions;       // what the numbers take for granted, in sentences
+  std::map<LinkClass, LinkSpec> links;        // fitted alpha-beta per link class
 };
 
 Result<ProfileSpec> read_profile(const input::Document& doc);
 Result<ProfileSpec> load_profile(const std::string& file);
+// profile.yaml text, the header as comment lines first.
+std::string write_profile(const ProfileSpec& profile, const std::string& header_comment);
 
-// Empty when the profile can serve this model; else a sentence saying what differs.
-std::string profile_mismatch(const ProfileSpec& profile, const ModelSpec& model);
+// One diagnostic per dimension in which the profile's model differs from `model` (at the
+// profile's file and `model` line, path model.FIELD, both values named; `model_name` says
+// where the model came from); empty when the profile can serve the model. Dimensions the
+// profile does not record are not compared.
+Diagnostics profile_mismatch(const ProfileSpec& profile, const ModelSpec& model, const std::string& model_name);
 
 }  // namespace het

@@ -79,7 +79,7 @@ std::string plan_summary(const Plan& plan) {
 InputsReport check_inputs(const InputFiles& files) {
   InputsReport report;
   auto add = [&](std::string kind, std::string file) -> CheckedInput& {
-    report.inputs.push_back({std::move(kind), std::move(file), {}, {}});
+    report.inputs.push_back({std::move(kind), std::move(file), {}, {}, {}});
     return report.inputs.back();
   };
 
@@ -116,9 +116,8 @@ InputsReport check_inputs(const InputFiles& files) {
       continue;
     }
     c.summary = profile_summary(*p);
-    if (model)
-      if (auto why = profile_mismatch(*p, *model); !why.empty())
-        c.errors.push_back({file, 0, 0, "model", why + " in " + *files.model});
+    c.assumptions = p->assumptions;
+    if (model) c.errors = profile_mismatch(*p, *model, "the model (" + *files.model + ")");
   }
   if (files.plan) {
     auto& c = add("plan", *files.plan);
@@ -163,12 +162,10 @@ Result<LoadedPlan> read_plan_inputs(const InputFiles& files) {
   if (!errors.empty()) return errors;
   auto plan = load_plan(*files.plan, {model ? &*model : nullptr, cluster ? &*cluster : nullptr, &*catalog});
   if (!plan) return plan.errors();
-  out.plan = std::move(*plan);
-  // A profile measured for other model dimensions would cost the plan wrongly: refused.
-  for (std::size_t i = 0; i < out.profiles.size(); ++i)
-    if (auto why = profile_mismatch(out.profiles[i], out.plan.model); !why.empty())
-      errors.push_back({files.profiles[i], 0, 0, "model", why + " in " + (files.model ? *files.model : "the plan's model")});
+  const std::string model_name = files.model ? "the model (" + *files.model + ")" : "the plan's model (" + *files.plan + ")";
+  for (const auto& p : out.profiles) take(profile_mismatch(p, plan->model, model_name));
   if (!errors.empty()) return errors;
+  out.plan = std::move(*plan);
   return out;
 }
 

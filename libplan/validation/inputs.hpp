@@ -1,8 +1,8 @@
 #pragma once
 // Checks a set of user inputs together, as `hetplan validate` does: each file on its own
-// (schema and semantics), then across files (a profile measured for another model shape,
-// a plan against the given model and cluster). Each checked input gets a one-line summary
-// for people, or its diagnostics.
+// (schema and semantics), then across files (a profile measured for a model of other
+// dimensions: one error per differing dimension; a plan against the given model and
+// cluster). Each checked input gets a one-line summary for people, or its diagnostics.
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +23,7 @@ struct CheckedInput {
   std::string kind;     // "catalog", "model", "cluster", "profile", "plan"
   std::string file;
   std::string summary;  // what was found, when valid
+  std::vector<std::string> assumptions;  // a profile's: what its numbers take for granted
   Diagnostics errors;   // empty when valid
 };
 
@@ -34,7 +35,8 @@ struct InputsReport {
 InputsReport check_inputs(const InputFiles& files);
 
 // A plan ready to simulate: read with the given model/cluster (which replace the plan's
-// own), validated, and the profiles read. Every problem of every file, or the plan.
+// own), validated, and the profiles read and checked against the plan's model. Every
+// problem of every file, or the plan.
 struct LoadedPlan {
   Plan plan;
   std::vector<ProfileSpec> profiles;
