@@ -2,13 +2,15 @@
 // Checks a set of user inputs together, as `hetplan validate` does: each file on its own
 // (schema and semantics), then across files (a profile measured for another model shape,
 // a plan against the given model and cluster). Each checked input gets a one-line summary
-// for people, or its diagnostics.
+// for people, or its diagnostics; a valid plan may get warnings (profiles it was predicted
+// with that are neither embedded nor given: plan/profiles.hpp).
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "diag/diag.hpp"
 #include "plan/plan.hpp"
+#include "plan/profiles.hpp"
 #include "spec/profile.hpp"
 
 namespace het {
@@ -24,6 +26,7 @@ struct CheckedInput {
   std::string file;
   std::string summary;  // what was found, when valid
   Diagnostics errors;   // empty when valid
+  Diagnostics warnings; // problems that do not make it invalid
 };
 
 struct InputsReport {
@@ -34,10 +37,11 @@ struct InputsReport {
 InputsReport check_inputs(const InputFiles& files);
 
 // A plan ready to simulate: read with the given model/cluster (which replace the plan's
-// own), validated, and the profiles read. Every problem of every file, or the plan.
+// own), validated, and its profiles chosen from the plan's embedded ones and the given
+// files (choose_profiles()). Every problem of every file, or the plan.
 struct LoadedPlan {
-  Plan plan;
-  std::vector<ProfileSpec> profiles;
+  Plan plan;  // its `profiles` are the chosen ones (profiles.used), so a prediction records them
+  ProfileChoice profiles;
 };
 Result<LoadedPlan> load_plan_inputs(const InputFiles& files);
 // The same without validate_plan(): for `hetplan check`, to which a plan that no longer
