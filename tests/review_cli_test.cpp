@@ -593,7 +593,7 @@ TEST_CASE("hetplan check fails a plan whose profiles were removed, naming the de
   CHECK(p.run(with_profiles({"validate", "--plan", stripped})).err.empty());
 }
 
-TEST_CASE("--profile replaces a plan's embedded profile for its device type, changes the prediction and says so") {
+TEST_CASE("a --profile replaces a plan's embedded profile for its device type, changes the prediction and says so") {
   ProfiledPlan p;
   const std::string a100 = read_json(p.plan)["profiles"][0]["sha256"];
   // The shipped A100 profile with its microsecond times 10x.
