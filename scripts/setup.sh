@@ -13,6 +13,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libeigen3-dev libtbb-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libibverbs-dev catch2 libmetis-dev libspdlog-dev libfmt-dev
+  libssl-dev  # SHA-256 of the profiles a plan embeds
   openssl  # tests make throw-away TLS certificates with it (the TLS tests skip without it)
   python3-jsonschema  # tests check every plan against docs/plan.schema.json (skipped without it)
   chromium fonts-dejavu-core  # tests render hetplan show's pictures headless (skipped without chromium)

@@ -91,3 +91,29 @@ TEST_CASE("diagnostics print as file:line:column: path: message") {
   CHECK(d.to_string() == "c.yaml:7:5: subclusters[1].nodes: expected a whole number");
   CHECK(Diagnostic{"c.yaml", 0, 0, "", "empty"}.to_string() == "c.yaml: empty");
 }
+
+TEST_CASE("to_json keeps every scalar's text, so the JSON reads back as the YAML did") {
+  const char* yaml = R"(a: 2048
+b: 1.5
+c: 400us
+d: "7"
+e: true
+f: ~
+g: 1e3
+h: 1.50
+i: 007
+j: [1, 2.25, x]
+k: {nested: -3}
+)";
+  auto d = input::parse(yaml, "p.yaml");
+  REQUIRE(d.ok());
+  const auto j = input::to_json(d->root);
+  CHECK(j.dump() == R"({"a":2048,"b":1.5,"c":"400us","d":"7","e":true,"f":null,"g":"1e3","h":"1.50","i":"007",)"
+                     R"("j":[1,2.25,"x"],"k":{"nested":-3}})");
+  auto back = input::parse(j.dump(), "p.json");
+  REQUIRE(back.ok());
+  for (const char* key : {"a", "b", "c", "d", "e", "g", "h", "i"})
+    CHECK(back->root[key].Scalar() == d->root[key].Scalar());
+  CHECK(back->root["f"].IsNull());
+  CHECK(back->root["j"][1].Scalar() == "2.25");
+}

@@ -1,10 +1,13 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
+#include "digest/digest.hpp"
 #include "plan/plan_io.hpp"
+#include "plan/profiles.hpp"
 #include "plan/validate.hpp"
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
@@ -106,7 +109,13 @@ TEST_CASE("a written plan embeds its specs and reads back identically") {
   plan->pipelines[0].stages[0].warmup = 2;
   plan->pipelines[0].stages[0].predicted = StagePrediction{0.01, 0.02, 12e9};
   plan->algorithm = AlgorithmInfo{"uniform", 0.5, 42, 1.25, 0.1, {{"uniform", 1.375, 0.5, 42}}};
-  plan->profiles.push_back({"A100-40GB", std::string(64, 'a')});
+  auto a100 = load_profile_file(HET_SOURCE_DIR "/profiles/opt-350m/a100-40.profile.yaml");
+  REQUIRE(a100.ok());
+  plan->profiles.push_back(a100->profile);
+  PlanProfile digest_only;  // a plan whose V100 profile was removed
+  digest_only.device = "V100-16GB";
+  digest_only.sha256 = std::string(64, 'a');
+  plan->profiles.push_back(digest_only);
   Prediction p;
   p.iteration_s = 3.5;
   p.per_stage = nlohmann::ordered_json::array({{{"stage", 0}, {"name", "s0"}, {"busy", 0.75}}});
@@ -119,6 +128,144 @@ TEST_CASE("a written plan embeds its specs and reads back identically") {
   CHECK(write_plan(*back) == text);
   CHECK(back->pipelines[0].stages[0].warmup == 2);
   CHECK(back->predicted->per_stage[0]["name"] == "s0");
+  // The embedded profile reads back to the file's costs, row for row.
+  REQUIRE(back->profiles.size() == 2);
+  REQUIRE(back->profiles[0].profile.has_value());
+  const ProfileSpec& file = *a100->profile.profile;
+  const ProfileSpec& embedded = *back->profiles[0].profile;
+  CHECK(back->profiles[0].sha256 == a100->profile.sha256);
+  REQUIRE(embedded.units.size() == file.units.size());
+  REQUIRE(file.units.size() == 36);
+  for (std::size_t i = 0; i < file.units.size(); ++i) {
+    CHECK(embedded.units[i].forward == file.units[i].forward);
+    CHECK(embedded.units[i].backward == file.units[i].backward);
+    CHECK(embedded.units[i].activation_memory == file.units[i].activation_memory);
+  }
+  CHECK(embedded.optimizer_step == file.optimizer_step);
+  CHECK_FALSE(back->profiles[1].profile.has_value());
+  CHECK(back->profiles[1].document.is_null());
+}
+
+TEST_CASE("a profile file's digest is the SHA-256 of its bytes") {
+  CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string path = HET_SOURCE_DIR "/profiles/opt-350m/v100-16.profile.yaml";
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  auto p = load_profile_file(path);
+  REQUIRE(p.ok());
+  CHECK(p->profile.sha256 == sha256_hex(bytes.str()));
+  CHECK(p->profile.device == "V100-16GB");
+  CHECK(p->profile.document["device"] == "V100-16GB");
+  CHECK(p->profile.document["units"][0]["forward"].is_string());  // a quantity keeps its text
+}
+
+TEST_CASE("an embedded profile with a problem is reported at its line in the plan file") {
+  Specs s;
+  auto plan = read(kDecisions, s.specs());
+  REQUIRE(plan.ok());
+  auto a100 = load_profile_file(HET_SOURCE_DIR "/profiles/opt-350m/a100-40.profile.yaml");
+  REQUIRE(a100.ok());
+  plan->profiles.push_back(a100->profile);
+  const std::string text = write_plan(*plan);
+  REQUIRE(read(text, s.specs()).ok());
+
+  // units[3].forward loses its unit.
+  std::string bad = text;
+  const std::string row3 = "\"forward\": \"685us\"";
+  const auto at = bad.find(row3);
+  REQUIRE(at != std::string::npos);
+  bad.replace(at, row3.size(), "\"forward\": 685");
+  const int line = 1 + static_cast<int>(std::count(bad.begin(), bad.begin() + static_cast<long>(at), '\n'));
+  auto r = read(bad, s.specs());
+  REQUIRE_FALSE(r.ok());
+  REQUIRE(r.errors().size() == 1);
+  CHECK(r.errors()[0].file == "plan.json");
+  CHECK(r.errors()[0].line == line);
+  CHECK(r.errors()[0].path == "profiles[0].profile.units[3].forward");
+  CHECK_THAT(r.errors()[0].message, Catch::Contains("685"));
+
+  // The entry's device and the profile's disagree; the digest is not a SHA-256.
+  std::string other = text;
+  const std::string device = "\"device\": \"A100-40GB\"";
+  other.replace(other.find(device), device.size(), "\"device\": \"H100\"");
+  other.replace(other.find(a100->profile.sha256), 64, "abc");
+  auto o = read(other, s.specs());
+  REQUIRE_FALSE(o.ok());
+  const std::string msg = test::text(o.errors());
+  CHECK_THAT(msg, Catch::Contains("profiles[0].profile.device: the embedded profile is for A100-40GB, but "
+                                  "profiles[0].device says H100"));
+  CHECK_THAT(msg, Catch::Contains("profiles[0].sha256: expected the SHA-256 of the profile file as 64 lowercase hex"));
+}
+
+TEST_CASE("choose_profiles: given files replace the plan's, digests without content are unavailable") {
+  Specs s;
+  Plan plan = *read(kDecisions, s.specs());
+  auto load = [](const std::string& name) {
+    auto p = load_profile_file(HET_SOURCE_DIR + std::string("/") + name);
+    REQUIRE(p.ok());
+    return *p;
+  };
+  const ProfileFile a100 = load("profiles/opt-350m/a100-40.profile.yaml");
+  const ProfileFile v100 = load("profiles/opt-350m/v100-16.profile.yaml");
+  const ProfileFile docs_a100 = load("docs/examples/a100-opt-350m.profile.yaml");
+  const ProfileFile rtx = load("profiles/opt-350m/rtx-3090.profile.yaml");  // no such device in the cluster
+  REQUIRE(docs_a100.profile.device == "A100-40GB");
+  REQUIRE(docs_a100.profile.sha256 != a100.profile.sha256);
+
+  // Searching: the given ones for the cluster's device types, in its order.
+  auto searched = choose_profiles(plan, {rtx, v100, a100});
+  REQUIRE(searched.used.size() == 2);
+  CHECK(searched.used[0].sha256 == a100.profile.sha256);
+  CHECK(searched.used[1].sha256 == v100.profile.sha256);
+  CHECK(searched.notes.empty());
+  CHECK(searched.unavailable.empty());
+  CHECK(searched.specs().size() == 2);
+
+  // The plan embeds the a100 profile and names the v100 one by its digest only.
+  plan.profiles = {a100.profile, v100.profile};
+  plan.profiles[1].document = nullptr;
+  plan.profiles[1].profile.reset();
+  auto alone = choose_profiles(plan, {});
+  REQUIRE(alone.used.size() == 1);
+  CHECK(alone.used[0].sha256 == a100.profile.sha256);
+  REQUIRE(alone.unavailable.size() == 1);
+  CHECK(alone.unavailable[0].device == "V100-16GB");
+  CHECK(unavailable_sentence(alone.unavailable[0]) ==
+        "the plan was predicted with a profile for V100-16GB (sha256 " + v100.profile.sha256 +
+            ") that is not available (neither embedded in the plan nor given with --profile); its costs are now analytic");
+
+  // Given files: the v100 one fills the gap silently (same digest), another a100 one replaces
+  // the plan's and a note says so; the last given file for a device type wins.
+  auto given = choose_profiles(plan, {a100, docs_a100, v100});
+  CHECK(given.unavailable.empty());
+  REQUIRE(given.used.size() == 2);
+  CHECK(given.used[0].sha256 == docs_a100.profile.sha256);
+  REQUIRE(given.notes.size() == 1);
+  CHECK(given.notes[0] == "profile for A100-40GB: " + docs_a100.file + " (sha256 " + docs_a100.profile.sha256 +
+                              "), replacing the plan's (sha256 " + a100.profile.sha256 + ")");
+
+  // A profile of another model shape is not used; the plan's own stays.
+  ProfileFile wide = a100;
+  wide.file = "wide.yaml";
+  wide.profile.profile->model.hidden_size = 2048;
+  auto shaped = choose_profiles(plan, {wide});
+  REQUIRE(shaped.used.size() == 1);
+  CHECK(shaped.used[0].sha256 == a100.profile.sha256);
+  REQUIRE(shaped.notes.size() == 1);
+  CHECK_THAT(shaped.notes[0], Catch::StartsWith("profile for A100-40GB in wide.yaml not used: "));
+
+  // A plan from before profiles were embedded: its prediction says v100 came from a profile.
+  plan.profiles.clear();
+  plan.predicted = Prediction{};
+  plan.predicted->per_stage = nlohmann::ordered_json::array(
+      {{{"subcluster", "a100"}, {"source", "analytic"}}, {{"subcluster", "v100"}, {"source", "interpolated"}}});
+  auto legacy = choose_profiles(plan, {});
+  REQUIRE(legacy.unavailable.size() == 1);
+  CHECK(legacy.unavailable[0].device == "V100-16GB");
+  CHECK(legacy.unavailable[0].sha256.empty());
+  CHECK(choose_profiles(plan, {v100}).unavailable.empty());
 }
 
 TEST_CASE("the example plan in docs/plan-format.md is valid") {

@@ -3,6 +3,7 @@
 // or a changed cluster would edit them.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -424,4 +425,222 @@ TEST_CASE("hetplan check of unreadable input or bad thresholds exits 2 with a me
   auto profile = c.check({"--profile", c.dir.write("bad.profile.yaml", "format: hetplan.profile/v1\ndevice: A100-40GB\n")});
   CHECK(profile.exit_code == 2);
   CHECK_THAT(profile.err, Contains("bad.profile.yaml"));
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The line of `out` that starts with `prefix` ("" when none).
+std::string line_starting(const std::string& out, const std::string& prefix) {
+  for (const auto& l : lines(out))
+    if (l.rfind(prefix, 0) == 0) return l;
+  return "";
+}
+
+// What `sha256sum FILE` prints for the file.
+std::string sha256sum(const std::string& file) {
+  const std::string tool = het::test::find_program("sha256sum");
+  REQUIRE_FALSE(tool.empty());
+  auto r = run_process({tool, file});
+  REQUIRE(r.exit_code == 0);
+  return r.out.substr(0, 64);
+}
+
+// A plan from `hetplan search` with the shipped OPT-350M profiles of the demo cluster's two
+// device types, with what the search printed, and copies of it edited by hand.
+struct ProfiledPlan {
+  het::test::TempDir dir;
+  std::string plan = dir.path() + "/plan.json";
+  std::string search_out;
+  double iteration_s = 0;
+
+  ProfiledPlan() {
+    auto r = run_process(with_profiles({HETPLAN_BIN, "search", "--model", kModel, "--cluster", kCluster, "--algo",
+                                        "uniform", "--time-budget", "10", "-o", plan}));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    search_out = r.out;
+    iteration_s = read_json(plan)["predicted"]["iteration_s"];
+  }
+
+  std::string edited(const std::string& name, const std::function<void(Json&)>& edit) const {
+    Json j = read_json(plan);
+    edit(j);
+    const std::string path = dir.path() + "/" + name;
+    write_json(path, j);
+    return path;
+  }
+
+  het::test::ProcessResult run(std::vector<std::string> args) const {
+    args.insert(args.begin(), HETPLAN_BIN);
+    return run_process(args);
+  }
+};
+
+// The profiles' content removed, their digests kept.
+void strip_profiles(Json& j) {
+  for (auto& p : j["profiles"]) p.erase("profile");
+}
+
+}  // namespace
+
+TEST_CASE("a plan searched with profiles embeds them: simulate, show and check on the plan alone reproduce the search") {
+  ProfiledPlan p;
+  const Json j = read_json(p.plan);
+  REQUIRE(j["profiles"].size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Json& entry = j["profiles"][i];
+    const std::string file = kProfiles[i];  // a100-40 (the cluster's first device type), v100-16
+    CHECK(entry["device"] == (i == 0 ? "A100-40GB" : "V100-16GB"));
+    CHECK(entry["sha256"] == sha256sum(file));
+    CHECK(entry["profile"]["format"] == "hetplan.profile/v1");
+    CHECK(entry["profile"]["device"] == entry["device"]);
+    const std::string text = read_text(file);
+    std::size_t rows = 0;
+    for (std::size_t at = text.find("\n  - {unit:"); at != std::string::npos; at = text.find("\n  - {unit:", at + 1)) ++rows;
+    CHECK(entry["profile"]["units"].size() == rows);
+  }
+
+  const std::string searched = line_starting(p.search_out, "iteration ");
+  REQUIRE_FALSE(searched.empty());
+  auto show = p.run({"show", p.plan});
+  INFO(show.out << show.err);
+  CHECK(show.exit_code == 0);
+  CHECK(line_starting(show.out, "iteration ") == searched);
+  CHECK_THAT(show.out, !Contains("note:"));
+
+  auto simulate = p.run({"simulate", p.plan, "--format", "json"});
+  REQUIRE(simulate.exit_code == 0);
+  const Json again = Json::parse(simulate.out);
+  CHECK(again["predicted"]["iteration_s"].get<double>() == p.iteration_s);
+  CHECK(again["profiles"] == j["profiles"]);
+  auto table = p.run({"simulate", p.plan});
+  CHECK(line_starting(table.out, "iteration ") == searched);
+
+  auto check = p.run({"check", p.plan, "--format", "json"});
+  INFO(check.out << check.err);
+  CHECK(check.exit_code == 0);
+  CHECK(Json::parse(check.out)["iteration_s"].get<double>() == p.iteration_s);
+  CHECK(check.err.empty());
+  // The maximum holds against the profiled prediction, on either side of it.
+  CHECK(p.run({"check", p.plan, "--max-iteration-s", std::to_string(p.iteration_s * 0.99)}).exit_code == 1);
+  CHECK(p.run({"check", p.plan, "--max-iteration-s", std::to_string(p.iteration_s * 1.01)}).exit_code == 0);
+
+  auto d = p.run({"diff", p.plan, p.plan, "--simulate"});
+  CHECK(d.exit_code == 0);
+  CHECK(lines(d.out).size() == 1);
+}
+
+TEST_CASE("hetplan check fails a plan whose profiles were removed, naming the devices, instead of passing on analytic costs") {
+  ProfiledPlan p;
+  const Json searched = read_json(p.plan);
+  const std::string a100 = searched["profiles"][0]["sha256"], v100 = searched["profiles"][1]["sha256"];
+  const std::string stripped = p.edited("stripped.json", strip_profiles);
+
+  // On analytic costs the plan is several times faster than searched.
+  auto simulate = p.run({"simulate", stripped, "--format", "json"});
+  REQUIRE(simulate.exit_code == 0);
+  const double analytic = Json::parse(simulate.out)["predicted"]["iteration_s"];
+  REQUIRE(analytic < 0.5 * p.iteration_s);
+  CHECK(Json::parse(simulate.out)["profiles"].empty());  // what it was predicted with now
+  CHECK_THAT(simulate.err, Contains("note: the plan was predicted with a profile for A100-40GB (sha256 " + a100 +
+                                    ") that is not available (neither embedded in the plan nor given with --profile)"));
+
+  auto show = p.run({"show", stripped});
+  CHECK(show.exit_code == 0);
+  CHECK_THAT(show.out, Contains("note: the plan was predicted with a profile for A100-40GB (sha256 " + a100 +
+                                ") that is not available") &&
+                           Contains("note: the plan was predicted with a profile for V100-16GB (sha256 " + v100 + ")"));
+
+  // A maximum the analytic costs meet and the searched prediction does not.
+  const std::string max = std::to_string((analytic + p.iteration_s) / 2);
+  auto check = p.run({"check", stripped, "--max-iteration-s", max});
+  INFO(check.out << check.err);
+  CHECK(check.exit_code == 1);
+  const auto out = lines(check.out);
+  REQUIRE(out.size() == 3);
+  CHECK_THAT(out[0], Catch::StartsWith("profiles: the plan was predicted with a profile for A100-40GB (sha256 " + a100 +
+                                       ") that is not available"));
+  CHECK_THAT(out[1], Catch::StartsWith("profiles: the plan was predicted with a profile for V100-16GB (sha256 " + v100));
+  CHECK_THAT(out[2], Catch::StartsWith("FAILED: " + stripped + ": 2 violations (profiles)"));
+
+  // Given back, the profiles reproduce the search, and the maximum fails on its own terms.
+  auto given = p.run(with_profiles({"check", stripped, "--max-iteration-s", max, "--format", "json"}));
+  CHECK(given.exit_code == 1);
+  const Json report = Json::parse(given.out);
+  CHECK(report["iteration_s"].get<double>() == p.iteration_s);
+  REQUIRE(report["violations"].size() == 1);
+  CHECK(report["violations"][0]["rule"] == "iteration");
+
+  // A plan written before plans embedded profiles (no digests): its recorded prediction says.
+  const std::string legacy = p.edited("legacy.json", [](Json& j) { j["profiles"] = Json::array(); });
+  auto old = p.run({"check", legacy, "--max-iteration-s", max});
+  CHECK(old.exit_code == 1);
+  CHECK_THAT(old.out, Contains("profiles: the plan's recorded prediction costed A100-40GB from a profile that the plan "
+                               "does not record and no --profile gives"));
+
+  // validate: the plan itself is valid, with a warning at the entry's line.
+  auto validate = p.run({"validate", "--plan", stripped});
+  CHECK(validate.exit_code == 0);
+  const std::string text = read_text(stripped);
+  const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(text.find("\"profiles\"")), '\n')) + 1;
+  CHECK_THAT(validate.err, Contains("warning: " + stripped + ":" + std::to_string(line) +
+                                    ": profiles[0]: the plan was predicted with a profile for A100-40GB"));
+  CHECK(p.run(with_profiles({"validate", "--plan", stripped})).err.empty());
+}
+
+TEST_CASE("a --profile replaces a plan's embedded profile for its device type, changes the prediction and says so") {
+  ProfiledPlan p;
+  const std::string a100 = read_json(p.plan)["profiles"][0]["sha256"];
+  // The shipped A100 profile with its microsecond times 10x.
+  std::string text = read_text(kProfiles[0]);
+  for (std::size_t at = text.find("us,"); at != std::string::npos; at = text.find("us,", at + 4)) text.insert(at, "0");
+  const std::string slow = p.dir.write("slow.profile.yaml", text);
+  const std::string slow_sha = sha256sum(slow);
+  const std::string note = "note: profile for A100-40GB: " + slow + " (sha256 " + slow_sha + "), replacing the plan's (sha256 " + a100 + ")";
+
+  const std::string replaced = p.dir.path() + "/replaced.json";
+  auto r = p.run({"simulate", p.plan, "--profile", slow, "-o", replaced});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains(note + "\n"));
+  const Json j = read_json(replaced);
+  const double slower = j["predicted"]["iteration_s"];
+  CHECK(slower > 1.5 * p.iteration_s);
+  CHECK(j["profiles"][0]["sha256"] == slow_sha);  // the written plan records what predicted it
+  CHECK(j["profiles"][1]["sha256"] == read_json(p.plan)["profiles"][1]["sha256"]);
+  auto alone = p.run({"simulate", replaced, "--format", "json"});
+  CHECK(Json::parse(alone.out)["predicted"]["iteration_s"].get<double>() == slower);
+
+  auto check = p.run({"check", p.plan, "--profile", slow});
+  CHECK(check.exit_code == 0);
+  CHECK_THAT(check.err, Contains(note));
+  // The same file as the embedded one replaces nothing.
+  auto same = p.run({"simulate", p.plan, "--profile", kProfiles[0]});
+  CHECK(same.exit_code == 0);
+  CHECK_THAT(same.out, !Contains("note:"));
+  CHECK(line_starting(same.out, "iteration ") == line_starting(p.search_out, "iteration "));
+}
+
+TEST_CASE("a corrupted embedded profile exits 2 naming the plan file's line and the field") {
+  ProfiledPlan p;
+  const std::string corrupt = p.edited("corrupt.json", [](Json& j) { j["profiles"][0]["profile"]["units"][3]["forward"] = "fast"; });
+  const std::string text = read_text(corrupt);
+  const auto at = text.find("\"fast\"");
+  REQUIRE(at != std::string::npos);
+  const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+  const std::string where = corrupt + ":" + std::to_string(line) + ":";
+  for (std::vector<std::string> args : {std::vector<std::string>{"simulate", corrupt}, {"show", corrupt}, {"check", corrupt},
+                                        {"validate", "--plan", corrupt}, {"diff", p.plan, corrupt, "--simulate"}}) {
+    auto r = p.run(args);
+    INFO(args[0] << ": " << r.out << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(where) && Contains(": profiles[0].profile.units[3].forward: ") && Contains("'fast'"));
+  }
 }

@@ -18,6 +18,7 @@
 #include "het/version.hpp"
 #include "importer/importer.hpp"
 #include "plan/plan_io.hpp"
+#include "plan/profiles.hpp"
 #include "predict/predict.hpp"
 #include "report/report.hpp"
 #include "review_commands.hpp"
@@ -35,14 +36,16 @@ constexpr int kInvalid = 2;
 
 nlohmann::ordered_json report_json(const het::InputsReport& report) {
   nlohmann::ordered_json inputs = nlohmann::ordered_json::array();
-  for (const auto& c : report.inputs) {
-    nlohmann::ordered_json errors = nlohmann::ordered_json::array();
-    for (const auto& e : c.errors)
-      errors.push_back({{"file", e.file}, {"line", e.line}, {"column", e.column}, {"path", e.path},
-                        {"message", e.message}, {"text", e.to_string()}});
+  auto diagnostics = [](const het::Diagnostics& list) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& e : list)
+      out.push_back({{"file", e.file}, {"line", e.line}, {"column", e.column}, {"path", e.path},
+                     {"message", e.message}, {"text", e.to_string()}});
+    return out;
+  };
+  for (const auto& c : report.inputs)
     inputs.push_back({{"kind", c.kind}, {"file", c.file}, {"valid", c.errors.empty()}, {"summary", c.summary},
-                      {"assumptions", c.assumptions}, {"errors", errors}});
-  }
+                      {"assumptions", c.assumptions}, {"errors", diagnostics(c.errors)}, {"warnings", diagnostics(c.warnings)}});
   return {{"valid", report.ok()}, {"inputs", inputs}};
 }
 
@@ -64,6 +67,7 @@ int run_validate(const het::InputFiles& files, const std::string& format) {
     if (c.errors.empty()) {
       std::cout << kind << file << "  ok       " << c.summary << "\n";
       for (const auto& a : c.assumptions) std::cout << std::string(kind.size() + file.size() + 11, ' ') << "assumes: " << a << "\n";
+      for (const auto& w : c.warnings) std::cerr << "warning: " << w.to_string() << "\n";
     } else {
       std::cout << kind << file << "  INVALID  " << c.errors.size() << " problem" << (c.errors.size() == 1 ? "" : "s")
                 << "\n";
@@ -86,6 +90,13 @@ bool write_file(const std::string& path, const std::string& text) {
     return false;
   }
   return true;
+}
+
+// The sentences about a plan's profiles: replaced or not used, then unavailable.
+std::vector<std::string> profile_notes(const het::ProfileChoice& profiles) {
+  std::vector<std::string> notes = profiles.notes;
+  for (const auto& p : profiles.unavailable) notes.push_back(het::unavailable_sentence(p));
+  return notes;
 }
 
 struct SimulateArgs {
@@ -111,12 +122,18 @@ int run_simulate(const SimulateArgs& a, const hetplan::ShowArgs* show) {
   if (a.resharding != "cheapest") opt.resharding = het::parse_resharding(a.resharding);
   opt.overlap_sync = a.overlap_sync;
   opt.trace = !a.trace.empty() || (show && hetplan::show_needs_trace(*show));
-  het::cost::ComputeModel compute(loaded->plan.model, loaded->profiles);
+  het::cost::ComputeModel compute(loaded->plan.model, loaded->profiles.specs());
   auto outcome = het::predict::predict(loaded->plan, compute, opt);
   if (!outcome) {
     print_errors(outcome.errors());
     return kInvalid;
   }
+  // What the profiles mean for this prediction comes first among the notes, which the
+  // summary and the pictures show (on stderr where stdout is the plan's JSON).
+  std::vector<std::string> notes = profile_notes(loaded->profiles);
+  outcome->notes.insert(outcome->notes.begin(), notes.begin(), notes.end());
+  if (a.format == "json" && !show)
+    for (const auto& n : notes) std::cerr << "note: " << n << "\n";
   if (!a.trace.empty() && !write_file(a.trace, het::sim::chrome_trace(outcome->sim.trace))) return kInvalid;
   const std::string plan_json = het::write_plan(outcome->plan);
   if (!a.output.empty() && !write_file(a.output, plan_json)) return kInvalid;
@@ -142,29 +159,31 @@ struct SearchArgs {
 struct SearchInputs {
   het::ModelSpec model;
   het::ClusterSpec cluster;
-  std::vector<het::ProfileSpec> profiles;
+  het::ProfileChoice profiles;  // the plans record profiles.used
 };
 
 het::Result<SearchInputs> load_search_inputs(const SearchArgs& a) {
   het::Diagnostics errors;
-  SearchInputs in;
+  het::Plan shell;  // the model and cluster, for choosing the profiles
   auto catalog = a.catalog ? het::load_catalog(*a.catalog) : het::builtin_catalog();
   if (!catalog) return catalog.errors();
   auto model = het::load_model(a.model);
-  if (model) in.model = *model;
+  if (model) shell.model = *model;
   else errors.insert(errors.end(), model.errors().begin(), model.errors().end());
-  if (auto c = het::load_cluster(a.cluster, *catalog)) in.cluster = *c;
+  if (auto c = het::load_cluster(a.cluster, *catalog)) shell.cluster = *c;
   else errors.insert(errors.end(), c.errors().begin(), c.errors().end());
+  std::vector<het::ProfileFile> given;
   for (const auto& f : a.profiles) {
-    auto p = het::load_profile(f);
+    auto p = het::load_profile_file(f);
     const auto problems = !p ? p.errors()
-                         : model ? het::profile_mismatch(*p, in.model, "the model (" + a.model + ")")
+                         : model ? het::profile_mismatch(*p->profile.profile, shell.model, "the model (" + a.model + ")")
                                  : het::Diagnostics{};
     errors.insert(errors.end(), problems.begin(), problems.end());
-    if (p) in.profiles.push_back(*p);
+    if (p) given.push_back(std::move(*p));
   }
   if (!errors.empty()) return errors;
-  return in;
+  het::ProfileChoice profiles = het::choose_profiles(shell, given);
+  return SearchInputs{std::move(shell.model), std::move(shell.cluster), std::move(profiles)};
 }
 
 het::search::Options search_options(const SearchArgs& a) {
@@ -209,14 +228,16 @@ int run_search(const SearchArgs& a) {
     print_errors(in.errors());
     return kInvalid;
   }
-  het::cost::ComputeModel compute(in->model, in->profiles);
+  het::cost::ComputeModel compute(in->model, in->profiles.specs());
   auto out = het::search::run(a.algo, in->model, in->cluster, compute, search_options(a));
   if (isatty(2)) std::cerr << "\r\033[K" << std::flush;
   if (!out) {
     print_errors(out.errors());
     return kInvalid;
   }
-  const auto& best = out->plans.front();
+  auto& best = out->plans.front();
+  best.plan.profiles = in->profiles.used;
+  best.notes.insert(best.notes.begin(), in->profiles.notes.begin(), in->profiles.notes.end());
   const std::string text = het::write_plan(best.plan);
   if (!a.output.empty() && !write_file(a.output, text)) return kInvalid;
   if (a.format == "json") {
@@ -243,7 +264,7 @@ int run_compare(const SearchArgs& a) {
     print_errors(in.errors());
     return kInvalid;
   }
-  het::cost::ComputeModel compute(in->model, in->profiles);
+  het::cost::ComputeModel compute(in->model, in->profiles.specs());
   std::vector<std::string> algos = a.algos.empty() ? std::vector<std::string>{"uniform", "heteroauto", "hapt", "mcts", "hexiscale", "auto"} : a.algos;
   struct Row {
     std::string name;
@@ -359,7 +380,9 @@ int main(int argc, char** argv) {
     cmd->add_option("plan", sim_args.files.plan, "plan.json")->required();
     cmd->add_option("--model", sim_args.files.model, "model.yaml, replacing the plan's own");
     cmd->add_option("--cluster", sim_args.files.cluster, "cluster.yaml, replacing the plan's own");
-    cmd->add_option("--profile", sim_args.files.profiles, "profile.yaml (repeatable); analytic costs without");
+    cmd->add_option("--profile", sim_args.files.profiles,
+                    "profile.yaml (repeatable), replacing the plan's own for its device type (the plan's embedded "
+                    "profiles otherwise; analytic costs for device types without one)");
     cmd->add_option("--catalog", sim_args.files.catalog, "device catalog (default: built in)");
     cmd->add_option("--schedule", sim_args.schedule, "replace the plan's schedule")
         ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b", "h-1f1b", "virtual-1f1b"}));

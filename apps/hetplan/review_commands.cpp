@@ -46,19 +46,22 @@ ReviewCommands::ReviewCommands(CLI::App& app) : args_(std::make_unique<Args>()) 
   diff_->add_option("b", a.b, "the new plan.json")->required();
   diff_->add_option("--format", a.diff_format, "table (default) or json")->check(CLI::IsMember({"table", "json"}));
   diff_->add_flag("--simulate", a.simulate,
-                  "predict both plans again before comparing (each with its own model and cluster, and the "
-                  "--profile files), instead of comparing the predictions recorded in the files");
+                  "predict both plans again before comparing (each with its own model, cluster and embedded "
+                  "profiles, the --profile files replacing those), instead of comparing the predictions recorded in "
+                  "the files");
   diff_->add_option("--model", a.diff_model, "model.yaml, replacing both plans' own (for plans without one)");
   diff_->add_option("--cluster", a.diff_cluster, "cluster.yaml, replacing both plans' own (for plans without one)");
-  diff_->add_option("--profile", a.profiles, "profile.yaml (repeatable), for --simulate; analytic costs without");
+  diff_->add_option("--profile", a.profiles,
+                    "profile.yaml (repeatable), for --simulate; replaces both plans' own for its device type");
   diff_->add_option("--catalog", a.catalog, "device catalog (default: built in)");
   diff_->footer(
       "Compared: schedule, granularity, the embedded model and cluster, pipelines and stages added or removed,\n"
       "micro-batch size and count, each stage's subcluster, devices, layers (unit range), tp/cp/dp, recompute\n"
       "and warm-ups (when both plans give them), and every predicted metric both plans carry. Not compared:\n"
-      "the search's statistics and profile digests. Plans without predictions (hand-written ones) are compared\n"
-      "on their structure only, unless --simulate predicts both with the same profiles, so that the metric\n"
-      "changes come from the plans alone.");
+      "the search's statistics and the profiles. Plans without predictions (hand-written ones) are compared\n"
+      "on their structure only, unless --simulate predicts both; give it the --profile files to predict both\n"
+      "with the same profiles, so that the metric changes come from the plans alone (each plan's embedded\n"
+      "ones otherwise; a note names a profile that is replaced or not available).");
 
   check_ = app.add_subcommand("check", "Re-simulate a plan with the current specs and profiles and hold it to rules "
                                        "(for CI); exit 0 all pass, 1 a rule is violated, 2 unreadable input");
@@ -73,15 +76,17 @@ ReviewCommands::ReviewCommands(CLI::App& app) : args_(std::make_unique<Args>()) 
       ->check(CLI::PositiveNumber);
   check_->add_option("--model", a.check_files.model, "model.yaml, replacing the plan's own");
   check_->add_option("--cluster", a.check_files.cluster, "cluster.yaml, replacing the plan's own");
-  check_->add_option("--profile", a.profiles, "profile.yaml (repeatable); analytic costs without");
+  check_->add_option("--profile", a.profiles,
+                     "profile.yaml (repeatable), replacing the plan's own for its device type");
   check_->add_option("--catalog", a.catalog, "device catalog (default: built in)");
   check_->add_option("--format", a.check_format, "table (default) or json")->check(CLI::IsMember({"table", "json"}));
   check_->footer(
       "Rules: valid (the plan validates against its model and cluster: devices exist, stages fit their\n"
       "shapes), memory (every stage's headroom on its device type), regression (iteration time against the\n"
-      "baseline's recorded prediction), iteration (--max-iteration-s). A plan records only its profiles'\n"
-      "digests: give the --profile files it was made with, or device types without one are costed by the\n"
-      "analytic model.");
+      "baseline's recorded prediction), iteration (--max-iteration-s), profiles (every profile the plan was\n"
+      "predicted with is available). The plan's embedded profiles cost it; a --profile replaces the plan's\n"
+      "for its device type (a note says so). A plan that names a profile it does not embed, and that no\n"
+      "--profile gives, fails the profiles rule instead of passing on analytic costs.");
 }
 
 ReviewCommands::~ReviewCommands() = default;
@@ -98,6 +103,7 @@ struct DiffArgs {
 
 int run_diff(const DiffArgs& args) {
   std::vector<het::Plan> plans;
+  std::vector<std::string> notes;  // --simulate: the profiles each plan is predicted with
   for (const std::string* file : {&args.a, &args.b}) {
     het::InputFiles files;
     files.plan = *file;
@@ -111,19 +117,26 @@ int run_diff(const DiffArgs& args) {
       return kInvalid;
     }
     if (args.simulate) {
-      het::cost::ComputeModel compute(loaded->plan.model, loaded->profiles);
+      het::cost::ComputeModel compute(loaded->plan.model, loaded->profiles.specs());
       auto outcome = het::predict::predict(loaded->plan, compute, het::predict::Options{});
       if (!outcome) {
         print_errors(outcome.errors());
         return kInvalid;
       }
       loaded->plan = std::move(outcome->plan);
+      for (const auto& n : loaded->profiles.notes) notes.push_back(*file + ": " + n);
+      for (const auto& p : loaded->profiles.unavailable) notes.push_back(*file + ": " + het::unavailable_sentence(p));
     }
     plans.push_back(std::move(loaded->plan));
   }
   const auto diff = het::review::diff_plans(plans[0], plans[1], args.a, args.b);
-  if (args.format == "json") std::cout << het::review::to_json(diff, args.a, args.b).dump(2) << "\n";
-  else std::cout << het::review::to_text(diff, args.a, args.b);
+  if (args.format == "json") {
+    std::cout << het::review::to_json(diff, args.a, args.b).dump(2) << "\n";
+    for (const auto& n : notes) std::cerr << "note: " << n << "\n";
+  } else {
+    std::cout << het::review::to_text(diff, args.a, args.b);
+    for (const auto& n : notes) std::cout << "note: " << n << "\n";
+  }
   return diff.same() ? 0 : kDifferent;
 }
 

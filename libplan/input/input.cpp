@@ -93,7 +93,7 @@ Result<Document> parse(std::string_view text, const std::string& name) {
   return Document{name, root};
 }
 
-Result<Document> load(const std::string& path) {
+Result<std::string> read_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return Diagnostic{path, 0, 0, "", "cannot read the file: it is a directory"};
@@ -102,7 +102,13 @@ Result<Document> load(const std::string& path) {
   std::ostringstream buf;
   buf << in.rdbuf();
   if (in.bad()) return Diagnostic{path, 0, 0, "", "cannot read the file (is it a directory?)"};
-  return parse(buf.str(), path);
+  return buf.str();
+}
+
+Result<Document> load(const std::string& path) {
+  auto text = read_file(path);
+  if (!text) return text.errors();
+  return parse(*text, path);
 }
 
 std::string describe(const YAML::Node& node) {
@@ -112,6 +118,34 @@ std::string describe(const YAML::Node& node) {
   std::string s = node.Scalar();
   if (s.size() > 40) s = s.substr(0, 37) + "...";
   return "'" + s + "'";
+}
+
+nlohmann::ordered_json to_json(const YAML::Node& node) {
+  using Json = nlohmann::ordered_json;
+  if (node.IsMap()) {
+    Json j = Json::object();
+    for (auto it = node.begin(); it != node.end(); ++it) j[it->first.Scalar()] = to_json(it->second);
+    return j;
+  }
+  if (node.IsSequence()) {
+    Json j = Json::array();
+    for (const auto& e : node) j.push_back(to_json(e));
+    return j;
+  }
+  if (!node.IsScalar()) return nullptr;
+  const std::string& s = node.Scalar();
+  if (node.Tag() == "!") return s;  // quoted
+  const auto same_text = [&](const Json& j) { return j.dump() == s; };
+  if (s == "true" || s == "false") return s == "true";
+  std::int64_t i = 0;
+  if (auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), i);
+      ec == std::errc() && end == s.data() + s.size() && same_text(Json(i)))
+    return i;
+  double d = 0;
+  if (auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
+      ec == std::errc() && end == s.data() + s.size() && std::isfinite(d) && same_text(Json(d)))
+    return d;
+  return s;
 }
 
 std::string join(const std::string& path, std::string_view key) {

@@ -9,6 +9,8 @@
 // so a parser collects all problems of a file in one pass.
 #include <yaml-cpp/yaml.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -29,6 +31,8 @@ struct Document {
 
 // Reads and parses a file. The root must be a map.
 Result<Document> load(const std::string& path);
+// The bytes of a file, or why it cannot be read (missing, a directory), as load() says it.
+Result<std::string> read_file(const std::string& path);
 // Parses text already in memory; `name` stands for the file in diagnostics.
 Result<Document> parse(std::string_view text, const std::string& name);
 
@@ -121,6 +125,12 @@ class Fields {
   std::string path_;
   bool is_map_ = false;
 };
+
+// The node as JSON whose text, read back (JSON reads as YAML), gives every scalar's text
+// unchanged, so any reader sees in it what it saw in the YAML: a plain scalar that JSON
+// writes with the same text (2048, 1.5, true) becomes a number or boolean, a null stays
+// null, and every other scalar (quoted ones, 400us, 1e3, 007) becomes a string.
+nlohmann::ordered_json to_json(const YAML::Node& node);
 
 // Child paths: "a" + "b" -> "a.b"; "" + "b" -> "b"; index: "a[3]".
 std::string join(const std::string& path, std::string_view key);

@@ -24,6 +24,7 @@
 
 #include "spec/cluster.hpp"
 #include "spec/model.hpp"
+#include "spec/profile.hpp"
 
 namespace het {
 
@@ -94,9 +95,19 @@ struct AlgorithmInfo {
   std::vector<AlgorithmResult> results; // every algorithm that ran, with its best plan's time
 };
 
-struct ProfileDigest {
+// A profile the plan was predicted with (docs/plan-format.md, "Profiles"; plan/profiles.hpp
+// chooses them): its device type, the SHA-256 of the profile file's bytes (which file it
+// was), and the profile itself, so that the plan reproduces its prediction without the file.
+// `document` is the file's YAML tree as JSON (input::to_json), whatever fields the profile
+// format has; `profile` is what read_profile() makes of it. A plan may record only the
+// digest (it was written before plans embedded profiles, or the profile was removed):
+// then both are empty.
+struct PlanProfile {
   std::string device;
   std::string sha256;
+  nlohmann::ordered_json document;     // null when not embedded
+  std::optional<ProfileSpec> profile;  // set exactly when document is
+  int line = 0;                        // where the entry is in its file (0 when made in code)
 };
 
 struct Prediction {
@@ -113,7 +124,7 @@ struct Prediction {
 struct Plan {
   ModelSpec model;
   ClusterSpec cluster;
-  std::vector<ProfileDigest> profiles;
+  std::vector<PlanProfile> profiles;  // at most one per device type
   std::optional<AlgorithmInfo> algorithm;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   Granularity granularity = Granularity::layer;

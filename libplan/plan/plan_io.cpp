@@ -1,6 +1,6 @@
 #include "plan/plan_io.hpp"
 
-#include <charconv>
+#include <algorithm>
 
 #include "jsontext/jsontext.hpp"
 
@@ -56,32 +56,6 @@ const input::Choices<ScheduleKind> kScheduleChoices = {{"gpipe", ScheduleKind::g
                                                        {"eager-1f1b", ScheduleKind::eager_1f1b},
                                                        {"h-1f1b", ScheduleKind::h_1f1b},
                                                        {"virtual-1f1b", ScheduleKind::virtual_1f1b}};
-
-// Free-form JSON kept as is (the simulator's per-stage detail). Quoted scalars stay strings.
-nlohmann::ordered_json to_free_json(const YAML::Node& n) {
-  if (n.IsMap()) {
-    nlohmann::ordered_json j = nlohmann::ordered_json::object();
-    for (auto it = n.begin(); it != n.end(); ++it) j[it->first.Scalar()] = to_free_json(it->second);
-    return j;
-  }
-  if (n.IsSequence()) {
-    nlohmann::ordered_json j = nlohmann::ordered_json::array();
-    for (const auto& e : n) j.push_back(to_free_json(e));
-    return j;
-  }
-  if (!n.IsScalar()) return nullptr;
-  const std::string& s = n.Scalar();
-  if (n.Tag() == "!") return s;  // quoted
-  if (s == "true" || s == "false") return s == "true";
-  if (s == "null") return nullptr;
-  std::int64_t i = 0;
-  if (auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), i); ec == std::errc() && end == s.data() + s.size())
-    return i;
-  double d = 0;
-  if (auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), d); ec == std::errc() && end == s.data() + s.size())
-    return d;
-  return s;
-}
 
 double number(const input::Fields& f, std::string_view key, Need need) {
   return f.number(key, need, 0, 1e300).value_or(0);
@@ -145,6 +119,50 @@ std::optional<Pipeline> read_pipeline(const input::Context& ctx, const YAML::Nod
   return p;
 }
 
+bool is_sha256(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// One entry of `profiles`: {device, sha256, profile}. The embedded profile is read by
+// read_profile() in place, so its problems point into the plan file.
+std::optional<PlanProfile> read_plan_profile(const input::Context& ctx, const YAML::Node& node, const std::string& path,
+                                             const std::vector<PlanProfile>& earlier) {
+  input::Fields f(ctx, node, path, {"device", "sha256", "profile"});
+  if (!f.is_map()) return std::nullopt;
+  PlanProfile p;
+  p.line = f.line();
+  p.device = f.string("device", Need::required).value_or("");
+  p.sha256 = f.string("sha256", Need::required).value_or("");
+  if (!p.sha256.empty() && !is_sha256(p.sha256))
+    f.error("sha256", "expected the SHA-256 of the profile file as 64 lowercase hex digits (as sha256sum prints it), got '" +
+                          p.sha256 + "'");
+  for (const auto& e : earlier)
+    if (!p.device.empty() && e.device == p.device)
+      f.error("device", "a profile for " + p.device + " is already given at line " + std::to_string(e.line) +
+                            " (a plan records one per device type)");
+  if (!f.has("profile")) return p;
+  const YAML::Node embedded = f.get("profile");
+  if (!embedded.IsMap()) {
+    f.error("profile", "expected the profile as a map of fields (a hetplan.profile/v1 document), got " +
+                           input::describe(embedded));
+    return p;
+  }
+  auto profile = read_profile(input::Document{ctx.file, embedded});
+  if (!profile) {
+    for (Diagnostic d : profile.errors()) {
+      d.path = d.path.empty() ? f.path_of("profile") : input::join(f.path_of("profile"), d.path);
+      ctx.sink->push_back(std::move(d));
+    }
+    return p;
+  }
+  if (!p.device.empty() && profile->device != p.device)
+    ctx.error(embedded["device"], input::join(f.path_of("profile"), "device"),
+              "the embedded profile is for " + profile->device + ", but " + f.path_of("device") + " says " + p.device);
+  p.profile = std::move(*profile);
+  p.document = input::to_json(embedded);
+  return p;
+}
+
 }  // namespace
 
 Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
@@ -179,11 +197,9 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
   }
 
   if (auto list = top.list("profiles", Need::optional)) {
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      input::Fields f(ctx, (*list)[i], input::index("profiles", i), {"device", "sha256"});
-      if (f.is_map())
-        plan.profiles.push_back({f.string("device", Need::required).value_or(""), f.string("sha256", Need::required).value_or("")});
-    }
+    for (std::size_t i = 0; i < list->size(); ++i)
+      if (auto p = read_plan_profile(ctx, (*list)[i], input::index("profiles", i), plan.profiles))
+        plan.profiles.push_back(std::move(*p));
   }
   if (auto a = top.map("algorithm", Need::optional,
                        {"name", "seconds", "candidates_evaluated", "lower_bound_s", "gap", "results"})) {
@@ -226,7 +242,7 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
     pr.load_balance_eta = number(*p, "load_balance_eta", Need::optional);
     pr.cross_cluster_bytes = number(*p, "cross_cluster_bytes", Need::optional);
     pr.cross_overlap = p->number("cross_overlap", Need::optional, 0, 1).value_or(1);
-    if (auto ps = p->list("per_stage", Need::optional)) pr.per_stage = to_free_json(*ps);
+    if (auto ps = p->list("per_stage", Need::optional)) pr.per_stage = input::to_json(*ps);
     plan.predicted = std::move(pr);
   }
   if (!errors.empty()) return errors;
@@ -243,7 +259,11 @@ nlohmann::ordered_json to_json(const Plan& plan) {
   using J = nlohmann::ordered_json;
   J out = {{"format", "hetplan.plan/v1"}, {"model", to_json(plan.model)}, {"cluster", to_json(plan.cluster)}};
   J profiles = J::array();
-  for (const auto& p : plan.profiles) profiles.push_back({{"device", p.device}, {"sha256", p.sha256}});
+  for (const auto& p : plan.profiles) {
+    J entry = {{"device", p.device}, {"sha256", p.sha256}};
+    if (!p.document.is_null()) entry["profile"] = p.document;
+    profiles.push_back(std::move(entry));
+  }
   out["profiles"] = profiles;
   if (plan.algorithm) {
     const auto& a = *plan.algorithm;

@@ -4,7 +4,9 @@
 // read_plan() accepts a complete plan or a hand-written one holding only the decision
 // fields; the model and cluster come from the plan itself or from `specs` (which win when
 // both are present, so a plan can be checked against current specs). It checks the schema
-// only; validate_plan() checks that the plan makes sense for its model and cluster.
+// only; validate_plan() checks that the plan makes sense for its model and cluster. An
+// embedded profile (profiles[].profile) is read as read_profile() reads a profile file, its
+// problems located in the plan file (`profiles[0].profile.units[3].forward`).
 #include <string>
 
 #include "diag/diag.hpp"

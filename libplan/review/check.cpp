@@ -67,13 +67,13 @@ std::string blame(const predict::Outcome& now, const Plan* baseline, std::option
   return why;
 }
 
-// Device types whose recorded prediction (the plan's or the baseline's) came from a
-// profile but that no given profile covers now: most likely a forgotten --profile.
-std::vector<std::string> missing_profiles(const Plan& plan, const Plan* baseline, const cost::ComputeModel& compute) {
+// Device types whose baseline's recorded prediction came from a profile that the plan is
+// not costed with now: its regression compares costs of different kinds.
+std::vector<std::string> baseline_profiles_not_used(const Plan& plan, const Plan* baseline,
+                                                    const cost::ComputeModel& compute) {
   std::set<std::string> types;
-  for (const Plan* recorded : {&plan, baseline}) {
-    if (!recorded || !recorded->predicted) continue;
-    for (const auto& st : recorded->predicted->per_stage) {
+  if (baseline && baseline->predicted) {
+    for (const auto& st : baseline->predicted->per_stage) {
       // per_stage is the simulator's free-form detail: read it without trusting its types.
       if (!st.is_object() || !st.contains("subcluster") || !st["subcluster"].is_string() || !st.contains("source") ||
           !st["source"].is_string() || st["source"] == "analytic")
@@ -84,14 +84,14 @@ std::vector<std::string> missing_profiles(const Plan& plan, const Plan* baseline
   }
   std::vector<std::string> notes;
   for (const auto& t : types)
-    notes.push_back("the recorded prediction costed " + t + " from a profile, but no --profile for " + t +
-                    " was given: its stages are now costed by the analytic model");
+    notes.push_back("the baseline's prediction costed " + t + " from a profile, but the plan has none for " + t +
+                    ": its stages are now costed by the analytic model");
   return notes;
 }
 
 }  // namespace
 
-Result<CheckReport> check_plan(const Plan& plan, const std::string& file, const std::vector<ProfileSpec>& profiles,
+Result<CheckReport> check_plan(const Plan& plan, const std::string& file, const ProfileChoice& profiles,
                                const CheckRules& rules) {
   const Plan* baseline = rules.baseline ? &rules.baseline->plan : nullptr;
   if (baseline && (!baseline->predicted || baseline->predicted->iteration_s <= 0))
@@ -113,15 +113,19 @@ Result<CheckReport> check_plan(const Plan& plan, const std::string& file, const 
                      " problem" + (report.violations.size() == 1 ? "" : "s") + "), not simulated";
     return report;
   }
-  cost::ComputeModel compute(plan.model, profiles);
+  for (const auto& p : profiles.unavailable)
+    violate("profiles", std::nullopt, std::nullopt,
+            unavailable_sentence(p) + "; give it with --profile (`hetplan simulate PLAN --profile F -o PLAN` embeds it)");
+  cost::ComputeModel compute(plan.model, profiles.specs());
   auto outcome = predict::predict(plan, compute, predict::Options{});
   if (!outcome) {
     for (const auto& d : outcome.errors()) violate("valid", std::nullopt, std::nullopt, "does not run: " + d.to_string());
     report.summary = failed_summary + "the schedule does not run";
     return report;
   }
-  report.notes = compute.notes();
-  for (auto& n : missing_profiles(plan, baseline, compute)) report.notes.push_back(std::move(n));
+  report.notes = profiles.notes;
+  for (auto& n : compute.notes()) report.notes.push_back(std::move(n));
+  for (auto& n : baseline_profiles_not_used(plan, baseline, compute)) report.notes.push_back(std::move(n));
   const predict::Outcome& o = *outcome;
   const double iteration = o.plan.predicted->iteration_s;
   std::string passed = "valid on " + plan.cluster.name + "; iteration " + seconds(iteration);

@@ -1,10 +1,13 @@
 #pragma once
 // Whether a plan still holds (`hetplan check`, made for CI): the plan is validated against
 // its model and cluster (the current ones when the caller replaced the plan's own),
-// re-simulated with the given profiles (the analytic cost model for device types without
-// one; plans record only profile digests), and held to these rules:
+// re-simulated with its profiles (the plan's embedded ones, replaced by given files:
+// choose_profiles(); the analytic cost model for device types without one), and held to
+// these rules:
 //   valid       the plan validates against its model and cluster (devices exist and fit the
 //               stage shapes, units covered, ...) and its schedule runs;
+//   profiles    every profile the plan was predicted with is available (embedded or given),
+//               so that the other rules do not pass on analytic costs;
 //   memory      every stage keeps 1 - peak/capacity >= min_memory_headroom on its device
 //               type (a stage that does not fit fails with the default 0);
 //   regression  the iteration time is at most (1 + max_regression) × the baseline's
@@ -18,8 +21,8 @@
 
 #include "diag/diag.hpp"
 #include "plan/plan.hpp"
+#include "plan/profiles.hpp"
 #include "predict/predict.hpp"
-#include "spec/profile.hpp"
 
 namespace het::review {
 
@@ -36,7 +39,7 @@ struct CheckRules {
 };
 
 struct Violation {
-  std::string rule;                    // "valid", "memory", "regression", "iteration"
+  std::string rule;                    // "valid", "profiles", "memory", "regression", "iteration"
   std::optional<int> pipeline, stage;  // the stage to blame, when there is one
   std::string message;                 // one line for people
 };
@@ -45,13 +48,13 @@ struct CheckReport {
   std::vector<Violation> violations;
   std::optional<predict::Outcome> outcome;  // the re-simulation; absent when the plan is not valid
   std::string summary;                      // one line: what was checked and the margins
-  std::vector<std::string> notes;           // e.g. a profile that was not used
+  std::vector<std::string> notes;           // e.g. a profile that was not used or was replaced
   bool ok() const { return violations.empty(); }
 };
 
 // `plan` as read (not yet validated); `file` names it in messages. Errors: a baseline
 // without a predicted iteration time.
-Result<CheckReport> check_plan(const Plan& plan, const std::string& file, const std::vector<ProfileSpec>& profiles,
+Result<CheckReport> check_plan(const Plan& plan, const std::string& file, const ProfileChoice& profiles,
                                const CheckRules& rules);
 
 // A share for a threshold option: "5%" or "0.05" (a bare number must lie in [0, 1]).

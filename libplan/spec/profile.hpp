@@ -54,6 +54,7 @@ struct OptimizerStep {
   std::optional<int> tp;
   std::optional<int> micro_batch_size;
   double time = 0;
+  friend bool operator==(const OptimizerStep&, const OptimizerStep&) = default;
 };
 
 struct ProfileSpec {

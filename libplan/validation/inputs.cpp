@@ -79,7 +79,7 @@ std::string plan_summary(const Plan& plan) {
 InputsReport check_inputs(const InputFiles& files) {
   InputsReport report;
   auto add = [&](std::string kind, std::string file) -> CheckedInput& {
-    report.inputs.push_back({std::move(kind), std::move(file), {}, {}, {}});
+    report.inputs.push_back({std::move(kind), std::move(file), {}, {}, {}, {}});
     return report.inputs.back();
   };
 
@@ -108,16 +108,19 @@ InputsReport check_inputs(const InputFiles& files) {
     if (cl) cluster = *cl, c.summary = cluster_summary(*cl);
     else c.errors = cl.errors();
   }
+  std::vector<ProfileFile> profiles;
   for (const auto& file : files.profiles) {
     auto& c = add("profile", file);
-    auto p = load_profile(file);
+    auto p = load_profile_file(file);
     if (!p) {
       c.errors = p.errors();
       continue;
     }
-    c.summary = profile_summary(*p);
-    c.assumptions = p->assumptions;
-    if (model) c.errors = profile_mismatch(*p, *model, "the model (" + *files.model + ")");
+    const ProfileSpec& spec = *p->profile.profile;
+    c.summary = profile_summary(spec);
+    c.assumptions = spec.assumptions;
+    if (model) c.errors = profile_mismatch(spec, *model, "the model (" + *files.model + ")");
+    profiles.push_back(std::move(*p));
   }
   if (files.plan) {
     auto& c = add("plan", *files.plan);
@@ -132,6 +135,14 @@ InputsReport check_inputs(const InputFiles& files) {
         c.errors = problems;
       } else {
         c.summary = plan_summary(*plan);
+        for (const auto& p : choose_profiles(*plan, profiles).unavailable) {
+          std::string path = "predicted.per_stage";  // a plan that records no digest for it
+          for (std::size_t i = 0; i < plan->profiles.size(); ++i)
+            if (plan->profiles[i].device == p.device) path = "profiles[" + std::to_string(i) + "]";
+          c.warnings.push_back({*files.plan, p.line, 0, path,
+                                unavailable_sentence(p) + "; `hetplan check` fails such a plan: give the profile "
+                                                             "with --profile to reproduce the prediction"});
+        }
       }
     }
   }
@@ -153,9 +164,9 @@ Result<LoadedPlan> read_plan_inputs(const InputFiles& files) {
     if (auto c = load_cluster(*files.cluster, *catalog)) cluster = *c;
     else take(c.errors());
   }
-  LoadedPlan out;
+  std::vector<ProfileFile> given;
   for (const auto& f : files.profiles) {
-    if (auto p = load_profile(f)) out.profiles.push_back(std::move(*p));
+    if (auto p = load_profile_file(f)) given.push_back(std::move(*p));
     else take(p.errors());
   }
   if (!files.plan) errors.push_back({"", 0, 0, "", "no plan given"});
@@ -163,9 +174,11 @@ Result<LoadedPlan> read_plan_inputs(const InputFiles& files) {
   auto plan = load_plan(*files.plan, {model ? &*model : nullptr, cluster ? &*cluster : nullptr, &*catalog});
   if (!plan) return plan.errors();
   const std::string model_name = files.model ? "the model (" + *files.model + ")" : "the plan's model (" + *files.plan + ")";
-  for (const auto& p : out.profiles) take(profile_mismatch(p, plan->model, model_name));
+  for (const auto& p : given) take(profile_mismatch(*p.profile.profile, plan->model, model_name));
   if (!errors.empty()) return errors;
-  out.plan = std::move(*plan);
+  LoadedPlan out{std::move(*plan), {}};
+  out.profiles = choose_profiles(out.plan, given);
+  out.plan.profiles = out.profiles.used;
   return out;
 }
 

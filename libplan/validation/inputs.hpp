@@ -2,13 +2,16 @@
 // Checks a set of user inputs together, as `hetplan validate` does: each file on its own
 // (schema and semantics), then across files (a profile measured for a model of other
 // dimensions: one error per differing dimension; a plan against the given model and
-// cluster). Each checked input gets a one-line summary for people, or its diagnostics.
+// cluster). Each checked input gets a one-line summary for people, or its diagnostics; a
+// valid plan may get warnings (profiles it was predicted with that are neither embedded nor
+// given: plan/profiles.hpp).
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "diag/diag.hpp"
 #include "plan/plan.hpp"
+#include "plan/profiles.hpp"
 #include "spec/profile.hpp"
 
 namespace het {
@@ -25,6 +28,7 @@ struct CheckedInput {
   std::string summary;  // what was found, when valid
   std::vector<std::string> assumptions;  // a profile's: what its numbers take for granted
   Diagnostics errors;   // empty when valid
+  Diagnostics warnings; // problems that do not make it invalid
 };
 
 struct InputsReport {
@@ -35,11 +39,12 @@ struct InputsReport {
 InputsReport check_inputs(const InputFiles& files);
 
 // A plan ready to simulate: read with the given model/cluster (which replace the plan's
-// own), validated, and the profiles read and checked against the plan's model. Every
+// own), validated, the given profiles checked against the plan's model, and its profiles
+// chosen from the plan's embedded ones and the given files (choose_profiles()). Every
 // problem of every file, or the plan.
 struct LoadedPlan {
-  Plan plan;
-  std::vector<ProfileSpec> profiles;
+  Plan plan;  // its `profiles` are the chosen ones (profiles.used), so a prediction records them
+  ProfileChoice profiles;
 };
 Result<LoadedPlan> load_plan_inputs(const InputFiles& files);
 // The same without validate_plan(): for `hetplan check`, to which a plan that no longer

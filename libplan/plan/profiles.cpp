@@ -1,0 +1,98 @@
+#include "plan/profiles.hpp"
+
+#include <algorithm>
+
+#include "digest/digest.hpp"
+#include "input/input.hpp"
+
+namespace het {
+
+Result<ProfileFile> load_profile_file(const std::string& file) {
+  auto bytes = input::read_file(file);
+  if (!bytes) return bytes.errors();
+  auto doc = input::parse(*bytes, file);
+  if (!doc) return doc.errors();
+  auto profile = read_profile(*doc);
+  if (!profile) return profile.errors();
+  PlanProfile p;
+  p.device = profile->device;
+  p.sha256 = sha256_hex(*bytes);
+  p.document = input::to_json(doc->root);
+  p.profile = std::move(*profile);
+  return ProfileFile{file, std::move(p)};
+}
+
+std::vector<ProfileSpec> ProfileChoice::specs() const {
+  std::vector<ProfileSpec> out;
+  for (const auto& p : used) out.push_back(*p.profile);
+  return out;
+}
+
+namespace {
+
+// Whether the plan's recorded prediction costed a stage on `type` from a profile (the
+// simulator's per-stage detail, read without trusting its types).
+bool predicted_from_profile(const Plan& plan, const std::string& type) {
+  if (!plan.predicted) return false;
+  for (const auto& st : plan.predicted->per_stage) {
+    if (!st.is_object() || !st.contains("subcluster") || !st["subcluster"].is_string() || !st.contains("source") ||
+        !st["source"].is_string() || st["source"] == "analytic")
+      continue;
+    const SubclusterSpec* sub = plan.cluster.find(st["subcluster"].get<std::string>());
+    if (sub && sub->device.type == type) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ProfileChoice choose_profiles(const Plan& plan, const std::vector<ProfileFile>& given) {
+  ProfileChoice out;
+  std::vector<std::string> types;
+  for (const auto& s : plan.cluster.subclusters)
+    if (std::find(types.begin(), types.end(), s.device.type) == types.end()) types.push_back(s.device.type);
+  for (const auto& type : types) {
+    const ProfileFile* chosen = nullptr;
+    for (const auto& g : given) {
+      if (g.profile.device != type) continue;
+      if (auto why = profile_mismatch(*g.profile.profile, plan.model, "the plan's model"); !why.empty())
+        out.notes.push_back("profile for " + type + " in " + g.file + " not used: " + why.front().message);
+      else
+        chosen = &g;
+    }
+    auto recorded = std::find_if(plan.profiles.begin(), plan.profiles.end(),
+                                 [&](const PlanProfile& p) { return p.device == type; });
+    const bool has_recorded = recorded != plan.profiles.end();
+    if (chosen) {
+      const std::string& sha = chosen->profile.sha256;
+      if (has_recorded && recorded->sha256 != sha)
+        out.notes.push_back("profile for " + type + ": " + chosen->file + " (sha256 " + sha + ")" +
+                            (recorded->profile ? ", replacing the plan's (sha256 " + recorded->sha256 + ")"
+                                               : "; the plan was predicted with sha256 " + recorded->sha256 +
+                                                     ", which it does not embed"));
+      out.used.push_back(chosen->profile);
+    } else if (has_recorded && recorded->profile) {
+      if (auto why = profile_mismatch(*recorded->profile, plan.model, "the plan's model"); !why.empty())
+        out.notes.push_back("the plan's profile for " + type + " not used: " + why.front().message);
+      else
+        out.used.push_back(*recorded);
+    } else if (has_recorded) {
+      out.unavailable.push_back(*recorded);
+    } else if (predicted_from_profile(plan, type)) {
+      PlanProfile p;
+      p.device = type;
+      out.unavailable.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+std::string unavailable_sentence(const PlanProfile& p) {
+  if (p.sha256.empty())
+    return "the plan's recorded prediction costed " + p.device +
+           " from a profile that the plan does not record and no --profile gives; its costs are now analytic";
+  return "the plan was predicted with a profile for " + p.device + " (sha256 " + p.sha256 +
+         ") that is not available (neither embedded in the plan nor given with --profile); its costs are now analytic";
+}
+
+}  // namespace het
