@@ -213,9 +213,14 @@ TEST_CASE("choose_profiles: given files replace the plan's, digests without cont
   const ProfileFile rtx = load("profiles/opt-350m/rtx-3090.profile.yaml");  // no such device in the cluster
   REQUIRE(docs_a100.profile.device == "A100-40GB");
   REQUIRE(docs_a100.profile.sha256 != a100.profile.sha256);
+  auto choose = [&](const std::vector<ProfileFile>& given) {
+    auto c = choose_profiles(plan, given, "the model (m.yaml)");
+    REQUIRE(c.ok());
+    return *c;
+  };
 
   // Searching: the given ones for the cluster's device types, in its order.
-  auto searched = choose_profiles(plan, {rtx, v100, a100});
+  auto searched = choose({rtx, v100, a100});
   REQUIRE(searched.used.size() == 2);
   CHECK(searched.used[0].sha256 == a100.profile.sha256);
   CHECK(searched.used[1].sha256 == v100.profile.sha256);
@@ -227,7 +232,7 @@ TEST_CASE("choose_profiles: given files replace the plan's, digests without cont
   plan.profiles = {a100.profile, v100.profile};
   plan.profiles[1].document = nullptr;
   plan.profiles[1].profile.reset();
-  auto alone = choose_profiles(plan, {});
+  auto alone = choose({});
   REQUIRE(alone.used.size() == 1);
   CHECK(alone.used[0].sha256 == a100.profile.sha256);
   REQUIRE(alone.unavailable.size() == 1);
@@ -238,7 +243,7 @@ TEST_CASE("choose_profiles: given files replace the plan's, digests without cont
 
   // Given files: the v100 one fills the gap silently (same digest), another a100 one replaces
   // the plan's and a note says so; the last given file for a device type wins.
-  auto given = choose_profiles(plan, {a100, docs_a100, v100});
+  auto given = choose({a100, docs_a100, v100});
   CHECK(given.unavailable.empty());
   REQUIRE(given.used.size() == 2);
   CHECK(given.used[0].sha256 == docs_a100.profile.sha256);
@@ -246,26 +251,32 @@ TEST_CASE("choose_profiles: given files replace the plan's, digests without cont
   CHECK(given.notes[0] == "profile for A100-40GB: " + docs_a100.file + " (sha256 " + docs_a100.profile.sha256 +
                               "), replacing the plan's (sha256 " + a100.profile.sha256 + ")");
 
-  // A profile of another model shape is not used; the plan's own stays.
+  // A given profile of another model shape is refused, naming the field; the plan's own
+  // embedded one of another shape (the model replaced) is not used, with a note.
   ProfileFile wide = a100;
-  wide.file = "wide.yaml";
   wide.profile.profile->model.hidden_size = 2048;
-  auto shaped = choose_profiles(plan, {wide});
-  REQUIRE(shaped.used.size() == 1);
-  CHECK(shaped.used[0].sha256 == a100.profile.sha256);
-  REQUIRE(shaped.notes.size() == 1);
-  CHECK_THAT(shaped.notes[0], Catch::StartsWith("profile for A100-40GB in wide.yaml not used: "));
+  auto refused = choose_profiles(plan, {wide}, "the model (m.yaml)");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.errors()[0].path == "model.hidden_size");
+  CHECK_THAT(refused.errors()[0].message, Catch::Contains("hidden_size 2048, but the model (m.yaml) has 1024"));
+  Plan embedded_wide = plan;
+  embedded_wide.profiles[0] = wide.profile;
+  auto shaped = choose_profiles(embedded_wide, {}, "the model (m.yaml)");
+  REQUIRE(shaped.ok());
+  CHECK(shaped->used.empty());
+  REQUIRE(shaped->notes.size() == 1);
+  CHECK_THAT(shaped->notes[0], Catch::StartsWith("the plan's profile for A100-40GB not used: "));
 
   // A plan from before profiles were embedded: its prediction says v100 came from a profile.
   plan.profiles.clear();
   plan.predicted = Prediction{};
   plan.predicted->per_stage = nlohmann::ordered_json::array(
       {{{"subcluster", "a100"}, {"source", "analytic"}}, {{"subcluster", "v100"}, {"source", "interpolated"}}});
-  auto legacy = choose_profiles(plan, {});
+  auto legacy = choose({});
   REQUIRE(legacy.unavailable.size() == 1);
   CHECK(legacy.unavailable[0].device == "V100-16GB");
   CHECK(legacy.unavailable[0].sha256.empty());
-  CHECK(choose_profiles(plan, {v100}).unavailable.empty());
+  CHECK(choose({v100}).unavailable.empty());
 }
 
 TEST_CASE("the example plan in docs/plan-format.md is valid") {

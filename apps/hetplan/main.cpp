@@ -167,23 +167,19 @@ het::Result<SearchInputs> load_search_inputs(const SearchArgs& a) {
   het::Plan shell;  // the model and cluster, for choosing the profiles
   auto catalog = a.catalog ? het::load_catalog(*a.catalog) : het::builtin_catalog();
   if (!catalog) return catalog.errors();
-  auto model = het::load_model(a.model);
-  if (model) shell.model = *model;
-  else errors.insert(errors.end(), model.errors().begin(), model.errors().end());
+  if (auto m = het::load_model(a.model)) shell.model = *m;
+  else errors.insert(errors.end(), m.errors().begin(), m.errors().end());
   if (auto c = het::load_cluster(a.cluster, *catalog)) shell.cluster = *c;
   else errors.insert(errors.end(), c.errors().begin(), c.errors().end());
   std::vector<het::ProfileFile> given;
   for (const auto& f : a.profiles) {
-    auto p = het::load_profile_file(f);
-    const auto problems = !p ? p.errors()
-                         : model ? het::profile_mismatch(*p->profile.profile, shell.model, "the model (" + a.model + ")")
-                                 : het::Diagnostics{};
-    errors.insert(errors.end(), problems.begin(), problems.end());
-    if (p) given.push_back(std::move(*p));
+    if (auto p = het::load_profile_file(f)) given.push_back(std::move(*p));
+    else errors.insert(errors.end(), p.errors().begin(), p.errors().end());
   }
   if (!errors.empty()) return errors;
-  het::ProfileChoice profiles = het::choose_profiles(shell, given);
-  return SearchInputs{std::move(shell.model), std::move(shell.cluster), std::move(profiles)};
+  auto profiles = het::choose_profiles(shell, given, "the model (" + a.model + ")");
+  if (!profiles) return profiles.errors();
+  return SearchInputs{std::move(shell.model), std::move(shell.cluster), std::move(*profiles)};
 }
 
 het::search::Options search_options(const SearchArgs& a) {

@@ -259,12 +259,11 @@ nlohmann::json traffic_report(const Plan& plan, const transport::Peers& peers, i
             {"gradients", {{"sent", f * t.gradients.sent}, {"received", f * t.gradients.received}}}}}};
 }
 
-Plan with_derived_fields(const Plan& plan, bool* filled) {
+Plan with_derived_fields(const Plan& plan) {
   bool missing = false;
   for (const auto& p : plan.pipelines)
     for (std::size_t s = 0; s < p.stages.size(); ++s)
       missing |= !p.stages[s].warmup || (s + 1 < p.stages.size() && !p.stages[s].resharding);
-  if (filled) *filled = missing;
   if (!missing) return plan;
   const cost::ComputeModel analytic(plan.model, {});
   auto predicted = predict::predict(plan, analytic, {});

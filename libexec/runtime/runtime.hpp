@@ -41,8 +41,8 @@ nlohmann::json traffic_report(const Plan& plan, const transport::Peers& peers, i
 
 // The plan with the derived fields the runtime follows — warm-up counts and resharding
 // strategies — filled in by predict() (analytic costs) where the plan lacks them, as
-// `hetplan simulate` would; `filled` (optional) says whether any was missing.
-Plan with_derived_fields(const Plan& plan, bool* filled = nullptr);
+// `hetplan simulate` would.
+Plan with_derived_fields(const Plan& plan);
 
 // Empty when this runtime can run the plan; else why not (sublayer units, ZeRO-3, ...).
 std::string unsupported(const Plan& plan);

@@ -1,6 +1,7 @@
 #include "plan/profiles.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "digest/digest.hpp"
 #include "input/input.hpp"
@@ -28,38 +29,36 @@ std::vector<ProfileSpec> ProfileChoice::specs() const {
   return out;
 }
 
-namespace {
-
-// Whether the plan's recorded prediction costed a stage on `type` from a profile (the
-// simulator's per-stage detail, read without trusting its types).
-bool predicted_from_profile(const Plan& plan, const std::string& type) {
-  if (!plan.predicted) return false;
-  for (const auto& st : plan.predicted->per_stage) {
+std::set<std::string> profiled_device_types(const Prediction& recorded, const ClusterSpec& cluster) {
+  std::set<std::string> types;
+  for (const auto& st : recorded.per_stage) {
+    // per_stage is the simulator's free-form detail: read it without trusting its types.
     if (!st.is_object() || !st.contains("subcluster") || !st["subcluster"].is_string() || !st.contains("source") ||
         !st["source"].is_string() || st["source"] == "analytic")
       continue;
-    const SubclusterSpec* sub = plan.cluster.find(st["subcluster"].get<std::string>());
-    if (sub && sub->device.type == type) return true;
+    if (const SubclusterSpec* sub = cluster.find(st["subcluster"].get<std::string>())) types.insert(sub->device.type);
   }
-  return false;
+  return types;
 }
 
-}  // namespace
-
-ProfileChoice choose_profiles(const Plan& plan, const std::vector<ProfileFile>& given) {
+Result<ProfileChoice> choose_profiles(const Plan& plan, const std::vector<ProfileFile>& given,
+                                      const std::string& model_name) {
+  Diagnostics errors;
+  for (const auto& g : given) {
+    const Diagnostics why = profile_mismatch(*g.profile.profile, plan.model, model_name);
+    errors.insert(errors.end(), why.begin(), why.end());
+  }
+  if (!errors.empty()) return errors;
+  const std::set<std::string> profiled =
+      plan.predicted ? profiled_device_types(*plan.predicted, plan.cluster) : std::set<std::string>{};
   ProfileChoice out;
   std::vector<std::string> types;
   for (const auto& s : plan.cluster.subclusters)
     if (std::find(types.begin(), types.end(), s.device.type) == types.end()) types.push_back(s.device.type);
   for (const auto& type : types) {
     const ProfileFile* chosen = nullptr;
-    for (const auto& g : given) {
-      if (g.profile.device != type) continue;
-      if (auto why = profile_mismatch(*g.profile.profile, plan.model, "the plan's model"); !why.empty())
-        out.notes.push_back("profile for " + type + " in " + g.file + " not used: " + why.front().message);
-      else
-        chosen = &g;
-    }
+    for (const auto& g : given)
+      if (g.profile.device == type) chosen = &g;
     auto recorded = std::find_if(plan.profiles.begin(), plan.profiles.end(),
                                  [&](const PlanProfile& p) { return p.device == type; });
     const bool has_recorded = recorded != plan.profiles.end();
@@ -72,13 +71,13 @@ ProfileChoice choose_profiles(const Plan& plan, const std::vector<ProfileFile>& 
                                                      ", which it does not embed"));
       out.used.push_back(chosen->profile);
     } else if (has_recorded && recorded->profile) {
-      if (auto why = profile_mismatch(*recorded->profile, plan.model, "the plan's model"); !why.empty())
+      if (auto why = profile_mismatch(*recorded->profile, plan.model, model_name); !why.empty())
         out.notes.push_back("the plan's profile for " + type + " not used: " + why.front().message);
       else
         out.used.push_back(*recorded);
     } else if (has_recorded) {
       out.unavailable.push_back(*recorded);
-    } else if (predicted_from_profile(plan, type)) {
+    } else if (profiled.count(type)) {
       PlanProfile p;
       p.device = type;
       out.unavailable.push_back(std::move(p));

@@ -11,6 +11,7 @@
 // profiles, when the recorded prediction says a device type was costed from a profile, and
 // no given file covers that device type: its costs are then analytic and the prediction
 // cannot be reproduced, which the tools say (and `hetplan check` fails).
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,15 +32,21 @@ Result<ProfileFile> load_profile_file(const std::string& file);
 struct ProfileChoice {
   std::vector<PlanProfile> used;         // one per device type of the cluster that has one: what the plan records
   std::vector<PlanProfile> unavailable;  // see above; sha256 empty when the plan recorded no digest
-  std::vector<std::string> notes;        // sentences: a given profile replaced the plan's, or was not used and why
+  std::vector<std::string> notes;        // sentences: a given profile replaced the plan's, or the plan's was not used and why
   std::vector<ProfileSpec> specs() const;  // `used`, for the cost model
 };
 
 // For each device type of the plan's cluster, in its subclusters' order: the last of `given`
-// for that device type that was measured for the plan's model shape, else the plan's
-// embedded one if it was (profile_mismatch()). Given profiles for device types the
-// cluster does not have are left out silently.
-ProfileChoice choose_profiles(const Plan& plan, const std::vector<ProfileFile>& given);
+// for that device type, else the plan's embedded one if it was measured for the plan's model
+// (else a note). Given profiles for device types the cluster does not have are left out
+// silently. Errors: a given profile measured for other model dimensions (profile_mismatch(),
+// `model_name` saying where the model came from).
+Result<ProfileChoice> choose_profiles(const Plan& plan, const std::vector<ProfileFile>& given,
+                                      const std::string& model_name);
+
+// The device types (in `cluster`) of the stages that a recorded prediction costed from a
+// profile rather than analytically.
+std::set<std::string> profiled_device_types(const Prediction& recorded, const ClusterSpec& cluster);
 
 // "the plan was predicted with a profile for A100-40GB (sha256 …) that is not available
 // (neither embedded in the plan nor given with --profile); its costs are analytic"

@@ -123,7 +123,6 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         d.send_backward_s = h.backward_s;
         p.stages[si].resharding = h.strategy;
         d.send_bytes = h.cross_bytes;
-        d.resharding = h.strategy;
         d.crosses_subcluster = s.subcluster != next.subcluster;
         if (d.crosses_subcluster) cross_bytes += 2.0 * p.num_microbatches * h.cross_bytes;
       }

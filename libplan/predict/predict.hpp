@@ -29,7 +29,8 @@ namespace het::predict {
 
 struct Options {
   std::optional<ScheduleKind> schedule;  // replaces the plan's when set
-  // Between stages: the plan's strategy where it names one, else this one, else the cheapest.
+  // Between stages: this one for every hop when set, else the plan's where it names one, else
+  // the cheapest (predict::hop).
   std::optional<Resharding> resharding;
   double host_bandwidth = 24e9;  // D2H and H2D copies of cross-subcluster hops (PCIe 4.0 x16)
   // Gradient sync overlapped with the last backward (bucketed, as Megatron does). Off: the
@@ -45,7 +46,6 @@ struct StageDetail {
   double send_forward_s = 0;             // activations to the next stage, per micro-batch
   double send_backward_s = 0;            // gradients back from the next stage
   double send_bytes = 0;                 // bytes per micro-batch and direction to the next stage
-  Resharding resharding = Resharding::all_pairs;  // strategy used towards the next stage
   bool crosses_subcluster = false;       // the hop to the next stage leaves the subcluster
   double sync_s = 0;                     // its sync group's all-reduce
   double optimizer_s = 0;

@@ -71,21 +71,12 @@ std::string blame(const predict::Outcome& now, const Plan* baseline, std::option
 // not costed with now: its regression compares costs of different kinds.
 std::vector<std::string> baseline_profiles_not_used(const Plan& plan, const Plan* baseline,
                                                     const cost::ComputeModel& compute) {
-  std::set<std::string> types;
-  if (baseline && baseline->predicted) {
-    for (const auto& st : baseline->predicted->per_stage) {
-      // per_stage is the simulator's free-form detail: read it without trusting its types.
-      if (!st.is_object() || !st.contains("subcluster") || !st["subcluster"].is_string() || !st.contains("source") ||
-          !st["source"].is_string() || st["source"] == "analytic")
-        continue;
-      const SubclusterSpec* sub = plan.cluster.find(st["subcluster"].get<std::string>());
-      if (sub && !compute.has_profile(sub->device.type)) types.insert(sub->device.type);
-    }
-  }
   std::vector<std::string> notes;
-  for (const auto& t : types)
-    notes.push_back("the baseline's prediction costed " + t + " from a profile, but the plan has none for " + t +
-                    ": its stages are now costed by the analytic model");
+  if (!baseline || !baseline->predicted) return notes;
+  for (const auto& t : profiled_device_types(*baseline->predicted, plan.cluster))
+    if (!compute.has_profile(t))
+      notes.push_back("the baseline's prediction costed " + t + " from a profile, but the plan has none for " + t +
+                      ": its stages are now costed by the analytic model");
   return notes;
 }
 

@@ -163,15 +163,13 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
   // Stage-major allocation: stage i of every pipeline side by side, so a stage's replicas
   // (its gradient sync group) are neighbours.
   std::vector<int> cursor(cluster_.subclusters.size(), 0);
-  std::vector<Stage> stages(S);
   for (int i = 0; i < S; ++i) {
     const StageShape& sh = l.stages[i];
     const SubclusterSpec& sub = cluster_.subclusters[sh.sub];
     p.offset.push_back(cursor[sh.sub]);
-    stages[i].subcluster = sub.name;
-    stages[i].tp = sh.tp, stages[i].cp = sh.cp, stages[i].dp = sh.dp;
-    stages[i].devices = block(sub, cursor[sh.sub], sh.devices());
-    Stage all = stages[i];
+    Stage all;  // the stage of every pipeline: its gradient-sync rings
+    all.subcluster = sub.name;
+    all.tp = sh.tp, all.cp = sh.cp, all.dp = sh.dp;
     all.devices = block(sub, cursor[sh.sub], l.pipelines * sh.devices());
     p.sync_link.push_back(predict::sync_link(cluster_, {&all}));
     cursor[sh.sub] += l.pipelines * sh.devices();

@@ -162,7 +162,6 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
     if (all.size() > 4) all.resize(4);
     seeds.insert(seeds.end(), all.begin(), all.end());
-    std::sort(seeds.begin(), seeds.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
     works.push_back(std::make_unique<Work>(eval, opt, deadline, "refine"));
     const auto t0 = Clock::now();
     run_refine(*works.back(), seeds);

@@ -135,7 +135,11 @@ InputsReport check_inputs(const InputFiles& files) {
         c.errors = problems;
       } else {
         c.summary = plan_summary(*plan);
-        for (const auto& p : choose_profiles(*plan, profiles).unavailable) {
+        // A profile of other dimensions than --model is the profile's own error (above); than
+        // the plan's embedded model, the plan's.
+        auto choice = choose_profiles(*plan, profiles, "the plan's model (" + *files.plan + ")");
+        if (!choice && !model) c.errors = choice.errors();
+        for (const auto& p : choice ? choice->unavailable : std::vector<PlanProfile>{}) {
           std::string path = "predicted.per_stage";  // a plan that records no digest for it
           for (std::size_t i = 0; i < plan->profiles.size(); ++i)
             if (plan->profiles[i].device == p.device) path = "profiles[" + std::to_string(i) + "]";
@@ -174,10 +178,9 @@ Result<LoadedPlan> read_plan_inputs(const InputFiles& files) {
   auto plan = load_plan(*files.plan, {model ? &*model : nullptr, cluster ? &*cluster : nullptr, &*catalog});
   if (!plan) return plan.errors();
   const std::string model_name = files.model ? "the model (" + *files.model + ")" : "the plan's model (" + *files.plan + ")";
-  for (const auto& p : given) take(profile_mismatch(*p.profile.profile, plan->model, model_name));
-  if (!errors.empty()) return errors;
-  LoadedPlan out{std::move(*plan), {}};
-  out.profiles = choose_profiles(out.plan, given);
+  auto profiles = choose_profiles(*plan, given, model_name);
+  if (!profiles) return profiles.errors();
+  LoadedPlan out{std::move(*plan), std::move(*profiles)};
   out.plan.profiles = out.profiles.used;
   return out;
 }
