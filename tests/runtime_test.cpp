@@ -185,6 +185,17 @@ TEST_CASE("run-local refuses --gpus with the CPU backend, and a worker a negativ
   CHECK_THAT(r.err, Catch::Contains("--device"));
 }
 
+TEST_CASE("run-local refuses output files it cannot write before it runs, with exit 2") {
+  for (const char* option : {"--metrics-out", "--trace", "--traffic-out"}) {
+    INFO(option);
+    auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/pipeline.plan.json", "--model",
+                          kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, option, "/nonexistent/dir/out.json"});
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("cannot write /nonexistent/dir/out.json"));
+    CHECK_THAT(r.out, !Catch::Contains("running"));  // no rank started
+  }
+}
+
 TEST_CASE("run-local refuses an unknown or unbuilt backend with exit 2") {
   for (const char* backend : {"cuda", "tpu"}) {
     auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/pipeline.plan.json", "--model",

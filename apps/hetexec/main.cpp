@@ -287,11 +287,13 @@ int run_local(const JobArgs& a) {
     if (a.traffic) lj.worker_args.insert(lj.worker_args.end(), {"--traffic-events", trace_dir + "/traffic"});
   }
   if (a.emulate_devices) lj.worker_args.push_back("--emulate-devices");
-  std::ofstream metrics;
-  if (a.metrics_out) {
-    metrics.open(*a.metrics_out);
-    if (!metrics) {
-      std::cerr << "error: cannot write " << *a.metrics_out << "\n";
+  // The output files, opened before the run so that a path that cannot be written costs nothing.
+  std::ofstream metrics, trace_out, traffic_out;
+  for (auto [path, out] : {std::pair{&a.metrics_out, &metrics}, std::pair{&a.trace, &trace_out}, std::pair{&a.traffic, &traffic_out}}) {
+    if (!*path) continue;
+    out->open(**path);
+    if (!*out) {
+      std::cerr << "error: cannot write " << **path << "\n";
       return 2;
     }
   }
@@ -319,7 +321,7 @@ int run_local(const JobArgs& a) {
     double t0 = all.empty() ? 0 : all.front().start_s;
     for (const auto& e : all) t0 = std::min(t0, e.start_s);
     for (auto& e : all) e.start_s -= t0;
-    std::ofstream(*a.trace) << het::sim::chrome_trace(all);
+    trace_out << het::sim::chrome_trace(all);
     std::cout << "trace: " << *a.trace << " (" << all.size() << " events; open in https://ui.perfetto.dev)\n";
   }
   if (a.traffic) {  // every rank's bytes, measured and by the program
@@ -334,7 +336,7 @@ int run_local(const JobArgs& a) {
         program += ranks.back()["program"][kind]["sent"].get<std::uint64_t>();
       }
     }
-    std::ofstream(*a.traffic) << nlohmann::json{{"ranks", ranks}}.dump(1) << "\n";
+    traffic_out << nlohmann::json{{"ranks", ranks}}.dump(1) << "\n";
     std::cout << "traffic between stages: " << measured << " bytes sent, the rank program's " << program << " bytes"
               << (measured == program ? "" : " (they differ)") << "; per rank in " << *a.traffic << "\n";
   }
