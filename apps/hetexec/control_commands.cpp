@@ -83,6 +83,9 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
       ->check(CLI::Range(0, 1024));
   submit_->add_flag("--emulate-links", settings_.emulate_links, "shape each connection to its link in the plan's cluster");
   submit_->add_flag("--emulate-devices", settings_.emulate_devices, "slow each rank by (fastest peak / its device's peak)");
+  submit_->add_option("--time-dilation", settings_.time_dilation,
+                      "run every rank's compute and every shaped link X times slower (predict it with hetplan simulate --time-dilation X)")
+      ->check(CLI::Range(1.0, 1000.0));
   submit_->add_option("--metrics-out", metrics_out_, "write JSON lines {step, loss, step_s, tokens_per_s}");
   submit_->add_flag("--detach", detach_, "return once training runs (no lease: stop it with `hetexec abort`)");
   submit_->add_option("--rendezvous-listen", rendezvous_listen_, "HOST:PORT for the job's rendezvous (default 127.0.0.1:0)");

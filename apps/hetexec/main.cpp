@@ -14,6 +14,7 @@
 #include "collective/collective.hpp"
 #include "job/placement.hpp"
 #include "launch/local.hpp"
+#include "launch/workers.hpp"
 #include "spec/catalog.hpp"
 #include "runtime/runtime.hpp"
 #include "control/credentials.hpp"
@@ -112,6 +113,7 @@ struct JobArgs {
   std::string backend = "cpu";
   int threads = 0;  // per rank; 0: the cores shared out among the ranks
   double slowdown = 1;  // worker only: a fixed compute slowdown (an agent's --emulate-slowdown)
+  double time_dilation = 1;  // runtime::Options::time_dilation
   std::string host = "127.0.0.1";  // worker only: the IPv4 address its TCP endpoint listens on
   int rank = 0, world = 1;
   int device = -1;  // worker: the CUDA device ordinal (cuda backend); -1: the current one
@@ -198,6 +200,8 @@ int run_worker(const JobArgs& a) {
   opt.emulate_links = a.emulate_links;
   opt.emulate_devices = a.emulate_devices;
   opt.slowdown = a.slowdown;
+  opt.time_dilation = a.time_dilation;
+  opt.compute_on_this_thread = a.backend == "cpu" && a.threads == 1;
   std::vector<het::sim::TraceEvent> events;
   if (a.trace) opt.trace = &events;
   const double tokens = double(job->plan.model.training.global_batch_size) * job->plan.model.seq_length;
@@ -268,10 +272,18 @@ int run_local(const JobArgs& a) {
     for (int r = 0; r < lj.world; ++r) map += (r ? ", " : "") + std::to_string(r) + "→cuda:" + std::to_string(lj.devices[std::size_t(r)]);
     std::cout << "ranks on GPUs: " << map << "\n";
   }
-  // Each rank gets an equal share of the cores unless told otherwise.
-  const int threads = a.threads > 0 ? a.threads : std::max(1, int(std::thread::hardware_concurrency()) / lj.world);
+  // Each rank gets an equal share of the cores unless told otherwise; one thread each when
+  // dilated (its compute is then timed in CPU time, runtime/pace.hpp).
+  const int cores = std::max(1, int(std::thread::hardware_concurrency()));
+  const int threads = a.threads > 0 ? a.threads : a.time_dilation > 1 ? 1 : std::max(1, cores / lj.world);
   lj.worker_args = {"--plan", *a.files.plan, "--steps", std::to_string(a.steps), "--seed", std::to_string(a.seed),
-                    "--lr", std::to_string(a.lr), "--backend", a.backend, "--threads", std::to_string(threads)};
+                    "--lr", het::launch::exact_text(a.lr), "--backend", a.backend, "--threads", std::to_string(threads)};
+  if (a.time_dilation > 1) lj.worker_args.insert(lj.worker_args.end(), {"--time-dilation", het::launch::exact_text(a.time_dilation)});
+  // More busy ranks than cores: they contend, and the step times measured are not the plan's.
+  if (a.backend == "cpu" && lj.world * threads > cores && a.time_dilation * cores < double(lj.world * threads))
+    std::cout << "note: " << lj.world << " ranks × " << threads << " thread" << (threads == 1 ? "" : "s") << " share " << cores
+              << " cores, so they contend and the step times will not match `hetplan simulate`; run with --time-dilation "
+              << (lj.world * threads + cores - 1) / cores * 2 << " (and simulate with the same) to measure what the plan predicts\n";
   if (a.files.model) lj.worker_args.insert(lj.worker_args.end(), {"--model", *a.files.model});
   if (a.files.cluster) lj.worker_args.insert(lj.worker_args.end(), {"--cluster", *a.files.cluster});
   if (a.data) lj.worker_args.insert(lj.worker_args.end(), {"--data", *a.data});
@@ -398,6 +410,10 @@ int main(int argc, char** argv) {
     cmd->add_option("--threads", job.threads, "CPU threads per rank (default: the cores shared out among the ranks)")
         ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--emulate-links", job.emulate_links, "shape each connection to its link in the plan's cluster");
+    cmd->add_option("--time-dilation", job.time_dilation,
+                    "run every rank's compute and every shaped link X times slower, so many ranks share few cores without "
+                    "contending (predict it with hetplan simulate --time-dilation X)")
+        ->check(CLI::Range(1.0, 1000.0));
     cmd->add_flag("--emulate-devices", job.emulate_devices,
                   "slow each rank's compute by (fastest device peak / its device peak)");
   };

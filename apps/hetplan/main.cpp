@@ -19,6 +19,7 @@
 #include "importer/importer.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/profiles.hpp"
+#include "fidelity/fidelity.hpp"
 #include "predict/predict.hpp"
 #include "report/report.hpp"
 #include "review_commands.hpp"
@@ -103,6 +104,8 @@ struct SimulateArgs {
   het::InputFiles files;
   std::string schedule, format = "table", output, trace, resharding = "cheapest";
   bool overlap_sync = false;
+  double time_dilation = 1;
+  std::string measured, side_by_side;  // simulate: a measured trace to compare with; the combined trace
 };
 
 // simulate and show: load, validate, predict; print a table or the completed plan (simulate),
@@ -121,8 +124,23 @@ int run_simulate(const SimulateArgs& a, const hetplan::ShowArgs* show) {
   }
   if (a.resharding != "cheapest") opt.resharding = het::parse_resharding(a.resharding);
   opt.overlap_sync = a.overlap_sync;
-  opt.trace = !a.trace.empty() || (show && hetplan::show_needs_trace(*show));
-  het::cost::ComputeModel compute(loaded->plan.model, loaded->profiles.specs());
+  opt.trace = !a.trace.empty() || !a.side_by_side.empty() || (show && hetplan::show_needs_trace(*show));
+  // A time-dilated run (hetexec run-local --time-dilation X): its slower devices and links.
+  std::vector<het::ProfileSpec> profiles = loaded->profiles.specs();
+  if (a.time_dilation != 1) {
+    loaded->plan.cluster = het::fidelity::dilate(loaded->plan.cluster, a.time_dilation);
+    for (auto& p : profiles) p = het::fidelity::dilate(p, a.time_dilation);
+  }
+  std::vector<het::sim::TraceEvent> measured;
+  if (!a.measured.empty()) {
+    auto read = het::fidelity::read_chrome_trace(a.measured);
+    if (!read) {
+      print_errors(read.errors());
+      return kInvalid;
+    }
+    measured = std::move(*read);
+  }
+  het::cost::ComputeModel compute(loaded->plan.model, profiles);
   auto outcome = het::predict::predict(loaded->plan, compute, opt);
   if (!outcome) {
     print_errors(outcome.errors());
@@ -135,6 +153,18 @@ int run_simulate(const SimulateArgs& a, const hetplan::ShowArgs* show) {
   if (a.format == "json" && !show)
     for (const auto& n : notes) std::cerr << "note: " << n << "\n";
   if (!a.trace.empty() && !write_file(a.trace, het::sim::chrome_trace(outcome->sim.trace))) return kInvalid;
+  if (!a.measured.empty()) {  // predicted beside measured, instead of the prediction alone
+    auto compared = het::fidelity::compare(*outcome, measured);
+    if (!compared) {
+      for (auto e : compared.errors()) e.file = a.measured, std::cerr << "error: " << e.to_string() << "\n";
+      return kInvalid;
+    }
+    if (!a.side_by_side.empty() && !write_file(a.side_by_side, het::fidelity::side_by_side_trace(outcome->sim.trace, measured)))
+      return kInvalid;
+    if (a.format == "json") std::cout << het::fidelity::to_json(*compared).dump(2) << "\n";
+    else std::cout << het::fidelity::table(*compared);
+    return 0;
+  }
   const std::string plan_json = het::write_plan(outcome->plan);
   if (!a.output.empty() && !write_file(a.output, plan_json)) return kInvalid;
   if (show) return hetplan::print_show(*outcome, *show);
@@ -395,6 +425,15 @@ int main(int argc, char** argv) {
   simulate->add_option("--format", sim_args.format, "table (default) or json (the completed plan)")
       ->check(CLI::IsMember({"table", "json"}));
   simulate->add_option("-o,--output", sim_args.output, "write the completed plan to this file");
+  simulate->add_option("--time-dilation", sim_args.time_dilation,
+                       "predict a run of hetexec run-local --time-dilation X: compute and links X times slower")
+      ->check(CLI::Range(1.0, 1000.0));
+  simulate->add_option("--measured", sim_args.measured,
+                       "a measured run's trace (hetexec run-local --trace): print predicted beside measured per stage "
+                       "(--format json: as JSON) instead of the prediction");
+  auto* sbs = simulate->add_option("--side-by-side", sim_args.side_by_side,
+                                   "with --measured: write one Chrome trace holding the predicted and the measured timeline");
+  sbs->needs(simulate->get_option("--measured"));
   auto* show = app.add_subcommand("show", "Print a plan's stage table and predicted summary, or draw it (svg, html)");
   add_plan_inputs(show);
   hetplan::ShowArgs show_args;

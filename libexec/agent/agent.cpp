@@ -230,6 +230,8 @@ struct Agent::State final : public pb::Agent::Service {
       return {grpc::StatusCode::INVALID_ARGUMENT, "job ids are 1 to 128 characters of [A-Za-z0-9._-], not starting with '.'"};
     const auto& st = request->settings();
     if (st.steps() < 1 || st.steps() > 10'000'000) return refuse("settings.steps must be in [1, 10000000]");
+    if (st.time_dilation() != 0 && !(st.time_dilation() >= 1 && st.time_dilation() <= 1000))
+      return refuse("settings.time_dilation must be in [1, 1000] (or 0 for none)");
     if (!std::isfinite(st.learning_rate()) || st.learning_rate() <= 0 || st.learning_rate() > 10)
       return refuse("settings.learning_rate must be in (0, 10]");
     if (st.threads() > 1024) return refuse("settings.threads must be at most 1024");
@@ -310,13 +312,14 @@ struct Agent::State final : public pb::Agent::Service {
       std::vector<std::string> argv = {opt.worker_executable, "worker", "--plan", j.plan_file, "--rank", std::to_string(r.rank),
                                        "--world", std::to_string(j.world), "--rendezvous", j.rendezvous, "--host", opt.advertise,
                                        "--steps", std::to_string(st.steps()), "--seed", std::to_string(st.seed()), "--lr",
-                                       std::to_string(st.learning_rate()), "--threads", std::to_string(threads),
+                                       launch::exact_text(st.learning_rate()), "--threads", std::to_string(threads),
                                        "--slowdown", std::to_string(opt.emulate_slowdown)};
       if (!opt.worker_token_file.empty()) argv.insert(argv.end(), {"--token-file", opt.worker_token_file});
       if (!j.rendezvous_ca_file.empty()) argv.insert(argv.end(), {"--rendezvous-tls-ca", j.rendezvous_ca_file});
       if (!st.data_path().empty()) argv.insert(argv.end(), {"--data", st.data_path()});
       if (st.emulate_links()) argv.push_back("--emulate-links");
       if (st.emulate_devices()) argv.push_back("--emulate-devices");
+      if (st.time_dilation() > 1) argv.insert(argv.end(), {"--time-dilation", launch::exact_text(st.time_dilation())});
       // A GPU node runs its ranks on the CUDA backend, each on the plan's device of the node
       // (the offer's device i is CUDA device i: cuda:N offers the first N).
       if (opt.offer.kind == "cuda") argv.insert(argv.end(), {"--backend", "cuda", "--device", std::to_string(r.device)});

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstring>
 
@@ -26,6 +27,12 @@ struct Worker {
   bool reaped = false;
 };
 }  // namespace
+
+std::string exact_text(double value) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, value);  // shortest round-trip form
+  return std::string(buf, r.ptr);
+}
 
 WorkerGroup::WorkerGroup() : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 WorkerGroup::~WorkerGroup() {

@@ -13,6 +13,10 @@
 
 namespace het::launch {
 
+// A number as a worker's argument: the shortest text that reads back as the same double
+// (1e-07, 1.23456e-05), never rounded as std::to_string rounds it.
+std::string exact_text(double value);
+
 struct WorkerCommand {
   int rank = 0;
   std::vector<std::string> argv;  // argv[0] is the executable's path

@@ -4,11 +4,12 @@
 #include <chrono>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <stdexcept>
-#include <thread>
 
 #include "model/stage.hpp"
+#include "runtime/pace.hpp"
 #include "runtime/sync_plan.hpp"
 #include "predict/predict.hpp"
 #include "schedule/schedule.hpp"
@@ -87,84 +88,106 @@ void run_hop(transport::Peers& peers, std::uint32_t tag, const program::HopPart&
   }
 }
 
-// ---- Gradient sync: the plan's chunks (sync_plan.hpp) with their groups and AdamW moments ---
+// ---- Gradient sync: the plan's chunks (sync_plan.hpp), one bucket per group ------------------
 
-// A chunk of the sync plan as this rank runs it. The optimizer runs on the part of it this rank
-// owns: all of it, or with ZeRO its 1/|group|.
-struct OwnedChunk {
-  SyncChunk part;
-  model::Param<float>* param;
-  collective::Group* comm = nullptr;  // over part.group
-  std::size_t lo = 0, hi = 0;         // the owned part: part.elements[lo, hi)
-  std::vector<float> m, v;            // AdamW moments of the owned part
+// The chunks a group sums, packed into one buffer and reduced by one collective (as the
+// planner costs it: one ring all-reduce of the stage's gradients per group, not one per
+// parameter). The optimizer runs on the part of it this rank owns: all of it, or with ZeRO
+// its 1/|group|.
+struct Bucket {
+  std::vector<int> group;
+  collective::Group* comm = nullptr;
+  struct Part {
+    SyncChunk chunk;
+    model::Param<float>* param;
+    std::size_t at = 0;  // offset in the bucket
+  };
+  std::vector<Part> parts;
+  std::size_t size = 0;
+  std::size_t lo = 0, hi = 0;     // the owned part of the bucket
+  std::vector<float> m, v;        // AdamW moments of the owned part
+  std::vector<float> grad, value;  // the packed buffers [size]
 };
 
-std::vector<OwnedChunk> chunks_of(const Plan& plan, const program::Topology& topo, int me,
-                                  const std::vector<model::Param<float>*>& params) {
+std::vector<Bucket> buckets_of(const Plan& plan, const program::Topology& topo, int me,
+                               const std::vector<model::Param<float>*>& params) {
   std::vector<LocalParam> local;
   for (const auto* p : params) local.push_back({p->name, p->value.size()});
-  std::vector<OwnedChunk> out;
-  for (auto& c : plan_sync(plan, topo, me, local)) {
-    model::Param<float>* p = params[c.param];
-    out.push_back({std::move(c), p, nullptr, 0, 0, {}, {}});
+  std::vector<Bucket> out;
+  for (auto& c : plan_sync(plan, topo, me, local)) {  // in (group, name, chunk) order
+    if (out.empty() || out.back().group != c.group) out.push_back({c.group, nullptr, {}, 0, 0, 0, {}, {}, {}, {}});
+    Bucket& b = out.back();
+    const std::size_t n = c.elements.size();
+    model::Param<float>* param = params[c.param];
+    b.parts.push_back({std::move(c), param, b.size});
+    b.size += n;
   }
   return out;
 }
 
-// Gives every chunk its group (asked for in the chunks' order) and, with ZeRO, the part of it
-// this rank owns, with zeroed AdamW moments.
-std::string make_groups(std::vector<OwnedChunk>& sync, collective::Fabric& fabric, std::uint32_t tag, bool zero) {
-  for (auto& chunk : sync) {
-    auto comm = fabric.group(chunk.part.group, tag);
+// Gives every bucket its group (asked for in the buckets' order) and, with ZeRO, the part of
+// it this rank owns, with zeroed AdamW moments.
+std::string make_groups(std::vector<Bucket>& buckets, collective::Fabric& fabric, std::uint32_t tag, bool zero) {
+  for (auto& b : buckets) {
+    auto comm = fabric.group(b.group, tag);
     if (!comm) return comm.errors().front().to_string();
-    chunk.comm = *comm;
-    const std::size_t n = chunk.part.elements.size();
-    const collective::Range own = zero ? chunk.comm->owned(n) : collective::Range{0, n};
-    chunk.lo = own.lo, chunk.hi = own.hi;
-    chunk.m.assign(chunk.hi - chunk.lo, 0.0f), chunk.v.assign(chunk.hi - chunk.lo, 0.0f);
+    b.comm = *comm;
+    const collective::Range own = zero ? b.comm->owned(b.size) : collective::Range{0, b.size};
+    b.lo = own.lo, b.hi = own.hi;
+    b.m.assign(b.hi - b.lo, 0.0f), b.v.assign(b.hi - b.lo, 0.0f);
+    b.grad.resize(b.size), b.value.resize(b.size);
   }
   return "";
 }
 
-// After the step's last backward: every chunk's gradient summed over its group (a TP-replicated
-// copy counts 1/tp; powers of two divide exactly), AdamW on the owned part of every chunk, and
-// with ZeRO the updated parts all-gathered. `record(name, start)` traces the three phases.
+// The bucket's elements of every part's `of` (value or grad) to `flat`, or back.
+void pack(Bucket& b, std::vector<float> model::Param<float>::*of, std::vector<float>& flat, bool weighted) {
+  for (const auto& p : b.parts) {
+    const auto& src = p.param->*of;
+    const float w = weighted ? p.chunk.weight : 1.0f;
+    for (std::size_t i = 0; i < p.chunk.elements.size(); ++i) flat[p.at + i] = src[p.chunk.elements[i]] * w;
+  }
+}
+void unpack(Bucket& b, std::vector<float> model::Param<float>::*of, const std::vector<float>& flat) {
+  for (const auto& p : b.parts) {
+    auto& dst = p.param->*of;
+    for (std::size_t i = 0; i < p.chunk.elements.size(); ++i) dst[p.chunk.elements[i]] = flat[p.at + i];
+  }
+}
+
+// After the step's last backward: every bucket's gradients summed over its group (a
+// TP-replicated copy counts 1/tp; powers of two divide exactly), AdamW on the owned part of
+// every bucket (each parameter's slice with its own decay), and with ZeRO the updated parts
+// all-gathered. `record(name, start)` traces the three phases.
 template <class Record>
-void sync_and_update(std::vector<OwnedChunk>& sync, bool zero, const model::AdamW& adamw, int step, Record&& record) {
+void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW& adamw, int step, Pace& pace, Record&& record) {
+  using P = model::Param<float>;
   double start = now_s();
-  std::vector<float> grads, values;
-  for (auto& chunk : sync) {
-    auto& grad = chunk.param->grad;
-    grads.resize(chunk.part.elements.size());
-    for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = grad[chunk.part.elements[i]] * chunk.part.weight;
-    if (chunk.part.group.size() > 1) {
-      if (zero) check(chunk.comm->reduce_scatter_sum(grads.data(), grads.size()));
-      else check(chunk.comm->all_reduce_sum(grads.data(), grads.size()));
-    }
-    for (std::size_t i = 0; i < grads.size(); ++i) grad[chunk.part.elements[i]] = grads[i];
+  for (auto& b : buckets) {
+    pack(b, &P::grad, b.grad, true);
+    if (b.group.size() > 1)
+      check(pace.wait([&] { return zero ? b.comm->reduce_scatter_sum(b.grad.data(), b.size) : b.comm->all_reduce_sum(b.grad.data(), b.size); }));
   }
   record("sync", start);
   start = now_s();
-  for (auto& chunk : sync) {
-    auto& value = chunk.param->value;
-    const auto& grad = chunk.param->grad;
-    const std::size_t n = chunk.hi - chunk.lo;
-    grads.resize(n), values.resize(n);
-    for (std::size_t i = 0; i < n; ++i) grads[i] = grad[chunk.part.elements[chunk.lo + i]], values[i] = value[chunk.part.elements[chunk.lo + i]];
-    model::adamw_update(values.data(), grads.data(), chunk.m.data(), chunk.v.data(), n, adamw, step + 1,
-                        model::decays(chunk.param->name));
-    for (std::size_t i = 0; i < n; ++i) value[chunk.part.elements[chunk.lo + i]] = values[i];
+  for (auto& b : buckets) {
+    pack(b, &P::value, b.value, false);
+    for (const auto& p : b.parts) {  // the owned part of each parameter's slice
+      const std::size_t lo = std::max(b.lo, p.at), hi = std::min(b.hi, p.at + p.chunk.elements.size());
+      if (lo >= hi) continue;
+      model::adamw_update(b.value.data() + lo, b.grad.data() + lo, b.m.data() + (lo - b.lo), b.v.data() + (lo - b.lo), hi - lo,
+                          adamw, step + 1, model::decays(p.param->name));
+    }
+    if (!zero || b.group.size() <= 1) unpack(b, &P::value, b.value);
   }
+  pace.settle();
   record("optimizer", start);
   if (!zero) return;
   start = now_s();
-  for (auto& chunk : sync) {
-    if (chunk.part.group.size() <= 1) continue;
-    auto& value = chunk.param->value;
-    values.resize(chunk.part.elements.size());
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = value[chunk.part.elements[i]];
-    check(chunk.comm->all_gather(values.data(), values.size()));
-    for (std::size_t i = 0; i < values.size(); ++i) value[chunk.part.elements[i]] = values[i];
+  for (auto& b : buckets) {
+    if (b.group.size() <= 1) continue;
+    check(pace.wait([&] { return b.comm->all_gather(b.value.data(), b.size); }));
+    unpack(b, &P::value, b.value);
   }
   record("gather", start);
 }
@@ -196,7 +219,8 @@ double gather_loss(transport::Peers& peers, const program::Topology& topo, doubl
 // ---- Emulating the plan's cluster on this machine ------------------------------------------
 
 // Shapes every connection to the link class the plan's cluster gives the two ranks.
-void shape_links(const Plan& plan, const program::Topology& topo, transport::Peers& peers) {
+// Dilated `dilation` times: bandwidth over it, latency times it.
+void shape_links(const Plan& plan, const program::Topology& topo, transport::Peers& peers, double dilation) {
   const int me = peers.rank();
   const Stage& mine = topo.stage_of(me);
   const SubclusterSpec* sub = plan.cluster.find(mine.subcluster);
@@ -206,7 +230,7 @@ void shape_links(const Plan& plan, const program::Topology& topo, transport::Pee
     const LinkSpec link = mine.subcluster != other.subcluster ? plan.cluster.link_between(mine.subcluster, other.subcluster)
                           : topo.device_of(me).node == topo.device_of(r).node ? sub->intra_node
                                                                     : sub->inter_node.value_or(sub->intra_node);
-    peers.shape(r, link.bandwidth, link.latency);
+    peers.shape(r, link.bandwidth / dilation, link.latency * dilation);
   }
 }
 
@@ -324,15 +348,21 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   if (!tp_comm) return tp_comm.errors();
   const std::vector<int> cp_ring = topo.cp_ring(me);
   backend::StageSpec spec{plan.model, st.first, st.last, here.shard, st.tp, opt.seed, st.recompute, {}};
-  spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) { check(tp->all_reduce_sum(data, n)); };
+  // Emulation of the plan's cluster on this machine: the rank's compute stretched to its
+  // device's speed (and the time dilation), its connections shaped to the cluster's links.
+  const double factor = std::max(1.0, opt.slowdown) * opt.time_dilation * (opt.emulate_devices ? device_slowdown(plan, st) : 1.0);
+  Pace pace(factor, opt.compute_on_this_thread);
+  spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) {
+    check(pace.wait([&] { return tp->all_reduce_sum(data, n); }));
+  };
   spec.comm.cp_rank = here.context, spec.comm.cp = st.cp;
   spec.comm.cp_all_gather = [&](const float* part, float* all, std::size_t n) {
     std::copy_n(part, n, all + std::size_t(here.context) * n);
-    check(transport::all_gather(peers, cp_ring, all, n * std::size_t(st.cp), kContext));
+    check(pace.wait([&] { return transport::all_gather(peers, cp_ring, all, n * std::size_t(st.cp), kContext); }));
   };
   spec.comm.cp_reduce_scatter = [&](const float* all, float* part, std::size_t n) {
     std::vector<float> buf(all, all + n * std::size_t(st.cp));
-    check(transport::reduce_scatter_sum(peers, cp_ring, buf.data(), buf.size(), kContext));
+    check(pace.wait([&] { return transport::reduce_scatter_sum(peers, cp_ring, buf.data(), buf.size(), kContext); }));
     std::copy_n(buf.data() + std::size_t(here.context) * n, n, part);
   };
   const std::unique_ptr<backend::Stage> model = backend.make_stage(spec);
@@ -341,15 +371,13 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   const int warmup = st.warmup.value_or(int(pipe.stages.size()) - here.stage);  // the plan's, else 1f1b's
   const auto ops = schedule::stage_ops(warmup, m);
   const program::StageHops hops = program::hops_of(plan, topo, me);
-  std::vector<OwnedChunk> sync = chunks_of(plan, topo, me, model->params());
+  std::vector<Bucket> sync = buckets_of(plan, topo, me, model->params());
   const bool zero = plan.model.training.zero_stage >= 1;
   if (auto err = make_groups(sync, *fabric, kSync, zero); !err.empty()) return Diagnostic{"", 0, 0, "rank " + std::to_string(me), err};
   std::size_t optimizer_state = 0;
-  for (const auto& chunk : sync) optimizer_state += 2 * (chunk.hi - chunk.lo);
+  for (const auto& bucket : sync) optimizer_state += 2 * (bucket.hi - bucket.lo);
 
-  // Emulation of the plan's cluster on this machine, and the trace.
-  if (opt.emulate_links) shape_links(plan, topo, peers);
-  const double slowdown = std::max(1.0, opt.slowdown) * (opt.emulate_devices ? device_slowdown(plan, st) : 1.0);
+  if (opt.emulate_links) shape_links(plan, topo, peers, opt.time_dilation);
   const std::string track = track_of(here, st);
   auto record = [&](const std::string& name, double start) {
     if (opt.trace) opt.trace->push_back({track, name, start, now_s() - start});
@@ -358,13 +386,16 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   auto emulate = [&](const std::string& name, auto&& compute) {
     const double start = now_s();
     compute();
-    if (slowdown > 1) std::this_thread::sleep_for(std::chrono::duration<double>((slowdown - 1) * (now_s() - start)));
+    pace.settle();
     record(name, start);
   };
   // A hop: what this rank sends of `y` (its block) and receives; its block when it receives.
-  auto receive = [&](const program::HopPart& hop, std::uint32_t tag) {
+  // The time it waits for the data is recorded as "wait F<j>" / "wait B<j>".
+  auto receive = [&](const program::HopPart& hop, std::uint32_t tag, const std::string& name) {
     std::vector<Piece> held;
-    run_hop(peers, tag, hop, held);
+    const double start = now_s();
+    pace.wait([&] { run_hop(peers, tag, hop, held); });
+    record(name, start);
     return assemble(held, mine);
   };
   auto send = [&](const program::HopPart& hop, std::uint32_t tag, std::vector<float> y) {
@@ -377,8 +408,10 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   try {
     std::vector<int> in(std::size_t(b) * Tl), tg(in.size()), seq_in(static_cast<std::size_t>(Tn)), seq_tg(seq_in.size());
     for (int step = 0; step < opt.steps; ++step) {
-      const auto step_start = std::chrono::steady_clock::now();
+      const double step_start = now_s();
       model->zero_grad();
+      pace.settle();
+      record("zero_grad", step_start);
       double loss_sum = 0;
       const double scale = 1.0 / (double(G) * Tn);
       for (const auto& op : ops) {
@@ -389,24 +422,27 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
             std::copy_n(seq_in.data() + t0, Tl, &in[std::size_t(k) * Tl]);
             std::copy_n(seq_tg.data() + t0, Tl, &tg[std::size_t(k) * Tl]);
           }
-          const std::vector<float> x = first ? std::vector<float>{} : receive(hops.activations_in, kActivation);  // [b, Tl, C]
+          const std::vector<float> x = first ? std::vector<float>{} : receive(hops.activations_in, kActivation, "wait F" + std::to_string(j));  // [b, Tl, C]
           double loss = 0;
           std::vector<float> y;  // [b, Tl, C]
           emulate("F" + std::to_string(j), [&] { y = model->forward(j, b, in.data(), x.data(), tg.data(), &loss); });
           loss_sum += loss;
           if (!last) send(hops.activations_out, kActivation, std::move(y));
         } else {
-          const std::vector<float> dy = last ? std::vector<float>{} : receive(hops.gradients_in, kGradient);  // [b, Tl, C]
+          const std::vector<float> dy = last ? std::vector<float>{} : receive(hops.gradients_in, kGradient, "wait B" + std::to_string(j));  // [b, Tl, C]
           std::vector<float> dx;  // [b, Tl, C]
           emulate("B" + std::to_string(j), [&] { dx = model->backward(j, dy.data(), scale); });
           if (!first) send(hops.gradients_out, kGradient, std::move(dx));
         }
       }
       model->finish_backward();
-      sync_and_update(sync, zero, opt.optimizer, step, record);
-      StepReport report{step, gather_loss(peers, topo, loss_sum, kLoss) * scale, 0, optimizer_state};
-      check(peers.flush());
-      report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      sync_and_update(sync, zero, opt.optimizer, step, pace, record);
+      const double start = now_s();
+      StepReport report{step, pace.wait([&] { return gather_loss(peers, topo, loss_sum, kLoss); }) * scale, 0, optimizer_state};
+      check(pace.wait([&] { return peers.flush(); }));
+      record("loss", start);
+      record("step", step_start);
+      report.seconds = now_s() - step_start;
       reports.push_back(report);
       if (on_step) on_step(report);
     }

@@ -58,8 +58,19 @@ struct Options {
   bool emulate_devices = false;
   // A fixed slowdown of this rank's compute on top (an agent's --emulate-slowdown), >= 1.
   double slowdown = 1;
+  // Time dilation (run-local --time-dilation), >= 1: every rank's compute and every shaped link
+  // X times slower (bandwidth / X, latency × X), so that many ranks share few cores without
+  // contending; `hetplan simulate --time-dilation X` predicts the same run. Compute is stretched
+  // by sleeping (runtime/pace.hpp).
+  double time_dilation = 1;
+  // The backend computes on the calling thread only (the CPU backend with one thread): compute
+  // is then measured in the thread's CPU time when it is stretched (pace.hpp).
+  bool compute_on_this_thread = false;
   // When set, every compute and communication step of this rank is recorded here (seconds on
-  // the machine's monotonic clock, shared by all processes), with the simulator's event names.
+  // the machine's monotonic clock, shared by all processes), with the simulator's event names
+  // (F<j>, B<j>, sync, optimizer, gather) and the runtime's own: "wait F<j>" / "wait B<j>"
+  // (blocked receiving a micro-batch's activations / gradients), zero_grad, loss (the loss
+  // gathered on rank 0 and the sends flushed) and "step" (the whole step, around the others).
   std::vector<sim::TraceEvent>* trace = nullptr;
   // The groups of the gradient sync and of tensor parallelism (NCCL or TCP, collective.hpp);
   // null: all on TCP over `peers`. Groups are asked for in (tag, ranks) order.

@@ -218,6 +218,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     s->set_steps(std::uint32_t(o.settings.steps)), s->set_seed(o.settings.seed), s->set_learning_rate(o.settings.lr);
     s->set_data_path(o.settings.data_path), s->set_emulate_links(o.settings.emulate_links);
     s->set_emulate_devices(o.settings.emulate_devices), s->set_threads(std::uint32_t(std::max(0, o.settings.threads)));
+    s->set_time_dilation(o.settings.time_dilation);
     req.set_rendezvous_address(advertised);
     req.set_lease_seconds(std::uint32_t(std::ceil(lease)));
     req.set_rendezvous_ca_pem(ca_pem);

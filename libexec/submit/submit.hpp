@@ -35,6 +35,7 @@ struct Settings {
   std::string data_path;  // on the nodes
   bool emulate_links = false, emulate_devices = false;
   int threads = 0;
+  double time_dilation = 1;  // runtime::Options::time_dilation
 };
 
 struct Options {

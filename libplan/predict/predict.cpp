@@ -174,7 +174,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
 
       d.memory = cost::stage_memory(m, shape_of(plan, plan.pipelines[pi], s, replicas, d.warmup));
       const double shard = m.training.zero_stage >= 1 ? replicas : 1;
-      d.optimizer_s = optimizer_s(compute, pl.sub->device, s.tp, params, units.layers, shard);
+      d.optimizer_s = optimizer_s(compute, m, pl.sub->device, s.tp, params, shard);
       sin.pipelines[pi].stages[si].optimizer_s = d.optimizer_s;
       if (d.memory.total() > d.capacity)
         out.notes.push_back("pipelines[" + std::to_string(pi) + "].stages[" + std::to_string(si) + "] on " +

@@ -88,8 +88,10 @@ double gradient_sync_s(const ModelSpec& m, double params, int replicas, const Li
   return cost::allreduce_s(params * dtype_bytes(m.dtype), replicas, link);
 }
 
-double optimizer_s(const cost::ComputeModel& compute, const DeviceSpec& device, int tp, double params, double layers, double shard) {
-  if (auto per_layer = compute.optimizer_step(device.type, tp)) return *per_layer * std::max(1.0, layers) / shard;
+double optimizer_s(const cost::ComputeModel& compute, const ModelSpec& m, const DeviceSpec& device, int tp, double params,
+                   double shard) {
+  if (auto per_layer = compute.optimizer_step(device.type, tp))  // per parameter: the layer's over its parameters
+    return *per_layer / (unit_parameters(m, UnitKind::layer) / tp) * params / shard;
   return params / shard * kAdamBytesPerParameter / device.mem_bandwidth;
 }
 

@@ -53,10 +53,12 @@ double gradient_sync_s(const ModelSpec& m, double params, int replicas, const Li
 // and the 16-bit weight (14 bytes).
 inline constexpr double kAdamBytesPerParameter = 28;
 // Seconds of the optimizer step of a stage of TP degree `tp` on `device` holding `params` parameters per device
-// (a stage's over its tp) and `layers` layers, sharded `shard` ways by ZeRO: the profile's
-// measured step per layer at that tp where it has one, else kAdamBytesPerParameter at the device's
-// memory bandwidth.
-double optimizer_s(const cost::ComputeModel& compute, const DeviceSpec& device, int tp, double params, double layers, double shard);
+// (a stage's over its tp), sharded `shard` ways by ZeRO: the profile's measured step of a layer's
+// parameters at that tp, per parameter (the step is elementwise: the embedding's and head's
+// parameters cost as much each as a layer's), where it has one; else kAdamBytesPerParameter at
+// the device's memory bandwidth.
+double optimizer_s(const cost::ComputeModel& compute, const ModelSpec& m, const DeviceSpec& device, int tp, double params,
+                   double shard);
 
 // The memory model's view of a stage.
 cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, int zero_dp, int in_flight);

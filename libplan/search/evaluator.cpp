@@ -276,7 +276,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       const double params = tb.sum(tb.params, k, e) / l.stages[i].tp;
       const double sync = predict::gradient_sync_s(model_, params, replicas, p.sync_link[i]);
       const double last_b = tb.sum(tb.backward, k, e);
-      const double opt = predict::optimizer_s(compute_, *tb.device, l.stages[i].tp, params, tb.sum(tb.layers, k, e),
+      const double opt = predict::optimizer_s(compute_, model_, *tb.device, l.stages[i].tp, params,
                                               model_.training.zero_stage >= 1 ? replicas : 1);
       tail = std::max(tail, std::max(0.0, sync - (predict_.overlap_sync ? last_b : 0)) + opt - slack);
       slack += last_b + (i + 1 < S ? p.hop[i] : 0);

@@ -198,16 +198,23 @@ Result<SimResult> simulate(const SimInput& in) {
   return out;
 }
 
-std::string chrome_trace(const std::vector<TraceEvent>& events) {
-  // Tracks become threads of one process, in order of first appearance.
-  std::map<std::string, int> tid;
+std::string chrome_trace(const std::vector<TraceEvent>& events) { return chrome_trace(std::vector<TraceProcess>{{"", events}}); }
+
+std::string chrome_trace(const std::vector<TraceProcess>& processes) {
+  // Tracks become threads of their process, in order of first appearance.
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& e : events) {
-    auto [it, fresh] = tid.emplace(e.track, static_cast<int>(tid.size()));
-    if (fresh)
-      list.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", it->second}, {"args", {{"name", e.track}}}});
-    list.push_back({{"ph", "X"}, {"name", e.name}, {"pid", 0}, {"tid", it->second}, {"ts", e.start_s * 1e6},
-                    {"dur", e.duration_s * 1e6}});
+  for (std::size_t pid = 0; pid < processes.size(); ++pid) {
+    const auto& proc = processes[pid];
+    if (!proc.name.empty())
+      list.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", proc.name}}}});
+    std::map<std::string, int> tid;
+    for (const auto& e : proc.events) {
+      auto [it, fresh] = tid.emplace(e.track, static_cast<int>(tid.size()));
+      if (fresh)
+        list.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", it->second}, {"args", {{"name", e.track}}}});
+      list.push_back({{"ph", "X"}, {"name", e.name}, {"pid", pid}, {"tid", it->second}, {"ts", e.start_s * 1e6},
+                      {"dur", e.duration_s * 1e6}});
+    }
   }
   return nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ms"}}.dump() + "\n";
 }

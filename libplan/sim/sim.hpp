@@ -87,5 +87,11 @@ Result<SimResult> simulate(const SimInput& input);
 
 // Chrome trace JSON (open in Perfetto or chrome://tracing): one track per stage and link.
 std::string chrome_trace(const std::vector<TraceEvent>& events);
+// Several timelines in one trace: each a process of that name, its tracks its threads.
+struct TraceProcess {
+  std::string name;
+  std::vector<TraceEvent> events;
+};
+std::string chrome_trace(const std::vector<TraceProcess>& processes);
 
 }  // namespace het::sim

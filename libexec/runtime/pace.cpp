@@ -1,0 +1,35 @@
+#include "runtime/pace.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+namespace het::runtime {
+
+namespace {
+double seconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+}  // namespace
+
+Pace::Pace(double factor, bool cpu_clock) : factor_(std::max(1.0, factor)), cpu_clock_(cpu_clock) { mark(); }
+
+void Pace::mark() {
+  mark_wall_ = seconds(CLOCK_MONOTONIC);
+  mark_compute_ = cpu_clock_ ? seconds(CLOCK_THREAD_CPUTIME_ID) : mark_wall_;
+}
+
+void Pace::settle() {
+  if (factor_ > 1) {
+    const double compute = (cpu_clock_ ? seconds(CLOCK_THREAD_CPUTIME_ID) : seconds(CLOCK_MONOTONIC)) - mark_compute_;
+    const double until = mark_wall_ + factor_ * compute, now = seconds(CLOCK_MONOTONIC);
+    if (until > now) std::this_thread::sleep_for(std::chrono::duration<double>(until - now));
+  }
+  mark();
+}
+
+}  // namespace het::runtime

@@ -1,0 +1,243 @@
+#include "fidelity/fidelity.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace het::fidelity {
+
+ClusterSpec dilate(ClusterSpec c, double x) {
+  auto slow = [x](LinkSpec& l) { l.bandwidth /= x, l.latency *= x; };
+  for (auto& s : c.subclusters) {
+    s.device.peak /= x, s.device.mem_bandwidth /= x;
+    slow(s.intra_node);
+    if (s.inter_node) slow(*s.inter_node);
+  }
+  for (auto& l : c.links) slow(l.link);
+  if (c.default_link) slow(*c.default_link);
+  return c;
+}
+
+ProfileSpec dilate(ProfileSpec p, double x) {
+  for (auto& r : p.units) {
+    r.forward *= x, r.backward *= x;
+    if (r.recompute) *r.recompute *= x;
+  }
+  for (auto& o : p.optimizer_step) o.time *= x;
+  for (auto& [kind, l] : p.links) l.bandwidth /= x, l.latency *= x;
+  return p;
+}
+
+Result<std::vector<sim::TraceEvent>> read_chrome_trace(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) return Diagnostic{file, 0, 0, "", "cannot read the trace"};
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const nlohmann::json* list = j.is_array() ? &j : j.is_object() && j.contains("traceEvents") ? &j["traceEvents"] : nullptr;
+  if (j.is_discarded() || !list || !list->is_array())
+    return Diagnostic{file, 0, 0, "", "not a Chrome trace (JSON with traceEvents), as hetexec run-local --trace writes"};
+  std::map<std::pair<long, long>, std::string> names;
+  for (const auto& e : *list)
+    if (e.is_object() && e.value("ph", "") == "M" && e.value("name", "") == "thread_name" && e.contains("args"))
+      names[{e.value("pid", 0L), e.value("tid", 0L)}] = e["args"].value("name", "");
+  std::vector<sim::TraceEvent> out;
+  for (const auto& e : *list) {
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    const auto key = std::make_pair(e.value("pid", 0L), e.value("tid", 0L));
+    const auto it = names.find(key);
+    if (!e.contains("ts") || !e.contains("dur") || !e["ts"].is_number() || !e["dur"].is_number())
+      return Diagnostic{file, 0, 0, "traceEvents", "an X event without numeric ts and dur"};
+    out.push_back({it != names.end() ? it->second : std::to_string(key.second), e.value("name", ""), e["ts"].get<double>() * 1e-6,
+                   e["dur"].get<double>() * 1e-6});
+  }
+  if (out.empty()) return Diagnostic{file, 0, 0, "", "the trace holds no events"};
+  return out;
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// One rank's track cut into steps: the events inside each "step" event.
+struct Steps {
+  std::vector<sim::TraceEvent> step;                // the "step" events, in time order
+  std::vector<std::vector<sim::TraceEvent>> inside;  // per step, the others
+};
+
+std::map<std::string, Steps> by_track(const std::vector<sim::TraceEvent>& events) {
+  std::map<std::string, Steps> out;
+  for (const auto& e : events)
+    if (e.name == "step") out[e.track].step.push_back(e);
+  for (auto& [track, s] : out) {
+    std::sort(s.step.begin(), s.step.end(), [](const auto& a, const auto& b) { return a.start_s < b.start_s; });
+    s.inside.resize(s.step.size());
+  }
+  for (const auto& e : events) {
+    if (e.name == "step") continue;
+    auto it = out.find(e.track);
+    if (it == out.end()) continue;
+    auto& s = it->second;
+    const auto k = std::upper_bound(s.step.begin(), s.step.end(), e.start_s, [](double t, const auto& st) { return t < st.start_s; });
+    if (k == s.step.begin()) continue;
+    const std::size_t i = std::size_t(k - s.step.begin()) - 1;
+    if (e.start_s <= s.step[i].start_s + s.step[i].duration_s + 1e-9) s.inside[i].push_back(e);
+  }
+  return out;
+}
+
+// The measured times of one track over steps [1, n).
+StageTimes measure(const Steps& s, std::size_t n) {
+  std::vector<double> f, b, compute, wait, sync, opt, step;
+  for (std::size_t k = 1; k < n; ++k) {
+    double c = 0, sy = 0, op = 0;
+    for (const auto& e : s.inside[k]) {
+      const bool fwd = starts_with(e.name, "F"), bwd = starts_with(e.name, "B");
+      if (fwd) f.push_back(e.duration_s);
+      if (bwd) b.push_back(e.duration_s);
+      if (fwd || bwd) c += e.duration_s;
+      if (e.name == "sync" || e.name == "gather") sy += e.duration_s;
+      if (e.name == "optimizer") op += e.duration_s;
+    }
+    compute.push_back(c), sync.push_back(sy), opt.push_back(op), step.push_back(s.step[k].duration_s);
+    wait.push_back(s.step[k].duration_s - c - sy - op);
+  }
+  return {median(f), median(b), median(compute), median(wait), median(sync), median(opt), median(step)};
+}
+
+std::string track_of(int p, int s) { return "p" + std::to_string(p) + " s" + std::to_string(s) + " compute"; }
+
+}  // namespace
+
+Result<Comparison> compare(const predict::Outcome& o, const std::vector<sim::TraceEvent>& measured) {
+  const auto tracks = by_track(measured);
+  std::size_t n = SIZE_MAX;
+  for (const auto& [name, s] : tracks) n = std::min(n, s.step.size());
+  if (tracks.empty() || n < 2)
+    return Diagnostic{"", 0, 0, "", "the trace needs at least two steps (\"step\" events) on every rank; run with --steps 2 or more"};
+  Comparison c;
+  c.steps_used = int(n) - 1;
+  c.predicted_step_s = o.sim.iteration_s;
+  for (std::size_t pi = 0; pi < o.plan.pipelines.size(); ++pi)
+    for (std::size_t si = 0; si < o.plan.pipelines[pi].stages.size(); ++si) {
+      const auto it = tracks.find(track_of(int(pi), int(si)));
+      if (it == tracks.end())
+        return Diagnostic{"", 0, 0, "", "the trace has no track \"" + track_of(int(pi), int(si)) + "\": is it a run of this plan?"};
+      const predict::StageDetail& d = o.stages[pi][si];
+      const sim::StageReport& r = o.sim.pipelines[pi].stages[si];
+      StageRow row{int(pi), int(si), o.plan.pipelines[pi].stages[si].subcluster, {}, measure(it->second, n)};
+      StageTimes& p = row.predicted;
+      p.forward_s = d.forward_s, p.backward_s = d.backward_s, p.compute_s = r.compute_s;
+      p.sync_s = r.sync_end_s - r.last_backward_end_s, p.optimizer_s = r.finish_s - r.sync_end_s;
+      p.step_s = o.sim.iteration_s;
+      p.wait_s = p.step_s - p.compute_s - p.sync_s - p.optimizer_s;
+      c.stages.push_back(row);
+    }
+  // The iteration, measured: per step the slowest rank's, then the median over steps.
+  std::vector<double> steps;
+  for (std::size_t k = 1; k < n; ++k) {
+    double slowest = 0;
+    for (const auto& [name, s] : tracks) slowest = std::max(slowest, s.step[k].duration_s);
+    steps.push_back(slowest);
+  }
+  c.measured_step_s = median(steps);
+  return c;
+}
+
+namespace {
+std::string ms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s * 1e3);
+  return buf;
+}
+std::string pct(double predicted, double measured) {
+  if (measured <= 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * (predicted / measured - 1));
+  return buf;
+}
+}  // namespace
+
+std::string table(const Comparison& c) {
+  struct Col {
+    const char* name;
+    double StageTimes::*field;
+  };
+  const Col cols[] = {{"forward/mb", &StageTimes::forward_s}, {"backward/mb", &StageTimes::backward_s}, {"compute", &StageTimes::compute_s},
+                      {"wait", &StageTimes::wait_s},          {"sync", &StageTimes::sync_s},             {"optimizer", &StageTimes::optimizer_s},
+                      {"step", &StageTimes::step_s}};
+  std::ostringstream out;
+  out << "times in ms, predicted / measured (error of the prediction); measured: median of " << c.steps_used
+      << " steps after the first\n";
+  out << "stage      subcluster";
+  for (const auto& col : cols) out << "  " << std::string(std::max(0, 24 - int(std::string(col.name).size())), ' ') << col.name;
+  out << "\n";
+  for (const auto& r : c.stages) {
+    std::string name = "p" + std::to_string(r.pipeline) + " s" + std::to_string(r.stage);
+    out << name << std::string(std::max<std::size_t>(1, 11 - name.size()), ' ') << r.subcluster
+        << std::string(std::max<std::size_t>(0, 10 - std::min<std::size_t>(10, r.subcluster.size())), ' ');
+    for (const auto& col : cols) {
+      const double p = r.predicted.*col.field, m = r.measured.*col.field;
+      std::string cell = ms(p) + " / " + ms(m) + " (" + pct(p, m) + ")";
+      out << "  " << std::string(std::max(0, 24 - int(cell.size())), ' ') << cell;
+    }
+    out << "\n";
+  }
+  out << "step: predicted " << ms(c.predicted_step_s) << " ms, measured " << ms(c.measured_step_s)
+      << " ms (slowest rank, median); predicted ÷ measured " << [&] {
+           char buf[32];
+           std::snprintf(buf, sizeof buf, "%.3f", c.ratio());
+           return std::string(buf);
+         }() << "\n";
+  return out.str();
+}
+
+nlohmann::ordered_json to_json(const Comparison& c) {
+  auto times = [](const StageTimes& t) {
+    return nlohmann::ordered_json{{"forward_s", t.forward_s}, {"backward_s", t.backward_s}, {"compute_s", t.compute_s},
+                                  {"wait_s", t.wait_s},       {"sync_s", t.sync_s},         {"optimizer_s", t.optimizer_s},
+                                  {"step_s", t.step_s}};
+  };
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (const auto& r : c.stages)
+    stages.push_back({{"pipeline", r.pipeline}, {"stage", r.stage}, {"subcluster", r.subcluster},
+                      {"predicted", times(r.predicted)}, {"measured", times(r.measured)}});
+  return {{"predicted_step_s", c.predicted_step_s}, {"measured_step_s", c.measured_step_s},
+          {"predicted_over_measured", c.ratio()},   {"steps_used", c.steps_used},
+          {"stages", stages}};
+}
+
+std::string side_by_side_trace(const std::vector<sim::TraceEvent>& predicted, const std::vector<sim::TraceEvent>& measured) {
+  const auto tracks = by_track(measured);
+  std::size_t n = SIZE_MAX;
+  for (const auto& [name, s] : tracks) n = std::min(n, s.step.size());
+  std::vector<sim::TraceEvent> one;
+  if (!tracks.empty() && n != SIZE_MAX && n > 0) {
+    // The step whose slowest rank took the median time (after the first, when there are more).
+    std::vector<std::pair<double, std::size_t>> slowest;
+    for (std::size_t k = n > 1 ? 1 : 0; k < n; ++k) {
+      double t = 0;
+      for (const auto& [name, s] : tracks) t = std::max(t, s.step[k].duration_s);
+      slowest.push_back({t, k});
+    }
+    std::sort(slowest.begin(), slowest.end());
+    const std::size_t k = slowest[slowest.size() / 2].second;
+    double t0 = INFINITY;
+    for (const auto& [name, s] : tracks) t0 = std::min(t0, s.step[k].start_s);
+    for (const auto& [name, s] : tracks) {
+      one.push_back({name, "step", s.step[k].start_s - t0, s.step[k].duration_s});
+      for (auto e : s.inside[k]) e.start_s -= t0, one.push_back(e);
+    }
+  }
+  return sim::chrome_trace({{"predicted", predicted}, {"measured", one}});
+}
+
+}  // namespace het::fidelity
