@@ -103,7 +103,10 @@ TEST_CASE("mcts on random instances: gap to the exhaustive oracle") {
   // trees are explored to the end, so elsewhere mcts matches the oracle. Where P1 cuts the
   // oracle's plan, the gap is what the cut costs: up to 12.8% (random-7028: a head-only last
   // stage of a 4-stage pipeline beats mcts's 2-stage dp 2 plan once the gradient sync is
-  // costed after the last backward, as the runtime runs it).
+  // costed after the last backward, as the runtime runs it), 17.6% since the sync is costed
+  // bucket by bucket as the runtime reduces them (gpt's tied embedding between the first and
+  // last stages, the whole parameters over every TP shard: a stage with only the embedding or
+  // the head syncs less).
   const int n = 40;
   int compared = 0, within_1pct = 0, p1 = 0;
   double worst = -1, worst_p1 = -1, sum = 0;
@@ -140,7 +143,7 @@ TEST_CASE("mcts on random instances: gap to the exhaustive oracle") {
   CHECK(compared + p1 >= n * 8 / 10);
   CHECK(within_1pct == compared);
   CHECK(worst <= 0.01);
-  CHECK(worst_p1 <= 0.15);
+  CHECK(worst_p1 <= 0.18);
 }
 
 TEST_CASE("mcts is deterministic for a seed and a thread count") {

@@ -9,6 +9,7 @@
 
 #include "backend/backend.hpp"
 #include "program/program.hpp"
+#include "predict/stage_cost.hpp"
 #include "runtime/sync_plan.hpp"
 #include "test_util.hpp"
 
@@ -89,5 +90,51 @@ TEST_CASE("the gradient sync plan: whole coverage, agreeing groups, one order (p
       };
       INFO("ranks " << a << " and " << b);
       CHECK(shared(a) == shared(b));
+    }
+}
+
+// The planner costs the sync bucket by bucket (predict::sync_buckets); the runtime reduces one
+// bucket per group of its chunks. On every plan shape the executor tests run, shard 0 of every
+// stage's first replica meets exactly the planner's buckets of that stage: the same groups
+// (ranks), in the same order, with the same elements per rank.
+TEST_CASE("the planner's sync buckets are the runtime's groups, in its order, with its sizes") {
+  for (const char* name : {"pipeline", "data", "tensor", "context", "mixed", "two-pipelines", "recompute"})
+    for (const char* model : {"tiny-gpt", "tiny-llama"}) {
+      InputFiles files;
+      files.plan = std::string(HET_SOURCE_DIR "/tests/data/plans/") + name + ".plan.json";
+      files.model = std::string(HET_SOURCE_DIR "/configs/models/") + model + ".yaml";
+      files.cluster = HET_SOURCE_DIR "/configs/clusters/demo-1x4a100-1x4v100.yaml";
+      auto loaded = load_plan_inputs(files);
+      REQUIRE(loaded.ok());
+      const Plan& plan = loaded->plan;
+      const program::Topology topo(plan);
+      auto backend = backend::open("cpu", 1);
+      REQUIRE(backend.ok());
+      const auto buckets = predict::sync_buckets(plan);
+      for (std::size_t p = 0; p < plan.pipelines.size(); ++p)
+        for (std::size_t s = 0; s < plan.pipelines[p].stages.size(); ++s) {
+          INFO(name << " " << model << ": pipeline " << p << " stage " << s);
+          const int r = topo.rank(int(p), int(s), 0);
+          const Stage& st = topo.stage_of(r);
+          backend::StageSpec spec{plan.model, st.first, st.last, 0, st.tp, 1, st.recompute, {}};
+          auto stage = (*backend)->make_stage(spec);
+          std::vector<runtime::LocalParam> params;
+          for (const auto* q : stage->params()) params.push_back({q->name, q->value.size()});
+          std::vector<std::pair<std::vector<int>, double>> runtime_groups;  // (group, elements), in order, rings only
+          for (const auto& c : runtime::plan_sync(plan, topo, r, params)) {
+            if (c.group.size() <= 1) continue;
+            if (runtime_groups.empty() || runtime_groups.back().first != c.group) runtime_groups.push_back({c.group, 0});
+            runtime_groups.back().second += double(c.elements.size());
+          }
+          std::vector<std::pair<std::vector<int>, double>> planned;
+          for (const auto& b : buckets)
+            if (std::find(b.members.begin(), b.members.end(), std::pair<int, int>(int(p), int(s))) != b.members.end())
+              planned.push_back({b.order, b.elements * b.collectives});
+          REQUIRE(planned.size() == runtime_groups.size());
+          for (std::size_t k = 0; k < planned.size(); ++k) {
+            CHECK(planned[k].first == runtime_groups[k].first);
+            CHECK(planned[k].second == Approx(runtime_groups[k].second));
+          }
+        }
     }
 }

@@ -146,20 +146,21 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
     sin.pipelines.push_back(std::move(pin));
   }
 
-  // Sync groups, memory (now that warm-ups are known), optimizer steps.
+  // The gradient sync: the runtime's buckets, in its order (stage_cost.hpp).
+  for (const SyncBucket& b : sync_buckets(plan)) {
+    sim::SyncGroup g{b.members, bucket_sync_s(m, b)};
+    for (auto [pi, si] : b.members) out.stages[pi][si].sync_s += g.time_s;
+    if (g.time_s > 0) sin.sync_groups.push_back(std::move(g));
+  }
+  // Memory (now that warm-ups are known), optimizer steps.
   for (const auto& [root, members] : groups) {
-    sim::SyncGroup g;
     int replicas = 0;
     std::set<std::string> subclusters;
-    std::vector<const Stage*> member_stages;
     for (int id : members) {
       const Stage& s = plan.pipelines[index[id].first].stages[index[id].second];
       replicas += s.dp * s.cp;
       subclusters.insert(s.subcluster);
-      member_stages.push_back(&s);
-      g.members.push_back(index[id]);
     }
-    const LinkSpec link = sync_link(plan.cluster, member_stages);
     for (int id : members) {
       auto [pi, si] = index[id];
       const Stage& s = plan.pipelines[pi].stages[si];
@@ -167,8 +168,6 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       StageDetail& d = out.stages[pi][si];
       const UnitCounts units = count_units(plan, s);
       const double params = stage_parameters(m, units) / s.tp;
-      d.sync_s = gradient_sync_s(m, params, replicas, link);
-      g.time_s = std::max(g.time_s, d.sync_s);
       if (subclusters.size() > 1 && replicas > 1)
         cross_bytes += 2.0 * 2.0 * (replicas - 1) / replicas * params * grad_bytes * s.tp * s.cp;
 
@@ -181,7 +180,6 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
                             s.subcluster + " needs " + std::to_string(d.memory.total() / (1 << 30)).substr(0, 5) +
                             " GiB per device but has " + std::to_string(d.capacity / (1 << 30)).substr(0, 5) + " GiB");
     }
-    if (g.time_s > 0) sin.sync_groups.push_back(std::move(g));
   }
 
   auto simulated = sim::simulate(sin);

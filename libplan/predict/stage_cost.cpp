@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "cost/comm.hpp"
@@ -60,6 +61,19 @@ double stage_parameters(const ModelSpec& m, const UnitCounts& c) {
   return p;
 }
 
+double whole_parameters(const ModelSpec& m, UnitKind kind) {
+  const double C = m.hidden_size;
+  const double layer = m.architecture == Architecture::gpt ? 6 * C : 2 * C;  // ln1, ln2 (weights, gpt's biases), gpt's bo, bproj
+  switch (kind) {
+    case UnitKind::embedding:
+    case UnitKind::head: return unit_parameters(m, kind);
+    case UnitKind::layer: return layer;
+    case UnitKind::attn:
+    case UnitKind::mlp: return layer / 2;
+  }
+  return 0;
+}
+
 LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& members) {
   std::set<std::string> subclusters;
   std::map<std::pair<std::string, int>, std::set<int>> rings;  // (subcluster, node) -> TP shards on it
@@ -84,8 +98,93 @@ LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& 
   return cost::shared(*sub->inter_node, double(sharers));
 }
 
-double gradient_sync_s(const ModelSpec& m, double params, int replicas, const LinkSpec& link) {
-  return cost::allreduce_s(params * dtype_bytes(m.dtype), replicas, link);
+namespace {
+
+// A family of parameters synced alike: `count` elements (whole, before TP) of a unit, split
+// over TP shards or held whole by each, and the units whose stages hold them.
+struct Family {
+  double count = 0;
+  bool sharded = false;
+  std::vector<int> units;  // a stage holds the family when it holds one of these units
+};
+
+// The model's parameters by family (libexec/model's tensors: tp_sharded() in
+// runtime/sync_plan.cpp says which are split): per layer its matrices and the biases of
+// the heads and MLP channels (split), its norms and output biases (whole: gpt ln1/ln2 weight
+// and bias, bo, bproj; llama the two norm weights); the token embedding (with gpt's head,
+// which reuses it); gpt's position embedding; the head's norm (and llama's output projection).
+std::vector<Family> families(const ModelSpec& m, int last_unit, Granularity g) {
+  const double C = m.hidden_size, V = m.vocab_size, T = m.seq_length;
+  const bool gpt = m.architecture == Architecture::gpt;
+  const double whole = whole_parameters(m, UnitKind::layer), layer = unit_parameters(m, UnitKind::layer);
+  std::vector<Family> out;
+  for (int u = 1; u < last_unit; ++u) {
+    // A sublayer-granular plan holds a layer as two units; the runtime refuses those plans
+    // (runtime::unsupported), the families follow the layer's first unit.
+    if (g == Granularity::sublayer && (u - 1) % 2) continue;
+    const std::vector<int> units = g == Granularity::sublayer ? std::vector<int>{u, u + 1} : std::vector<int>{u};
+    out.push_back({layer - whole, true, units});
+    out.push_back({whole, false, units});
+  }
+  out.push_back({V * C, false, gpt ? std::vector<int>{0, last_unit} : std::vector<int>{0}});
+  if (gpt) out.push_back({T * C, false, {0}});
+  out.push_back({whole_parameters(m, UnitKind::head), false, {last_unit}});
+  return out;
+}
+
+}  // namespace
+
+std::vector<SyncBucket> sync_buckets(const Plan& plan) {
+  const program::Topology topo(plan);
+  const int last_unit = num_units(plan.model, plan.granularity) - 1;
+  // Stage-level buckets by the ranks of shard 0's group (the runtime's buckets are by group:
+  // with tp 1 a layer's split and whole parameters share one).
+  std::map<std::vector<int>, SyncBucket> by_group;
+  for (const Family& f : families(plan.model, last_unit, plan.granularity)) {
+    std::vector<std::pair<int, int>> holders;
+    std::vector<int> group;
+    std::vector<const Stage*> stages;
+    int F = 1, ring = 0;
+    for (std::size_t p = 0; p < plan.pipelines.size(); ++p)
+      for (std::size_t s = 0; s < plan.pipelines[p].stages.size(); ++s) {
+        const Stage& st = plan.pipelines[p].stages[s];
+        if (std::none_of(f.units.begin(), f.units.end(), [&](int u) { return st.first <= u && u <= st.last; })) continue;
+        holders.push_back({int(p), int(s)});
+        stages.push_back(&st);
+        F = std::lcm(F, st.tp);
+        ring += st.dp * st.cp * (f.sharded ? 1 : st.tp);
+        for (std::size_t k = 0; k < st.devices.size(); ++k) {
+          const int r = topo.rank(int(p), int(s), int(k));
+          if (!f.sharded || topo.place(r).shard == 0) group.push_back(r);
+        }
+      }
+    if (ring <= 1) continue;
+    std::sort(group.begin(), group.end());
+    SyncBucket& b = by_group[group];
+    b.members = holders, b.order = group, b.ring = ring, b.link = sync_link(plan.cluster, stages);
+    // Per rank: a split family in F chunks (the finest TP of its holders), F / tp of them on
+    // each rank, each its own ring; a whole one in one piece.
+    int most = 1;
+    for (const Stage* st : stages) most = std::max(most, F / st->tp);
+    b.collectives = f.sharded ? most : 1;
+    b.elements += f.sharded ? f.count / F : f.count;
+  }
+  std::vector<SyncBucket> out;
+  for (auto& [key, b] : by_group) out.push_back(std::move(b));
+  std::sort(out.begin(), out.end(), [](const SyncBucket& a, const SyncBucket& b) { return a.order < b.order; });
+  return out;
+}
+
+double stage_sync_s(const ModelSpec& m, double params, double whole, int tp, int replicas, const LinkSpec& link, double tied,
+                    int tied_ring, const LinkSpec& tied_link) {
+  const double split = (params - whole) / tp, rest = whole, bytes = dtype_bytes(m.dtype);
+  const double own = tp == 1 ? cost::allreduce_s((split + rest) * bytes, replicas, link)
+                             : cost::allreduce_s(split * bytes, replicas, link) + cost::allreduce_s(rest * bytes, replicas * tp, link);
+  return own + (tied > 0 ? cost::allreduce_s(tied * bytes, tied_ring, tied_link) : 0);
+}
+
+double bucket_sync_s(const ModelSpec& m, const SyncBucket& b) {
+  return b.collectives * cost::allreduce_s(b.elements * dtype_bytes(m.dtype), b.ring, b.link);
 }
 
 double optimizer_s(const cost::ComputeModel& compute, const ModelSpec& m, const DeviceSpec& device, int tp, double params,

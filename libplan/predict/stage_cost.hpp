@@ -33,6 +33,10 @@ UnitCounts count_units(const Plan& plan, const Stage& s);
 // table), a layer's weights, the head's final norm (and llama's untied output projection).
 double unit_parameters(const ModelSpec& m, UnitKind kind);
 double stage_parameters(const ModelSpec& m, const UnitCounts& c);
+// Of a unit's parameters, those every TP shard holds whole (libexec/model: the norms, gpt's
+// output biases bo and bproj, the embeddings, llama's output projection); the rest are split
+// over TP (tp_sharded() in libexec/runtime/sync_plan.cpp).
+double whole_parameters(const ModelSpec& m, UnitKind kind);
 
 // ---- After the last backward: gradient sync and optimizer step (one source for predict()
 // and the searches' estimate) ----
@@ -45,9 +49,36 @@ double stage_parameters(const ModelSpec& m, const UnitCounts& c);
 // ring), and a ring over several subclusters runs at the slowest link between them (its
 // bandwidth per node, shared the same way).
 LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& members);
-// Seconds of the ring all-reduce of `params` parameters per device (a stage's parameters over
-// its tp) among `replicas` copies, of the model's dtype.
-double gradient_sync_s(const ModelSpec& m, double params, int replicas, const LinkSpec& link);
+
+// The gradient sync as the runtime runs it (libexec/runtime/sync_plan.hpp and runtime.cpp):
+// every parameter is summed over the ranks that hold the same slice of it — the layers' over
+// the stages holding the layer, gpt's tied token embedding over the first and last stages, the
+// parameters every TP shard holds whole (norms, some biases, embeddings) over all TP shards too
+// — and a rank packs the parameters of one group into one bucket, reduced by one ring
+// collective, bucket after bucket in the order of the groups' ranks. At the stage level (the
+// TP shards of a stage sync their shards' buckets side by side) a bucket is: the stages that
+// hold it, its ring's size and link, the elements per rank, and the order key (the ranks of
+// shard 0's group). Buckets of one rank (ring size 1) are left out: they move nothing.
+struct SyncBucket {
+  std::vector<std::pair<int, int>> members;  // (pipeline, stage), ascending
+  std::vector<int> order;                    // the ranks of shard 0's group, ascending
+  int ring = 1;                              // ranks in one ring
+  double elements = 0;                       // per rank and collective
+  int collectives = 1;                       // per rank, one after the other (finer TP chunks of other holders)
+  LinkSpec link;
+};
+// In the order the runtime reduces them.
+std::vector<SyncBucket> sync_buckets(const Plan& plan);
+// The searches' estimate of one stage's buckets, summed (a stage of `replicas` copies over
+// data parallelism, context parallelism and identical pipelines, holding `params` parameters
+// of which `whole` every TP shard holds whole, both without gpt's tied token embedding): the
+// split ones over the replicas, the whole ones over the replicas' TP shards too (one bucket
+// with the split ones when tp is 1), and `tied` (that embedding, when the stage holds the
+// embedding or the head but not both) over `tied_ring` ranks on `tied_link`.
+double stage_sync_s(const ModelSpec& m, double params, double whole, int tp, int replicas, const LinkSpec& link, double tied,
+                    int tied_ring, const LinkSpec& tied_link);
+// Seconds of one bucket: its collectives' ring all-reduce of the model's dtype.
+double bucket_sync_s(const ModelSpec& m, const SyncBucket& b);
 // Mixed-precision AdamW is memory-bound: per parameter it reads the fp32 master weight, both
 // fp32 moments and the 16-bit gradient (14 bytes) and writes the master weight, the moments
 // and the 16-bit weight (14 bytes).

@@ -24,6 +24,8 @@ struct Evaluator::Prepared {
   std::vector<double> hop;                            // c_i to the next stage
   std::vector<bool> cross;                            // hop leaves the subcluster
   std::vector<LinkSpec> sync_link;                    // link of each stage's gradient all-reduce
+  int tied_ring = 0;                                  // gpt's tied embedding: the first and last stages' ranks
+  LinkSpec tied_link;                                 // and their ring's link
 };
 
 Evaluator::Evaluator(const ModelSpec& model, const ClusterSpec& cluster, const cost::ComputeModel& compute,
@@ -89,6 +91,7 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   t->time.assign(units_ + 1, 0);
   t->backward.assign(units_ + 1, 0);
   t->params.assign(units_ + 1, 0);
+  t->whole.assign(units_ + 1, 0);
   t->act.assign(units_ + 1, 0);
   t->layers.assign(units_ + 1, 0);
   const double layer_act = cost::layer_activation_bytes(model_, b, sh.tp, sh.cp, r);
@@ -100,16 +103,19 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   for (int u = 0; u < units_; ++u) {
     predict::UnitTimes ut;
     double p = 0, a = 0, layers = 0;
+    UnitKind kind = UnitKind::layer;
     if (u == 0) {
-      ut = emb, p = predict::unit_parameters(model_, UnitKind::embedding);
+      ut = emb, kind = UnitKind::embedding;
     } else if (u == units_ - 1) {
-      ut = head, p = predict::unit_parameters(model_, UnitKind::head);
+      ut = head, kind = UnitKind::head;
     } else if (granularity_ == Granularity::layer) {
-      ut = layer, p = predict::unit_parameters(model_, UnitKind::layer), a = layer_act, layers = 1;
+      ut = layer, a = layer_act, layers = 1;
     } else {
-      const UnitKind kind = (u - 1) % 2 == 0 ? UnitKind::attn : UnitKind::mlp;
-      ut = kind == UnitKind::attn ? attn : mlp, p = predict::unit_parameters(model_, kind), a = layer_act / 2, layers = 0.5;
+      kind = (u - 1) % 2 == 0 ? UnitKind::attn : UnitKind::mlp;
+      ut = kind == UnitKind::attn ? attn : mlp, a = layer_act / 2, layers = 0.5;
     }
+    p = predict::unit_parameters(model_, kind);
+    t->whole[u + 1] = t->whole[u] + predict::whole_parameters(model_, kind);
     t->time[u + 1] = t->time[u] + ut.forward_s + ut.backward_s;
     t->backward[u + 1] = t->backward[u] + ut.backward_s;
     t->params[u + 1] = t->params[u] + p;
@@ -163,6 +169,7 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
   // Stage-major allocation: stage i of every pipeline side by side, so a stage's replicas
   // (its gradient sync group) are neighbours.
   std::vector<int> cursor(cluster_.subclusters.size(), 0);
+  std::vector<Stage> ends;  // every pipeline's first and last stage
   for (int i = 0; i < S; ++i) {
     const StageShape& sh = l.stages[i];
     const SubclusterSpec& sub = cluster_.subclusters[sh.sub];
@@ -172,11 +179,13 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
     all.tp = sh.tp, all.cp = sh.cp, all.dp = sh.dp;
     all.devices = block(sub, cursor[sh.sub], l.pipelines * sh.devices());
     p.sync_link.push_back(predict::sync_link(cluster_, {&all}));
+    if (S > 1 && (i == 0 || i == S - 1)) ends.push_back(all), p.tied_ring += l.pipelines * sh.devices();
     cursor[sh.sub] += l.pipelines * sh.devices();
     std::vector<const Table*> by_r;
     for (Recompute r : recompute_) by_r.push_back(&table(l, i, p.offset[i], r));
     p.tables.push_back(std::move(by_r));
   }
+  if (ends.size() == 2) p.tied_link = predict::sync_link(cluster_, {&ends[0], &ends[1]});
   for (int i = 0; i + 1 < S; ++i) {
     // The k pipelines' copies of stage i lie side by side: those on one node share its NIC.
     const int M = cluster_.subclusters[l.stages[i].sub].devices_per_node, g = l.stages[i].devices();
@@ -274,7 +283,11 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       sum += t[i] + (i + 1 < S ? 2 * p.hop[i] : 0);
       const int replicas = l.pipelines * l.stages[i].dp * l.stages[i].cp;
       const double params = tb.sum(tb.params, k, e) / l.stages[i].tp;
-      const double sync = predict::gradient_sync_s(model_, params, replicas, p.sync_link[i]);
+      // gpt ties the token embedding to the head: a stage with one of them syncs it with the other's.
+      const bool tied = model_.architecture == Architecture::gpt && S > 1 && (i == 0 || i == S - 1);
+      const double wte = tied ? double(model_.vocab_size) * model_.hidden_size : 0, own_wte = k == 0 ? wte : 0;
+      const double sync = predict::stage_sync_s(model_, tb.sum(tb.params, k, e) - own_wte, tb.sum(tb.whole, k, e) - own_wte,
+                                                l.stages[i].tp, replicas, p.sync_link[i], wte, p.tied_ring, p.tied_link);
       const double last_b = tb.sum(tb.backward, k, e);
       const double opt = predict::optimizer_s(compute_, model_, *tb.device, l.stages[i].tp, params,
                                               model_.training.zero_stage >= 1 ? replicas : 1);

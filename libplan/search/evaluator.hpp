@@ -46,7 +46,7 @@ struct Layout {
 // backward, and backward alone), parameters, activation bytes per micro-batch, and layers
 // (a sublayer unit counts 1/2).
 struct StageTable {
-  std::vector<double> time, backward, params, act, layers;  // prefix sums, size units + 1
+  std::vector<double> time, backward, params, whole, act, layers;  // prefix sums, size units + 1 (whole: predict::whole_parameters)
   double bytes_per_param = 0;  // model state per parameter on a device (ZeRO applied)
   double logits = 0;           // the head's logits buffer
   double capacity = 0;

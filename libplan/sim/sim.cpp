@@ -166,8 +166,11 @@ Result<SimResult> simulate(const SimInput& in) {
         return Diagnostic{"", 0, 0, "sync_groups[" + std::to_string(g) + "]", "names a stage that does not exist"};
       const StageReport& st = out.pipelines[pi].stages[si];
       const double last_b = in.pipelines[pi].stages[si].backward_s;
-      ready = std::max(ready, in.overlap_sync ? st.last_backward_end_s - last_b : st.last_backward_end_s);
-      all_done = std::max(all_done, st.last_backward_end_s);
+      // A member's first group may start with its last backward when overlapped; a later one
+      // when the member's previous group has ended.
+      const bool first = st.sync_end_s == st.last_backward_end_s;
+      ready = std::max(ready, in.overlap_sync && first ? st.last_backward_end_s - last_b : st.sync_end_s);
+      all_done = std::max(all_done, st.sync_end_s);
     }
     const double end = std::max(ready + group.time_s, all_done);
     for (auto [pi, si] : group.members) out.pipelines[pi].stages[si].sync_end_s = end;

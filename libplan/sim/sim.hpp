@@ -7,10 +7,11 @@
 // F(i,s+1); B(i,s+1) -> C^B(i,s) -> B(i,s)). Start times are longest paths, computed in
 // one topological sweep: O(stages × micro-batches) per pipeline.
 //
-// After the pipelines: the data-parallel gradient sync of each sync group (stages that hold
-// the same units, across a stage's replicas and across pipelines), overlapped with the last
-// backward when allowed, then each stage's optimizer step. The iteration ends when the
-// last optimizer step does.
+// After the pipelines: the gradient sync, group after group in the order given (a stage in
+// several groups syncs them one after the other, as the runtime reduces its buckets; a group
+// starts when all its members have ended their previous groups), the first overlapped with
+// the last backward when allowed, then each stage's optimizer step. The iteration ends when
+// the last optimizer step does.
 //
 // The simulator knows nothing about models or devices: the cost model fills in the times.
 #include <string>
