@@ -14,6 +14,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libibverbs-dev catch2 libmetis-dev libspdlog-dev libfmt-dev
   libssl-dev  # SHA-256 of the profiles a plan embeds
+  zlib1g-dev  # the transport's CRC-32 (zlib's is several times faster than a byte table)
   openssl  # tests make throw-away TLS certificates with it (the TLS tests skip without it)
   python3-jsonschema  # tests check every plan against docs/plan.schema.json (skipped without it)
   chromium fonts-dejavu-core  # tests render hetplan show's pictures headless (skipped without chromium)

@@ -1,5 +1,7 @@
 #include "transport/tcp.hpp"
 
+#include <zlib.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -68,19 +70,15 @@ bool lost_peer(const std::string& error) {
 }
 
 std::uint32_t crc32(const void* data, std::size_t n) {
-  static const auto table = [] {
-    std::array<std::uint32_t, 256> t{};
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  std::uint32_t c = 0xFFFFFFFFu;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+  // zlib's CRC-32 (the IEEE polynomial), in pieces that fit its uInt length.
+  uLong c = ::crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t piece = std::min<std::size_t>(n - done, std::size_t(1) << 30);
+    c = ::crc32(c, p + done, uInt(piece));
+    done += piece;
+  }
+  return std::uint32_t(c);
 }
 
 namespace {
@@ -263,8 +261,9 @@ void Peers::shape(int peer, double bandwidth, double latency) {
 }
 
 void Peers::send(int peer, std::uint32_t tag, const void* data, std::size_t bytes) {
+  // The frame's CRC is taken by the sender thread (the caller only copies the payload).
   std::vector<char> f(sizeof(Header) + bytes);
-  Header h{kMagic, tag, bytes, crc32(data, bytes), 0};
+  Header h{kMagic, tag, bytes, 0, 0};
   std::memcpy(f.data(), &h, sizeof h);
   if (bytes) std::memcpy(f.data() + sizeof h, data, bytes);
   Link& l = *links_[std::size_t(peer)];
@@ -296,6 +295,12 @@ void Peers::sender_loop(Link& l) {
     l.busy = true;
     const double bandwidth = l.bandwidth, latency = l.latency;
     lock.unlock();
+    {
+      Header h;
+      std::memcpy(&h, f.data(), sizeof h);
+      h.crc = crc32(f.data() + sizeof h, f.size() - sizeof h);
+      std::memcpy(f.data(), &h, sizeof h);
+    }
     if (bandwidth > 0) {
       // The frame enters the link when it was queued or when the link has carried the frames
       // before it, occupies it for bytes/bandwidth, and arrives `latency` later; frames in

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Predicted vs measured step time (issue 16): profile this machine's CPU backend for tiny-gpt and
+# tiny-llama (one thread, as each rank runs), then for every plan in bench/fidelity/plans (plan
+# shapes: pipelines of 2-4 stages, DP, TP, CP, mixed (dp, tp) stages over two subclusters with a
+# slow link, two pipelines, recompute, every schedule kind, 8 ranks) run it with `hetexec run-local
+# --emulate-devices --emulate-links --time-dilation X --trace` (X = 2 x ranks / cores, at least 2,
+# so that the ranks sharing this machine's cores do not contend), predict the same run with
+# `hetplan simulate --time-dilation X --measured`, and report predicted / measured step time.
+#   scripts/bench-fidelity.sh [REPETITIONS] [PLAN-NAME-FILTER]
+# Writes $build/bench-fidelity/results.json (and per plan its trace, comparison and side-by-side
+# trace) and prints a markdown table and the summary.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+build="${HET_BUILD_DIR:-build}"
+reps="${1:-2}"
+filter="${2:-}"
+out="$build/bench-fidelity"
+mkdir -p "$out"
+hetexec="$build/apps/hetexec/hetexec"
+hetplan="$build/apps/hetplan/hetplan"
+cluster=bench/fidelity/cluster.yaml
+cores=$(nproc)
+for model in tiny-gpt tiny-llama; do  # slow: times x 2, the cluster's peak ratio, as --emulate-devices slows it
+  for dev in fast:1 slow:2; do
+    "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-${dev%%:*}" --slowdown "${dev##*:}" \
+      --tp 1 2 --micro-batch 1 2 4 -o "$out/$model-${dev%%:*}.yaml" > /dev/null
+  done
+done
+results="$out/results.jsonl"
+: > "$results"
+echo "| plan | ranks | dilation | rep | predicted ms | measured ms | predicted ÷ measured |"
+echo "|---|---|---|---|---|---|---|"
+for rep in $(seq 1 "$reps"); do
+  for plan in bench/fidelity/plans/*.plan.json; do
+    name=$(basename "$plan" .plan.json)
+    if [[ -n $filter && $name != *$filter* ]]; then continue; fi
+    model=tiny-${name%%-*}
+    ranks=$(python3 bench/fidelity/report.py ranks "$plan")
+    x=$(( 2 * ranks / cores )); if (( x < 2 )); then x=2; fi
+    inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
+    "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
+      --trace "$out/$name.trace.json" > "$out/$name.log"
+    "$hetplan" simulate "$plan" "${inputs[@]}" --profile "$out/$model-fast.yaml" --profile "$out/$model-slow.yaml" \
+      --time-dilation "$x" --measured "$out/$name.trace.json" --side-by-side "$out/$name.side-by-side.json" --format json \
+      > "$out/$name.compare.json"
+    python3 bench/fidelity/report.py row "$name" "$ranks" "$x" "$rep" "$out/$name.compare.json" "$results"
+  done
+done
+python3 bench/fidelity/report.py summary "$results" "$out/results.json"
