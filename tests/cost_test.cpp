@@ -4,6 +4,9 @@
 #include "cost/compute.hpp"
 #include "cost/flops.hpp"
 #include "cost/memory.hpp"
+#include "input/input.hpp"
+#include "predict/stage_cost.hpp"
+#include "spec/profile.hpp"
 #include "test_util.hpp"
 
 using namespace het;
@@ -112,6 +115,37 @@ TEST_CASE("profiled compute: exact rows, interpolation, extrapolation, scaled sh
   CHECK(other.source == Source::analytic);  // no profile for this device
   auto attn = cm.unit(UnitKind::attn, a100(), 1, 1, 4);  // sublayer from whole-layer rows
   CHECK(attn.forward_s == Approx(0.005 * attn_forward_flops(m, 4, 2048) / layer_forward_flops(m, 4, 2048)));
+}
+
+TEST_CASE("a profile of one shard's compute (collectives: excluded) gets the TP and CP collectives from the links") {
+  auto m = gpt(4, 1024, 16, 2048, 50000);
+  ProfileSpec p;
+  p.device = "A100-40GB";
+  p.model = {Architecture::gpt, 1024, 16, 2048, {}, {}, {}};
+  p.units = {{UnitKind::layer, 2, 1, 4, 2048, 0.005, 0.010, {}, {}, {}, 0}};
+  ComputeModel included(m, {p});
+  p.collectives_included = false;
+  ComputeModel excluded(m, {p});
+  CHECK(included.unit(UnitKind::layer, a100(), 2, 1, 4).includes_tp_comm);
+  CHECK(included.unit(UnitKind::layer, a100(), 2, 1, 4).includes_cp_comm);
+  CHECK_FALSE(included.unit(UnitKind::layer, a100(), 2, 2, 4).includes_cp_comm);  // cp 2 scaled from cp 1 rows
+  CHECK_FALSE(excluded.unit(UnitKind::layer, a100(), 2, 1, 4).includes_tp_comm);
+  // The stage adds the TP all-reduces to the measured shard's compute (and nothing to the
+  // included profile's).
+  predict::Placement pl;
+  SubclusterSpec sub;
+  sub.device = a100();
+  sub.intra_node = {100e9, 10e-6};
+  pl.sub = &sub, pl.nodes = 1, pl.per_node = 2;
+  const double tp_s = 2 * cost::allreduce_s(4.0 * 2048 * 1024 * 2, 2, sub.intra_node);
+  CHECK(predict::unit_times(m, included, UnitKind::layer, pl, 2, 1, Recompute::none, 4).forward_s == Approx(0.005));
+  CHECK(predict::unit_times(m, excluded, UnitKind::layer, pl, 2, 1, Recompute::none, 4).forward_s == Approx(0.005 + tp_s));
+  // Written and read back.
+  auto doc = input::parse(write_profile(p, "test"), "p.yaml");
+  REQUIRE(doc.ok());
+  auto back = read_profile(*doc);
+  REQUIRE(back.ok());
+  CHECK_FALSE(back->collectives_included);
 }
 
 TEST_CASE("a profile of another model shape is not used, and the reason is kept") {

@@ -23,6 +23,7 @@ Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const
   ProfileSpec p;
   p.device = o.device;
   p.model = profile_model(m);
+  p.collectives_included = false;  // one shard's compute: comm is {} below
   const int L = m.num_layers, T = m.seq_length, C = m.hidden_size;
   struct Point {
     double forward, backward;

@@ -120,7 +120,7 @@ UnitCost ComputeModel::unit(UnitKind kind, const DeviceSpec& device, int tp, int
   std::sort(rows.begin(), rows.end(), [](auto* x, auto* y) { return x->micro_batch_size < y->micro_batch_size; });
 
   UnitCost c;
-  c.includes_tp_comm = true;
+  c.includes_tp_comm = c.includes_cp_comm = profile->collectives_included;
   c.source = best->first == want ? Source::profile : Source::extrapolated;
   // Linear in the micro-batch size between (or beyond) the two nearest measured sizes.
   auto at = [&](auto field) {
@@ -143,7 +143,8 @@ UnitCost ComputeModel::unit(UnitKind kind, const DeviceSpec& device, int tp, int
     const UnitCost there = analytic(kind, device, std::get<0>(best->first), std::get<1>(best->first), b, std::get<2>(best->first));
     const double ratio = there.forward_s > 0 ? model_cost.forward_s / there.forward_s : 1;
     c.forward_s *= ratio, c.backward_s *= ratio, c.recompute_full_s *= ratio;
-    c.includes_tp_comm = std::get<0>(best->first) == tp;
+    c.includes_tp_comm = profile->collectives_included && std::get<0>(best->first) == tp;
+    c.includes_cp_comm = profile->collectives_included && std::get<1>(best->first) == cp;
   }
   c.forward_s *= fraction, c.backward_s *= fraction, c.recompute_full_s *= fraction;
   // Selective recomputation: the attention core's share of the measured forward.

@@ -7,8 +7,9 @@
 // measured shape by the ratio of analytic times), is marked extrapolated. Without a
 // profile: model FLOPs / (tp·cp) / (peak × efficiency), backward = 2 × forward; the
 // embedding is memory-bound (2·b·s·h·dtype bytes / memory bandwidth).
-// Profiled times include the TP collectives of their measurement; analytic ones do not
-// (the stage costing adds them), which UnitCost.includes_tp_comm says.
+// Profiled times include the TP and CP collectives of their measurement when the profile says
+// so (ProfileSpec::collectives_included, and only for the measured tp and cp); analytic ones do
+// not (the stage costing adds them), which UnitCost.includes_tp_comm / includes_cp_comm say.
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,7 +28,8 @@ struct UnitCost {
   double recompute_full_s = 0;       // recomputing the unit's forward
   double recompute_selective_s = 0;  // recomputing the attention core only
   Source source = Source::analytic;
-  bool includes_tp_comm = false;
+  bool includes_tp_comm = false;  // the TP all-reduces of the unit's shape
+  bool includes_cp_comm = false;  // its CP K/V exchanges
 };
 
 // Default fraction of peak FLOP/s the analytic model assumes when a device gives none.

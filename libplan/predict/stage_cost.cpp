@@ -323,16 +323,16 @@ UnitTimes unit_times(const ModelSpec& m, const cost::ComputeModel& compute, Unit
   const bool block = kind != UnitKind::embedding && kind != UnitKind::head;
   if (block && recompute == Recompute::full) t.backward_s += u.recompute_full_s;
   if (block && recompute == Recompute::selective) t.backward_s += u.recompute_selective_s;
-  if (block && !u.includes_tp_comm) {
+  if (block) {
     const double share = kind == UnitKind::layer ? 1.0 : 0.5;  // attn and mlp each carry half a layer's
     // TP: 2 all-reduces of the activation per layer forward, 2 backward (Megatron; with
     // sequence parallelism the all-gather/reduce-scatter pairs move the same bytes).
     const double act = b * double(m.seq_length) * m.hidden_size * dtype_bytes(m.dtype) / cp;
-    const double tp_s = share * 2 * cost::allreduce_s(act, tp, group_link(pl, pl.tp_in_node));
+    const double tp_s = u.includes_tp_comm ? 0 : share * 2 * cost::allreduce_s(act, tp, group_link(pl, pl.tp_in_node));
     // CP: K/V all-gather per layer forward, reduce-scatter of their gradients backward.
     const double kv = 2 * b * m.seq_length * double(m.hidden_size) * m.num_kv_heads / m.num_attention_heads *
                       dtype_bytes(m.dtype) / tp;
-    const double cp_s = share * cost::allgather_s(kv, cp, group_link(pl, pl.nodes == 1));
+    const double cp_s = u.includes_cp_comm ? 0 : share * cost::allgather_s(kv, cp, group_link(pl, pl.nodes == 1));
     t.forward_s += tp_s + cp_s;
     t.backward_s += tp_s + cp_s;
   }

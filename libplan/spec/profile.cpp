@@ -86,7 +86,7 @@ Result<ProfileSpec> read_profile(const input::Document& doc) {
   Diagnostics errors;
   input::Context ctx{doc.file, &errors};
   input::Fields top(ctx, doc.root, "",
-                    {"format", "device", "model", "units", "optimizer_step", "assumptions", "links"});
+                    {"format", "device", "model", "units", "optimizer_step", "assumptions", "links", "collectives"});
   if (!top.is_map()) return errors;
   if (auto format = top.string("format", Need::required); format && *format != "hetplan.profile/v1")
     top.error("format", "expected hetplan.profile/v1, got '" + *format + "'");
@@ -147,6 +147,10 @@ Result<ProfileSpec> read_profile(const input::Document& doc) {
     }
   }
   read_optimizer_step(top, p);
+  if (auto c = top.string("collectives", Need::optional)) {
+    if (*c != "included" && *c != "excluded") top.error("collectives", "expected included or excluded, got '" + *c + "'");
+    p.collectives_included = *c != "excluded";
+  }
   if (auto list = top.list("assumptions", Need::optional))
     for (std::size_t i = 0; i < list->size(); ++i)
       if (auto s = input::as_string(ctx, (*list)[i], input::index("assumptions", i))) p.assumptions.push_back(*s);
@@ -178,6 +182,8 @@ std::string write_profile(const ProfileSpec& p, const std::string& header) {
   out << ", seq_length: " << p.model.seq_length;
   if (p.model.vocab_size) out << ", vocab_size: " << *p.model.vocab_size;
   out << "}\n";
+  if (!p.collectives_included)
+    out << "collectives: excluded  # one shard's compute: the TP and CP collectives are the cost model's, from the links\n";
   if (!p.assumptions.empty()) {
     out << "assumptions:\n";
     for (const auto& a : p.assumptions) out << "  - " << quoted(a) << "\n";

@@ -66,6 +66,11 @@ struct ProfileSpec {
   std::vector<OptimizerStep> optimizer_step;  // empty when not measured
   std::vector<std::string> assumptions;       // what the numbers take for granted, in sentences
   std::map<LinkClass, LinkSpec> links;        // fitted alpha-beta per link class
+  // Whether the times include the TP and CP collectives of their shape (`collectives:
+  // included`, the default: profiles measured in a TP/CP-parallel framework, Megatron's) or are
+  // one shard's compute alone (`collectives: excluded`: hetexec profile), which the cost model
+  // then adds from the links.
+  bool collectives_included = true;
 };
 
 Result<ProfileSpec> read_profile(const input::Document& doc);
