@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "model/stage.hpp"
+#include "runtime/buckets.hpp"
 #include "runtime/pace.hpp"
 #include "runtime/sync_plan.hpp"
 #include "predict/predict.hpp"
@@ -88,98 +89,20 @@ void run_hop(transport::Peers& peers, std::uint32_t tag, const program::HopPart&
   }
 }
 
-// ---- Gradient sync: the plan's chunks (sync_plan.hpp), one bucket per group ------------------
-
-// The chunks a group sums, packed into one buffer and reduced by one collective (as the
-// planner costs it: one ring all-reduce of the stage's gradients per group, not one per
-// parameter). The optimizer runs on the part of it this rank owns: all of it, or with ZeRO
-// its 1/|group|.
-struct Bucket {
-  std::vector<int> group;
-  collective::Group* comm = nullptr;
-  struct Part {
-    SyncChunk chunk;
-    model::Param<float>* param;
-    std::size_t at = 0;  // offset in the bucket
-  };
-  std::vector<Part> parts;
-  std::size_t size = 0;
-  std::size_t lo = 0, hi = 0;     // the owned part of the bucket
-  std::vector<float> m, v;        // AdamW moments of the owned part
-  std::vector<float> grad, value;  // the packed buffers [size]
-};
-
-std::vector<Bucket> buckets_of(const Plan& plan, const program::Topology& topo, int me,
-                               const std::vector<model::Param<float>*>& params) {
-  std::vector<LocalParam> local;
-  for (const auto* p : params) local.push_back({p->name, p->value.size()});
-  std::vector<Bucket> out;
-  for (auto& c : plan_sync(plan, topo, me, local)) {  // in (group, name, chunk) order
-    if (out.empty() || out.back().group != c.group) out.push_back({c.group, nullptr, {}, 0, 0, 0, {}, {}, {}, {}});
-    Bucket& b = out.back();
-    const std::size_t n = c.elements.size();
-    model::Param<float>* param = params[c.param];
-    b.parts.push_back({std::move(c), param, b.size});
-    b.size += n;
-  }
-  return out;
-}
-
-// Gives every bucket its group (asked for in the buckets' order) and, with ZeRO, the part of
-// it this rank owns, with zeroed AdamW moments.
-std::string make_groups(std::vector<Bucket>& buckets, collective::Fabric& fabric, std::uint32_t tag, bool zero) {
-  for (auto& b : buckets) {
-    auto comm = fabric.group(b.group, tag);
-    if (!comm) return comm.errors().front().to_string();
-    b.comm = *comm;
-    const collective::Range own = zero ? b.comm->owned(b.size) : collective::Range{0, b.size};
-    b.lo = own.lo, b.hi = own.hi;
-    b.m.assign(b.hi - b.lo, 0.0f), b.v.assign(b.hi - b.lo, 0.0f);
-    b.grad.resize(b.size), b.value.resize(b.size);
-  }
-  return "";
-}
-
-// The bucket's elements of every part's `of` (value or grad) to `flat`, or back.
-void pack(Bucket& b, std::vector<float> model::Param<float>::*of, std::vector<float>& flat, bool weighted) {
-  for (const auto& p : b.parts) {
-    const auto& src = p.param->*of;
-    const float w = weighted ? p.chunk.weight : 1.0f;
-    for (std::size_t i = 0; i < p.chunk.elements.size(); ++i) flat[p.at + i] = src[p.chunk.elements[i]] * w;
-  }
-}
-void unpack(Bucket& b, std::vector<float> model::Param<float>::*of, const std::vector<float>& flat) {
-  for (const auto& p : b.parts) {
-    auto& dst = p.param->*of;
-    for (std::size_t i = 0; i < p.chunk.elements.size(); ++i) dst[p.chunk.elements[i]] = flat[p.at + i];
-  }
-}
-
-// After the step's last backward: every bucket's gradients summed over its group (a
-// TP-replicated copy counts 1/tp; powers of two divide exactly), AdamW on the owned part of
-// every bucket (each parameter's slice with its own decay), and with ZeRO the updated parts
-// all-gathered. `record(name, start)` traces the three phases.
+// After the step's last backward: every bucket's gradients summed over its group (buckets.hpp),
+// AdamW on the owned part of every bucket, and with ZeRO the updated parts all-gathered.
+// `record(name, start)` traces the three phases.
 template <class Record>
 void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW& adamw, int step, Pace& pace, Record&& record) {
-  using P = model::Param<float>;
   double start = now_s();
   for (auto& b : buckets) {
-    pack(b, &P::grad, b.grad, true);
+    pack_gradients(b);
     if (b.group.size() > 1)
       check(pace.wait([&] { return zero ? b.comm->reduce_scatter_sum(b.grad.data(), b.size) : b.comm->all_reduce_sum(b.grad.data(), b.size); }));
   }
   record("sync", start);
   start = now_s();
-  for (auto& b : buckets) {
-    pack(b, &P::value, b.value, false);
-    for (const auto& p : b.parts) {  // the owned part of each parameter's slice
-      const std::size_t lo = std::max(b.lo, p.at), hi = std::min(b.hi, p.at + p.chunk.elements.size());
-      if (lo >= hi) continue;
-      model::adamw_update(b.value.data() + lo, b.grad.data() + lo, b.m.data() + (lo - b.lo), b.v.data() + (lo - b.lo), hi - lo,
-                          adamw, step + 1, model::decays(p.param->name));
-    }
-    if (!zero || b.group.size() <= 1) unpack(b, &P::value, b.value);
-  }
+  for (auto& b : buckets) update(b, adamw, step + 1, zero);
   pace.settle();
   record("optimizer", start);
   if (!zero) return;
@@ -187,7 +110,7 @@ void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW
   for (auto& b : buckets) {
     if (b.group.size() <= 1) continue;
     check(pace.wait([&] { return b.comm->all_gather(b.value.data(), b.size); }));
-    unpack(b, &P::value, b.value);
+    unpack_values(b);
   }
   record("gather", start);
 }
@@ -373,7 +296,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   const program::StageHops hops = program::hops_of(plan, topo, me);
   std::vector<Bucket> sync = buckets_of(plan, topo, me, model->params());
   const bool zero = plan.model.training.zero_stage >= 1;
-  if (auto err = make_groups(sync, *fabric, kSync, zero); !err.empty()) return Diagnostic{"", 0, 0, "rank " + std::to_string(me), err};
+  if (auto err = connect(sync, *fabric, kSync, zero); !err.empty()) return Diagnostic{"", 0, 0, "rank " + std::to_string(me), err};
   std::size_t optimizer_state = 0;
   for (const auto& bucket : sync) optimizer_state += 2 * (bucket.hi - bucket.lo);
 

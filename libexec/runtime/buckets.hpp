@@ -1,0 +1,53 @@
+#pragma once
+// The gradient sync's buckets and the optimizer step on them (DESIGN.md §9). A rank's sync
+// chunks (sync_plan.hpp) are packed by group into buckets, one collective each (as the planner
+// costs them: predict::sync_buckets), in the groups' order; AdamW runs on the part of each
+// bucket the rank owns (all of it, or with ZeRO its 1/|group|), each parameter's slice with its
+// own weight decay. `hetexec profile` times the optimizer step on whole_bucket(), the same code.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collective/collective.hpp"
+#include "model/params.hpp"
+#include "plan/plan.hpp"
+#include "program/program.hpp"
+#include "runtime/sync_plan.hpp"
+
+namespace het::runtime {
+
+struct Bucket {
+  std::vector<int> group;             // the job ranks that sum it, ascending
+  collective::Group* comm = nullptr;  // over group (connect()); null for a group of one
+  struct Part {
+    SyncChunk chunk;
+    model::Param<float>* param;
+    std::size_t at = 0;  // offset in the bucket
+  };
+  std::vector<Part> parts;
+  std::size_t size = 0;
+  std::size_t lo = 0, hi = 0;      // the owned part of the bucket
+  std::vector<float> m, v;         // AdamW moments of the owned part [hi - lo]
+  std::vector<float> grad, value;  // the packed buffers [size]
+};
+
+// The buckets of `rank`'s parameters, in the order every member reduces them; each owns all of
+// itself until connect() says otherwise.
+std::vector<Bucket> buckets_of(const Plan& plan, const program::Topology& topology, int rank,
+                               const std::vector<model::Param<float>*>& params);
+// One bucket of all the parameters, owned whole and summed by no one.
+Bucket whole_bucket(const std::vector<model::Param<float>*>& params);
+// Gives every bucket its group (asked for in the buckets' order) and, with ZeRO, the part of it
+// this rank owns, with zeroed moments. Errors: the fabric's, as a sentence.
+std::string connect(std::vector<Bucket>& buckets, collective::Fabric& fabric, std::uint32_t tag, bool zero);
+
+// The parameters' gradients into b.grad, each chunk times its weight (1/tp for a copy every TP
+// shard holds whole).
+void pack_gradients(Bucket& b);
+// AdamW step `step` (from 1) on the owned part of b.grad (summed by then), from the
+// parameters' values; the values go back to the parameters unless `zero` (then after the
+// all-gather of b.value: unpack_values()).
+void update(Bucket& b, const model::AdamW& adamw, int step, bool zero);
+void unpack_values(Bucket& b);
+
+}  // namespace het::runtime
