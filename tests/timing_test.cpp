@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "fidelity/fidelity.hpp"
@@ -95,17 +96,35 @@ TEST_CASE("hetplan calibrate fixes a profile twice too slow from one run, for a 
     return args;
   };
   // This machine's profile, the slow subcluster 4x slower as --emulate-devices runs it; and the
-  // wrong copy: every time of it x2.
+  // wrong copy: every time of it x2. Each time is the least of three profiles: on a machine
+  // shared with other work a profile's micro-batch-4 rows sometimes come out twice too slow (the
+  // neighbour's load on the shared caches), which is noise in this test's input, not what it tests.
   for (auto [device, slowdown] : {std::pair{"cpu-fast", "1"}, std::pair{"cpu-slow", "4"}}) {
-    auto r = run_process({HETEXEC_BIN, "profile", "--threads", "1", "--model", kSrc + "/configs/models/tiny-gpt.yaml",
-                          "--device", device, "--slowdown", slowdown, "--micro-batch", "1", "2", "4", "-o",
-                          d + "/" + device + ".yaml"},
-                         120);
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    auto p = het::load_profile(d + "/" + device + ".yaml");
-    REQUIRE(p);
-    std::ofstream(d + "/" + device + "-x2.yaml") << het::write_profile(het::fidelity::dilate(*p, 2), "every time x2");
+    std::optional<het::ProfileSpec> best;
+    for (int k = 0; k < 3; ++k) {
+      const std::string file = d + "/" + device + "-" + std::to_string(k) + ".yaml";
+      auto r = run_process({HETEXEC_BIN, "profile", "--threads", "1", "--model", kSrc + "/configs/models/tiny-gpt.yaml",
+                            "--device", device, "--slowdown", slowdown, "--micro-batch", "1", "2", "4", "-o", file},
+                           120);
+      INFO(r.err);
+      REQUIRE(r.exit_code == 0);
+      auto p = het::load_profile(file);
+      REQUIRE(p);
+      if (!best) {
+        best = *p;
+        continue;
+      }
+      REQUIRE(p->units.size() == best->units.size());
+      for (std::size_t i = 0; i < p->units.size(); ++i) {
+        best->units[i].forward = std::min(best->units[i].forward, p->units[i].forward);
+        best->units[i].backward = std::min(best->units[i].backward, p->units[i].backward);
+        best->units[i].recompute = best->units[i].forward;
+      }
+      for (std::size_t i = 0; i < p->optimizer_step.size(); ++i)
+        best->optimizer_step[i].time = std::min(best->optimizer_step[i].time, p->optimizer_step[i].time);
+    }
+    std::ofstream(d + "/" + device + ".yaml") << het::write_profile(*best, "the least of three profiles");
+    std::ofstream(d + "/" + device + "-x2.yaml") << het::write_profile(het::fidelity::dilate(*best, 2), "every time x2");
   }
   auto run = [&](const std::string& plan, const std::string& trace) {
     auto r = run_process(with({HETEXEC_BIN, "run-local", plan}, {"--steps", "12", "--emulate-devices", "--emulate-links",
