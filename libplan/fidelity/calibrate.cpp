@@ -124,12 +124,10 @@ Result<Calibration> calibrate(const Plan& plan, const std::vector<ProfileSpec>& 
         d.forward.value = f.ratio, d.backward.value = b.ratio, d.optimizer.value = op.ratio;
         continue;
       }
-      d.forward.value *= f.ratio, d.backward.value *= b.ratio, d.optimizer.value *= op.ratio;
-      {
-        scale(*p, f.ratio, b.ratio, p->optimizer_step.empty() ? 1 : op.ratio);
-        for (double r : {f.ratio, b.ratio, p->optimizer_step.empty() ? 1 : op.ratio})
-          settled = settled && std::fabs(r - 1) <= o.tolerance;
-      }
+      const double optimizer = p->optimizer_step.empty() ? 1 : op.ratio;  // analytic: nothing to scale
+      d.forward.value *= f.ratio, d.backward.value *= b.ratio, d.optimizer.value *= optimizer;
+      scale(*p, f.ratio, b.ratio, optimizer);
+      for (double r : {f.ratio, b.ratio, optimizer}) settled = settled && std::fabs(r - 1) <= o.tolerance;
     }
     auto next = predict_beside(plan, profiles, measured, o);
     if (!next) return next.errors();
@@ -166,8 +164,10 @@ std::string calibration_header(const DeviceFit& fit, const std::string& trace, c
   char dilation[32];
   std::snprintf(dilation, sizeof dilation, "%g", time_dilation);
   std::string h = "Calibrated by `hetplan calibrate` from the measured trace " + trace + " of the plan " + plan + " (" +
-                  std::to_string(steps_used) + " steps after the first, time dilation " + dilation +
-                  ", undone: these are the undilated machine's times), starting from " + source + ".\n";
+                  std::to_string(steps_used) + " steps after the first" +
+                  (time_dilation != 1 ? std::string(", time dilation ") + dilation + " undone: these are the undilated machine's times"
+                                      : std::string()) +
+                  "), starting from " + source + ".\n";
   auto line = [&](const char* rows, const Factor& f) {
     h += std::string(rows) + " " + times(f.value) + " (measured / predicted over " + std::to_string(f.stages) + " stage" +
          (f.stages == 1 ? "" : "s") + ")\n";
