@@ -3,10 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "fidelity/fidelity.hpp"
 #include "process.hpp"
+#include "spec/profile.hpp"
 
 using het::test::run_process;
 
@@ -75,4 +79,116 @@ TEST_CASE("hetplan search with its default budget plans HetAuto's exp3 in under 
   INFO("auto: " << auto_iteration << " s per iteration, found in " << auto_s << " s; uniform: " << uniform_iteration);
   CHECK(auto_s < 10);
   CHECK(uniform_iteration / auto_iteration >= 1.15);
+}
+
+// Issue 16: `hetplan calibrate` makes a wrong profile (every time x2) predict a plan it was not
+// fitted on within 5% of that plan's measured step. Dilated 4x so that the ranks sharing this
+// machine's cores do not disturb what they measure (runtime/pace.hpp). No absolute time is
+// asserted: only predicted / measured of the same run.
+TEST_CASE("hetplan calibrate fixes a profile twice too slow from one run, for a held-out plan of another shape") {
+  het::test::TempDir dir;
+  const std::string d = dir.path();
+  const std::vector<std::string> inputs = {"--model", kSrc + "/configs/models/tiny-gpt.yaml", "--cluster",
+                                           kSrc + "/configs/clusters/tiny-cpu.yaml"};
+  auto with = [&](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), inputs.begin(), inputs.end());
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  // This machine's profile, the slow subcluster 4x slower as --emulate-devices runs it; and the
+  // wrong copy: every time of it x2. Each time is the least of three profiles: on a machine
+  // shared with other work a profile's micro-batch-4 rows sometimes come out twice too slow (the
+  // neighbour's load on the shared caches), which is noise in this test's input, not what it tests.
+  for (auto [device, slowdown] : {std::pair{"cpu-fast", "1"}, std::pair{"cpu-slow", "4"}}) {
+    std::optional<het::ProfileSpec> best;
+    for (int k = 0; k < 3; ++k) {
+      const std::string file = d + "/" + device + "-" + std::to_string(k) + ".yaml";
+      auto r = run_process({HETEXEC_BIN, "profile", "--threads", "1", "--model", kSrc + "/configs/models/tiny-gpt.yaml",
+                            "--device", device, "--slowdown", slowdown, "--micro-batch", "1", "2", "4", "-o", file},
+                           120);
+      INFO(r.err);
+      REQUIRE(r.exit_code == 0);
+      auto p = het::load_profile(file);
+      REQUIRE(p);
+      if (!best) {
+        best = *p;
+        continue;
+      }
+      REQUIRE(p->units.size() == best->units.size());
+      for (std::size_t i = 0; i < p->units.size(); ++i) {
+        best->units[i].forward = std::min(best->units[i].forward, p->units[i].forward);
+        best->units[i].backward = std::min(best->units[i].backward, p->units[i].backward);
+        best->units[i].recompute = best->units[i].forward;
+      }
+      for (std::size_t i = 0; i < p->optimizer_step.size(); ++i)
+        best->optimizer_step[i].time = std::min(best->optimizer_step[i].time, p->optimizer_step[i].time);
+    }
+    std::ofstream(d + "/" + device + ".yaml") << het::write_profile(*best, "the least of three profiles");
+    std::ofstream(d + "/" + device + "-x2.yaml") << het::write_profile(het::fidelity::dilate(*best, 2), "every time x2");
+  }
+  auto run = [&](const std::string& plan, const std::string& trace) {
+    auto r = run_process(with({HETEXEC_BIN, "run-local", plan}, {"--steps", "12", "--emulate-devices", "--emulate-links",
+                                                                  "--time-dilation", "4", "--trace", trace}),
+                         300);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+  };
+  const std::string fitted_on = kSrc + "/tests/data/plans/tiny-cpu-pipeline.plan.json";  // 2 stages, micro-batches of 2
+  const std::string held_out = kSrc + "/tests/data/plans/tiny-cpu-3-stages.plan.json";   // 3 stages, micro-batches of 4
+  // predicted / measured step of the held-out plan with this machine's profile, the wrong one and
+  // the calibrated one.
+  struct Ratios {
+    double measured_profile = 0, wrong = 0, calibrated = 0;
+  };
+  auto attempt = [&]() {
+    run(fitted_on, d + "/fit.json");
+    auto c = run_process(with({HETPLAN_BIN, "calibrate", "--trace", d + "/fit.json", "--plan", fitted_on},
+                              {"--profile", d + "/cpu-fast-x2.yaml", "--profile", d + "/cpu-slow-x2.yaml", "--time-dilation",
+                               "4", "-o", d + "/calibrated", "--format", "json"}),
+                         60);
+    INFO(c.err);
+    REQUIRE(c.exit_code == 0);
+    const auto fit = nlohmann::json::parse(c.out);
+    for (const auto& dev : fit["devices"]) {  // a profile twice too slow must shrink
+      INFO(dev.dump());
+      CHECK(dev["forward"]["factor"].get<double>() < 0.9);
+      CHECK(dev["backward"]["factor"].get<double>() < 0.9);
+      CHECK(dev["profile"] == d + "/calibrated/" + dev["device"].get<std::string>() + ".profile.yaml");
+    }
+    run(held_out, d + "/held-out.json");
+    auto predicted_over_measured = [&](const std::string& fast, const std::string& slow) {
+      auto r = run_process(with({HETPLAN_BIN, "simulate", held_out}, {"--profile", fast, "--profile", slow, "--measured",
+                                                                      d + "/held-out.json", "--time-dilation", "4", "--format", "json"}));
+      INFO(r.err);
+      REQUIRE(r.exit_code == 0);
+      return nlohmann::json::parse(r.out)["predicted_over_measured"].get<double>();
+    };
+    return Ratios{predicted_over_measured(d + "/cpu-fast.yaml", d + "/cpu-slow.yaml"),
+                  predicted_over_measured(d + "/cpu-fast-x2.yaml", d + "/cpu-slow-x2.yaml"),
+                  predicted_over_measured(d + "/calibrated/cpu-fast.profile.yaml", d + "/calibrated/cpu-slow.profile.yaml")};
+  };
+  // Measured twice at most: on a machine shared with other work, a run now and then is slowed by
+  // the neighbour on its core (one in ten with both cores busy: docs/executor.md); a calibration
+  // that does not work misses both times.
+  Ratios r = attempt();
+  std::string tries = "held-out plan, predicted / measured step: this machine's profile " + std::to_string(r.measured_profile) +
+                      ", wrong (x2) " + std::to_string(r.wrong) + ", calibrated " + std::to_string(r.calibrated);
+  if (std::fabs(r.calibrated - 1) > 0.05) {
+    r = attempt();
+    tries += "; again: " + std::to_string(r.measured_profile) + ", " + std::to_string(r.wrong) + ", " + std::to_string(r.calibrated);
+  }
+  INFO(tries);
+  CHECK(std::fabs(r.wrong - 1) > 0.05);
+  CHECK(std::fabs(r.calibrated - 1) <= 0.05);
+  CHECK(std::fabs(r.calibrated - 1) < std::fabs(r.wrong - 1));
+
+  std::ifstream header(d + "/calibrated/cpu-fast.profile.yaml");
+  std::string first_line;
+  std::getline(header, first_line);
+  CHECK_THAT(first_line, Catch::Contains("fit.json") && Catch::Contains("cpu-fast-x2.yaml"));
+  // One file for two device types is refused.
+  auto one = run_process(with({HETPLAN_BIN, "calibrate", "--trace", d + "/fit.json", "--plan", fitted_on},
+                              {"--profile", d + "/cpu-fast-x2.yaml", "--profile", d + "/cpu-slow-x2.yaml", "-o", d + "/one.yaml"}));
+  CHECK(one.exit_code == 2);
+  CHECK_THAT(one.err, Catch::Contains("give a directory"));
 }

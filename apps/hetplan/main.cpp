@@ -22,6 +22,7 @@
 #include "fidelity/fidelity.hpp"
 #include "predict/predict.hpp"
 #include "report/report.hpp"
+#include "calibrate_command.hpp"
 #include "review_commands.hpp"
 #include "search/search.hpp"
 #include "show_command.hpp"
@@ -490,6 +491,7 @@ int main(int argc, char** argv) {
   import->add_option("-o,--output", import_args.output, "profile.yaml to write")->required();
 
   hetplan::ReviewCommands review(app);  // diff, check
+  hetplan::CalibrateCommand calibrate(app);
 
   try {
     app.parse(argc, argv);
@@ -504,5 +506,6 @@ int main(int argc, char** argv) {
   if (search->parsed()) return run_search(search_args);
   if (compare->parsed()) return run_compare(search_args);
   if (auto status = review.run()) return *status;
+  if (auto status = calibrate.run()) return *status;
   return kInvalid;
 }
