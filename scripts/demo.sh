@@ -27,10 +27,25 @@ run "$hetplan" simulate docs/examples/opt-350m-demo.plan.json --schedule h-1f1b 
 echo
 echo "plans: $build_dir/demo/*.json; traces open in https://ui.perfetto.dev"
 
-# Execution: a plan for tiny-gpt on a cluster of CPU-class devices, trained for real (one
-# process per rank, loopback TCP, the CPU backend) on the shipped corpus.
-run "$build_dir/apps/hetexec/hetexec" prepare-data configs/data/corpus.txt -o "$build_dir/demo/corpus.bin"
-run "$hetplan" search --model configs/models/tiny-gpt.yaml --cluster configs/clusters/tiny-cpu.yaml \
-  --time-budget 5 -o "$build_dir/demo/tiny-gpt.plan.json"
-run "$build_dir/apps/hetexec/hetexec" run-local "$build_dir/demo/tiny-gpt.plan.json" --steps 30 --lr 3e-3 \
-  --data "$build_dir/demo/corpus.bin"
+# Execution, and the prediction held to it: profile this machine's CPU backend for tiny-gpt (the
+# cluster's "slow" devices are emulated 4x slower, their peak ratio), search a plan for
+# configs/clusters/tiny-cpu.yaml with those profiles, train it for real (one process per rank,
+# loopback TCP, the CPU backend) on the shipped corpus with the cluster emulated -- time-dilated
+# so that its ranks do not contend for this machine's cores -- and print the predicted and the
+# measured step side by side.
+hetexec="$build_dir/apps/hetexec/hetexec"
+model=configs/models/tiny-gpt.yaml
+cluster=configs/clusters/tiny-cpu.yaml
+run "$hetexec" profile --threads 1 --model "$model" --device cpu-fast --micro-batch 1 2 4 8 -o "$build_dir/demo/cpu-fast.yaml"
+run "$hetexec" profile --threads 1 --model "$model" --device cpu-slow --slowdown 4 --micro-batch 1 2 4 8 -o "$build_dir/demo/cpu-slow.yaml"
+profiles=(--profile "$build_dir/demo/cpu-fast.yaml" --profile "$build_dir/demo/cpu-slow.yaml")
+run "$hetexec" prepare-data configs/data/corpus.txt -o "$build_dir/demo/corpus.bin"
+run "$hetplan" search --model "$model" --cluster "$cluster" "${profiles[@]}" --time-budget 5 -o "$build_dir/demo/tiny-gpt.plan.json"
+ranks=$(python3 bench/fidelity/report.py ranks "$build_dir/demo/tiny-gpt.plan.json")
+dilation=$(( 2 * ranks / $(nproc) )); if (( dilation < 2 )); then dilation=2; fi
+run "$hetexec" run-local "$build_dir/demo/tiny-gpt.plan.json" --steps 20 --lr 3e-3 --data "$build_dir/demo/corpus.bin" \
+  --emulate-devices --emulate-links --time-dilation "$dilation" --trace "$build_dir/demo/tiny-gpt.measured.json"
+run "$hetplan" simulate "$build_dir/demo/tiny-gpt.plan.json" "${profiles[@]}" --time-dilation "$dilation" \
+  --measured "$build_dir/demo/tiny-gpt.measured.json" --side-by-side "$build_dir/demo/tiny-gpt.side-by-side.json"
+echo
+echo "predicted and measured timelines in one trace: $build_dir/demo/tiny-gpt.side-by-side.json (https://ui.perfetto.dev)"

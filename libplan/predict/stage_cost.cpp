@@ -58,7 +58,12 @@ double stage_parameters(const ModelSpec& m, const UnitCounts& c) {
   double p = c.layers * unit_parameters(m, UnitKind::layer);
   if (c.embedding) p += unit_parameters(m, UnitKind::embedding);
   if (c.head) p += unit_parameters(m, UnitKind::head);
+  if (c.head && !c.embedding) p += tied_head_parameters(m);
   return p;
+}
+
+double tied_head_parameters(const ModelSpec& m) {
+  return m.architecture == Architecture::gpt ? double(m.vocab_size) * m.hidden_size : 0;
 }
 
 double whole_parameters(const ModelSpec& m, UnitKind kind) {

@@ -32,7 +32,11 @@ UnitCounts count_units(const Plan& plan, const Stage& s);
 // Parameters of one unit, whole (before TP): the embedding's token table (and gpt's position
 // table), a layer's weights, the head's final norm (and llama's untied output projection).
 double unit_parameters(const ModelSpec& m, UnitKind kind);
+// A stage's parameters: its units', and gpt's token embedding on a stage with the head but not
+// the embedding (the head's logits reuse it: that stage holds, updates and syncs a copy).
 double stage_parameters(const ModelSpec& m, const UnitCounts& c);
+// The copy of the token embedding a gpt head without the embedding holds (0 for llama).
+double tied_head_parameters(const ModelSpec& m);
 // Of a unit's parameters, those every TP shard holds whole (libexec/model: the norms, gpt's
 // output biases bo and bproj, the embeddings, llama's output projection); the rest are split
 // over TP (tp_sharded() in libexec/runtime/sync_plan.cpp).

@@ -129,6 +129,7 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   cost::StageShape head_only;
   head_only.has_head = true, head_only.tp = sh.tp, head_only.cp = sh.cp, head_only.sequences = b, head_only.in_flight = 0;
   t->logits = cost::stage_memory(model_, head_only).logits;
+  t->tied = predict::tied_head_parameters(model_);
   t->capacity = sub.device.memory;
   t->device = &sub.device;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -282,7 +283,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       t_max = std::max(t_max, t[i]);
       sum += t[i] + (i + 1 < S ? 2 * p.hop[i] : 0);
       const int replicas = l.pipelines * l.stages[i].dp * l.stages[i].cp;
-      const double params = tb.sum(tb.params, k, e) / l.stages[i].tp;
+      const double params = (tb.sum(tb.params, k, e) + (e == U - 1 && k > 0 ? tb.tied : 0)) / l.stages[i].tp;
       // gpt ties the token embedding to the head: a stage with one of them syncs it with the other's.
       const bool tied = model_.architecture == Architecture::gpt && S > 1 && (i == 0 || i == S - 1);
       const double wte = tied ? double(model_.vocab_size) * model_.hidden_size : 0, own_wte = k == 0 ? wte : 0;

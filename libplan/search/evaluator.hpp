@@ -49,12 +49,14 @@ struct StageTable {
   std::vector<double> time, backward, params, whole, act, layers;  // prefix sums, size units + 1 (whole: predict::whole_parameters)
   double bytes_per_param = 0;  // model state per parameter on a device (ZeRO applied)
   double logits = 0;           // the head's logits buffer
+  double tied = 0;             // predict::tied_head_parameters: held by a head without the embedding
   double capacity = 0;
   const DeviceSpec* device = nullptr;  // the subcluster's, in the evaluator's cluster
   double sum(const std::vector<double>& v, int a, int e) const { return v[e + 1] - v[a]; }
   // Memory of units a..e holding `in_flight` micro-batches (tp: the stage's TP degree).
   double memory(int a, int e, int tp, int in_flight, bool has_head) const {
-    return sum(params, a, e) / tp * bytes_per_param + in_flight * sum(act, a, e) + (has_head ? logits : 0);
+    return (sum(params, a, e) + (has_head && a > 0 ? tied : 0)) / tp * bytes_per_param + in_flight * sum(act, a, e) +
+           (has_head ? logits : 0);
   }
 };
 
