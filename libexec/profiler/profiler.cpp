@@ -1,61 +1,58 @@
 #include "profiler/profiler.hpp"
 
 #include <algorithm>
-#include <chrono>
-
+#include <cmath>
 
 namespace het::profiler {
 
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-}  // namespace
-
-Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const Options& o,
-                            const std::function<void(const ProfileRow&)>& on_row) {
+Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Options& o,
+                        const std::function<void(const ProfileRow&, const Spread&)>& on_row) {
   for (int tp : o.tp)
     if (tp < 1 || m.num_attention_heads % tp || m.num_kv_heads % tp || m.ffn_hidden_size % tp)
       return Diagnostic{"", 0, 0, "tp", "tp " + std::to_string(tp) + " does not divide the model's " +
                                             std::to_string(m.num_attention_heads) + " heads, " + std::to_string(m.num_kv_heads) +
                                             " kv heads and " + std::to_string(m.ffn_hidden_size) + " MLP channels"};
-  ProfileSpec p;
+  Profile out;
+  ProfileSpec& p = out.spec;
   p.device = o.device;
   p.model = profile_model(m);
   const int L = m.num_layers, T = m.seq_length, C = m.hidden_size;
+  // An interval's seconds without what reading the clock adds (a thread's CPU time costs a
+  // system call: a third of an embedding's microsecond).
+  const std::int64_t overhead = clock_overhead_ns(o.clock);
+  auto seconds = [&](std::int64_t from, std::int64_t to) { return 1e-9 * double(std::max<std::int64_t>(0, to - from - overhead)); };
   struct Point {
-    double forward, backward;
+    MedianEstimate forward, backward;
     std::size_t activations, parameters;
   };
-  // Times one forward and backward of units [first, last] for b sequences (medians).
-  auto measure = [&](int first, int last, int tp, int b) {
+  // Times forward and backward of units [first, last] for b sequences until their medians are
+  // known (o.stop).
+  auto measure_point = [&](int first, int last, int tp, int b) {
     backend::StageSpec spec{m, first, last, 0, tp, 1, Recompute::none, {}};
     const auto stage = backend.make_stage(spec);
     std::vector<int> tokens(std::size_t(b) * T), targets(tokens.size());
     std::vector<float> x(std::size_t(b) * T * C), dy(x.size());
-    std::vector<double> fwd, bwd;
     std::size_t activations = 0, parameters = 0;
     for (auto* param : stage->params()) parameters += param->value.size() * sizeof(float);
-    for (int r = 0; r < o.repeats + 2; ++r) {  // two warm-up runs; fresh data every run
+    int r = 0;
+    auto once = [&]() -> std::vector<double> {  // fresh data every run
       for (std::size_t i = 0; i < tokens.size(); ++i)
         tokens[i] = int((i * 7 + std::size_t(r) * 13) % std::size_t(m.vocab_size)), targets[i] = int((i * 3 + std::size_t(r)) % std::size_t(m.vocab_size));
       for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * float((i + std::size_t(r)) % 17) - 0.08f, dy[i] = 1e-4f * float(i % 5);
       double loss = 0;
-      const auto t0 = std::chrono::steady_clock::now();
+      const std::int64_t t0 = nanoseconds_now(o.clock);
       stage->forward(r, b, tokens.data(), x.data(), targets.data(), &loss);
-      const auto t1 = std::chrono::steady_clock::now();
-      activations = stage->activation_bytes();
+      const std::int64_t t1 = nanoseconds_now(o.clock);
+      if (r == 0) activations = stage->activation_bytes();  // held from the forward to the backward; in a warm-up run
       stage->backward(r, dy.data(), 1.0 / (double(b) * T));
-      const auto t2 = std::chrono::steady_clock::now();
-      if (r >= 2) {
-        fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
-        bwd.push_back(std::chrono::duration<double>(t2 - t1).count());
-      }
-    }
-    return Point{median(fwd), median(bwd), activations, parameters};
+      const std::int64_t t2 = nanoseconds_now(o.clock);
+      ++r;  // gradients accumulate over the runs, as over a step's micro-batches
+      return {seconds(t0, t1), seconds(t1, t2)};
+    };
+    const auto e = measure(once, o.stop);
+    return Point{e[0], e[1], activations, parameters};
   };
-  auto row = [&](UnitKind kind, int tp, int b, double f, double bw, double act, double par) {
+  auto row = [&](UnitKind kind, int tp, int b, double f, double bw, double act, double par, const Spread& spread) {
     ProfileRow r;
     r.unit = kind;
     r.tp = tp;
@@ -67,18 +64,33 @@ Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const
     r.activation_memory = std::max(0.0, act);
     r.parameter_memory = std::max(0.0, par);
     p.units.push_back(r);
-    if (on_row) on_row(r);
+    out.spread.push_back(spread);
+    if (on_row) on_row(r, spread);
+  };
+  auto spread_of = [](const Point& point) {
+    return Spread{point.forward.spread, point.backward.spread, std::min(point.forward.runs, point.backward.runs)};
   };
   for (int tp : o.tp)
     for (int b : o.micro_batch_sizes) {
-      const Point emb = measure(0, 0, tp, b), head = measure(L + 1, L + 1, tp, b), whole = measure(0, L + 1, tp, b);
-      row(UnitKind::embedding, tp, b, emb.forward, emb.backward, double(emb.activations), double(emb.parameters));
-      row(UnitKind::head, tp, b, head.forward, head.backward, double(head.activations), double(head.parameters));
+      const Point emb = measure_point(0, 0, tp, b), head = measure_point(L + 1, L + 1, tp, b), whole = measure_point(0, L + 1, tp, b);
+      row(UnitKind::embedding, tp, b, emb.forward.median, emb.backward.median, double(emb.activations), double(emb.parameters),
+          spread_of(emb));
+      row(UnitKind::head, tp, b, head.forward.median, head.backward.median, double(head.activations), double(head.parameters),
+          spread_of(head));
+      // A layer is (whole - embedding - head) / L: the three medians' uncertainties (half-widths)
+      // are independent and add in quadrature.
       auto per_layer = [&](double w, double e, double h) { return (w - e - h) / L; };
-      row(UnitKind::layer, tp, b, per_layer(whole.forward, emb.forward, head.forward),
-          per_layer(whole.backward, emb.backward, head.backward),
+      auto layer_spread = [&](const MedianEstimate& w, const MedianEstimate& e, const MedianEstimate& h) {
+        const double layer = per_layer(w.median, e.median, h.median);
+        const double half_width = std::hypot(w.spread * w.median, e.spread * e.median, h.spread * h.median) / L;
+        return layer > 0 ? half_width / layer : std::numeric_limits<double>::infinity();
+      };
+      row(UnitKind::layer, tp, b, per_layer(whole.forward.median, emb.forward.median, head.forward.median),
+          per_layer(whole.backward.median, emb.backward.median, head.backward.median),
           per_layer(double(whole.activations), double(emb.activations), double(head.activations)),
-          per_layer(double(whole.parameters), double(emb.parameters), double(head.parameters)));
+          per_layer(double(whole.parameters), double(emb.parameters), double(head.parameters)),
+          Spread{layer_spread(whole.forward, emb.forward, head.forward), layer_spread(whole.backward, emb.backward, head.backward),
+                 std::min({whole.forward.runs, emb.forward.runs, head.forward.runs})});
     }
   // The optimizer step per layer's parameters, as the runtime takes it once per step: the
   // gradients made whole on the host (a device backend copies them there), AdamW, and the
@@ -86,17 +98,20 @@ Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const
   {
     backend::StageSpec spec{m, 1, L, 0, 1, 1, Recompute::none, {}};
     const auto stage = backend.make_stage(spec);
-    std::vector<double> t;
-    for (int r = 0; r < o.repeats + 2; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      stage->finish_backward();
-      for (auto* param : stage->params()) model::adamw_step(*param, model::AdamW{}, r + 1);
-      stage->zero_grad();
-      if (r >= 2) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / L);
-    }
-    p.optimizer_step = {{1, std::nullopt, median(t) * o.slowdown}};  // a tp-1 stage's: its scaling is the cost model's
+    int step = 0;
+    const auto e = measure(
+        [&]() -> std::vector<double> {
+          const std::int64_t t0 = nanoseconds_now(o.clock);
+          stage->finish_backward();
+          for (auto* param : stage->params()) model::adamw_step(*param, model::AdamW{}, ++step);
+          stage->zero_grad();
+          return {seconds(t0, nanoseconds_now(o.clock)) / L};
+        },
+        o.stop);
+    p.optimizer_step = {{1, std::nullopt, e[0].median * o.slowdown}};  // a tp-1 stage's: its scaling is the cost model's
+    out.optimizer_step = Spread{e[0].spread, e[0].spread, e[0].runs};
   }
-  return p;
+  return out;
 }
 
 }  // namespace het::profiler
