@@ -5,6 +5,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -108,6 +109,55 @@ TEST_CASE("sampling: measure() runs until every quantity's median is known withi
   int timed_calls = 0;
   auto timed = profiler::measure(noisy(0.10, timed_calls), rule);
   CHECK(timed[0].runs == rule.min_runs);
+}
+
+TEST_CASE("sampling: points measured in rounds take a passing slowdown in a few runs each, not in all runs of one") {
+  // Three points of 1.0 (plus 0.2% noise); the machine is 1.5 times slower during 20 runs of
+  // all the runs made, starting at the 14th: as long as one point takes in one stretch.
+  std::mt19937 rng(11);
+  std::normal_distribution<double> noise(0.0, 0.002);
+  int made = 0;
+  auto run = [&]() -> std::vector<double> {
+    const bool slow = made >= 14 && made < 34;
+    ++made;
+    return {(slow ? 1.5 : 1.0) + noise(rng)};
+  };
+  profiler::StopRule rule;
+  rule.warmups = 2;
+  rule.min_runs = 10;
+  rule.min_rounds = 2;
+  rule.target = 0.01;
+  rule.max_seconds = 60;
+  // One point after the other: the second is measured during the slowdown, all of it.
+  std::vector<double> one_by_one;
+  for (int p = 0; p < 3; ++p) one_by_one.push_back(profiler::measure(run, rule)[0].median);
+  CHECK(*std::max_element(one_by_one.begin(), one_by_one.end()) > 1.4);
+  // In rounds: every point's median is the machine's usual time; each point started once per round.
+  made = 0;
+  std::vector<int> starts(3, 0);
+  auto rounds = profiler::measure_in_rounds(
+      3, [&](int point) { ++starts[std::size_t(point)]; return std::function<std::vector<double>()>(run); }, rule);
+  REQUIRE(rounds.size() == 3);
+  for (int p = 0; p < 3; ++p) {
+    INFO("point " << p << ": " << rounds[std::size_t(p)][0].median << " from " << rounds[std::size_t(p)][0].runs << " runs in "
+                  << starts[std::size_t(p)] << " rounds");
+    CHECK(rounds[std::size_t(p)][0].median == Approx(1.0).epsilon(0.02));
+    CHECK(rounds[std::size_t(p)][0].spread <= 0.01);
+    CHECK(starts[std::size_t(p)] >= 2);
+    CHECK(rounds[std::size_t(p)][0].runs == 10 * starts[std::size_t(p)]);
+  }
+  // Exact samples: settled after the minimum of rounds.
+  std::vector<int> exact_starts(2, 0);
+  auto exact = profiler::measure_in_rounds(
+      2,
+      [&](int point) {
+        ++exact_starts[std::size_t(point)];
+        return std::function<std::vector<double>()>([] { return std::vector<double>{2.0, 3.0}; });
+      },
+      rule);
+  CHECK(exact_starts == std::vector<int>{2, 2});
+  CHECK(exact[1][1].median == 3.0);
+  CHECK(exact[1][1].spread == 0);
 }
 
 TEST_CASE("sampling: the thread's CPU clock leaves out the time the thread does not run, the wall clock does not") {

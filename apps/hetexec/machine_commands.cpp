@@ -90,7 +90,8 @@ MachineCommands::MachineCommands(CLI::App& app, std::string version) : version_(
   profile_->add_option("--tp", options_.tp, "tensor-parallel degrees to measure a shard of (default 1)")->check(CLI::PositiveNumber);
   profile_->add_option("--model", model_, "model.yaml")->required();
   profile_->add_option("--micro-batch", options_.micro_batch_sizes, "micro-batch sizes (default 1 2 4)");
-  profile_->add_option("--repeats", options_.stop.min_runs, "timed runs per point at least, after two warm-ups (default 10)")
+  profile_->add_option("--repeats", options_.stop.min_runs,
+                       "timed runs per point in each round, after two warm-ups; at least two rounds (default 10)")
       ->check(CLI::PositiveNumber);
   profile_->add_option("--spread", spread_percent_,
                        "then measure a point until the 95% interval of each median is within +-this many percent (default 1)")
@@ -232,9 +233,10 @@ int MachineCommands::run_profile() {
   ProfileComments comments;
   comments.header = "Measured by `hetexec profile --backend " + backend_ + "` (hetexec " + version_ + ") on " + (*be)->describe() +
                     " for " + m->name + " at " + utc_now() + ": tp " + tps + ", slowdown " + slowdown +
-                    ".\nEvery time is the median of at least " + std::to_string(options_.stop.min_runs) +
-                    " runs after two warm-ups, measured until the 95% interval of the median\nwas within +-" +
-                    percent(options_.stop.target) + " of it or for " + seconds + " s per point, timed by " + clock +
+                    ".\nEvery time is the median of runs in rounds (in each, every point not yet known: a fresh stage, two\n"
+                    "warm-ups, " + std::to_string(options_.stop.min_runs) +
+                    " timed runs), at least two, until the 95% interval of the median was within +-" +
+                    percent(options_.stop.target) + "\nof it or for " + seconds + " s per point, timed by " + clock +
                     ".\n`# spread` after a row: the larger of its forward's and backward's half-width of that interval, relative to\n"
                     "the time (a layer row's from those of the whole model, the embedding and the head), and the fewest runs.";
   std::map<std::tuple<UnitKind, int, int, int>, profiler::Spread> spread;

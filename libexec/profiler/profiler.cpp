@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 namespace het::profiler {
 
@@ -21,37 +22,64 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
   // system call: a third of an embedding's microsecond).
   const std::int64_t overhead = clock_overhead_ns(o.clock);
   auto seconds = [&](std::int64_t from, std::int64_t to) { return 1e-9 * double(std::max<std::int64_t>(0, to - from - overhead)); };
+
+  // The points: per (tp, micro-batch) the embedding, the head and the whole model (units
+  // [first, last]; forward and backward of b sequences), and the optimizer step.
   struct Point {
-    MedianEstimate forward, backward;
-    std::size_t activations, parameters;
-  };
-  // Times forward and backward of units [first, last] for b sequences until their medians are
-  // known (o.stop).
-  auto measure_point = [&](int first, int last, int tp, int b) {
-    backend::StageSpec spec{m, first, last, 0, tp, 1, Recompute::none, {}};
-    const auto stage = backend.make_stage(spec);
-    std::vector<int> tokens(std::size_t(b) * T), targets(tokens.size());
-    std::vector<float> x(std::size_t(b) * T * C), dy(x.size());
+    int first = 0, last = 0, tp = 1, b = 0;
+    bool optimizer = false;
     std::size_t activations = 0, parameters = 0;
-    for (auto* param : stage->params()) parameters += param->value.size() * sizeof(float);
-    int r = 0;
-    auto once = [&]() -> std::vector<double> {  // fresh data every run
-      for (std::size_t i = 0; i < tokens.size(); ++i)
-        tokens[i] = int((i * 7 + std::size_t(r) * 13) % std::size_t(m.vocab_size)), targets[i] = int((i * 3 + std::size_t(r)) % std::size_t(m.vocab_size));
-      for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * float((i + std::size_t(r)) % 17) - 0.08f, dy[i] = 1e-4f * float(i % 5);
+  };
+  std::vector<Point> points;
+  for (int tp : o.tp)
+    for (int b : o.micro_batch_sizes)
+      for (auto [first, last] : {std::pair{0, 0}, std::pair{L + 1, L + 1}, std::pair{0, L + 1}}) points.push_back({first, last, tp, b});
+  points.push_back({1, L, 1, 0, true});
+  int optimizer_steps = 0;  // AdamW's step count, on over the rounds
+  // One round of a point: a fresh stage and the run that times it.
+  auto start = [&](int index) -> std::function<std::vector<double>()> {
+    Point& pt = points[std::size_t(index)];
+    backend::StageSpec spec{m, pt.first, pt.last, 0, pt.tp, 1, Recompute::none, {}};
+    std::shared_ptr<backend::Stage> stage = backend.make_stage(spec);
+    pt.parameters = 0;
+    for (auto* param : stage->params()) pt.parameters += param->value.size() * sizeof(float);
+    if (pt.optimizer)
+      // Per layer's parameters, as the runtime takes it once per step: the gradients made whole
+      // on the host (a device backend copies them there), AdamW, and the values back for the
+      // next step (zero_grad: a device backend uploads them).
+      return [&, stage]() -> std::vector<double> {
+        const std::int64_t t0 = nanoseconds_now(o.clock);
+        stage->finish_backward();
+        for (auto* param : stage->params()) model::adamw_step(*param, model::AdamW{}, ++optimizer_steps);
+        stage->zero_grad();
+        return {seconds(t0, nanoseconds_now(o.clock)) / L};
+      };
+    struct Data {
+      std::vector<int> tokens, targets;
+      std::vector<float> x, dy;
+      int r = 0;
+    };
+    auto d = std::make_shared<Data>();
+    d->tokens.resize(std::size_t(pt.b) * T), d->targets.resize(d->tokens.size());
+    d->x.resize(std::size_t(pt.b) * T * C), d->dy.resize(d->x.size());
+    return [&, stage, d]() -> std::vector<double> {  // fresh data every run
+      const std::size_t r = std::size_t(d->r);
+      for (std::size_t i = 0; i < d->tokens.size(); ++i)
+        d->tokens[i] = int((i * 7 + r * 13) % std::size_t(m.vocab_size)), d->targets[i] = int((i * 3 + r) % std::size_t(m.vocab_size));
+      for (std::size_t i = 0; i < d->x.size(); ++i) d->x[i] = 0.01f * float((i + r) % 17) - 0.08f, d->dy[i] = 1e-4f * float(i % 5);
       double loss = 0;
       const std::int64_t t0 = nanoseconds_now(o.clock);
-      stage->forward(r, b, tokens.data(), x.data(), targets.data(), &loss);
+      stage->forward(d->r, pt.b, d->tokens.data(), d->x.data(), d->targets.data(), &loss);
       const std::int64_t t1 = nanoseconds_now(o.clock);
-      if (r == 0) activations = stage->activation_bytes();  // held from the forward to the backward; in a warm-up run
-      stage->backward(r, dy.data(), 1.0 / (double(b) * T));
+      if (d->r == 0) pt.activations = stage->activation_bytes();  // held from the forward to the backward; in a warm-up run
+      stage->backward(d->r, d->dy.data(), 1.0 / (double(pt.b) * T));
       const std::int64_t t2 = nanoseconds_now(o.clock);
-      ++r;  // gradients accumulate over the runs, as over a step's micro-batches
+      ++d->r;  // gradients accumulate over the runs, as over a step's micro-batches
       return {seconds(t0, t1), seconds(t1, t2)};
     };
-    const auto e = measure(once, o.stop);
-    return Point{e[0], e[1], activations, parameters};
   };
+  const auto estimates = measure_in_rounds(int(points.size()), start, o.stop);
+
   auto row = [&](UnitKind kind, int tp, int b, double f, double bw, double act, double par, const Spread& spread) {
     ProfileRow r;
     r.unit = kind;
@@ -67,50 +95,29 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
     out.spread.push_back(spread);
     if (on_row) on_row(r, spread);
   };
-  auto spread_of = [](const Point& point) {
-    return Spread{point.forward.spread, point.backward.spread, std::min(point.forward.runs, point.backward.runs)};
-  };
-  for (int tp : o.tp)
-    for (int b : o.micro_batch_sizes) {
-      const Point emb = measure_point(0, 0, tp, b), head = measure_point(L + 1, L + 1, tp, b), whole = measure_point(0, L + 1, tp, b);
-      row(UnitKind::embedding, tp, b, emb.forward.median, emb.backward.median, double(emb.activations), double(emb.parameters),
-          spread_of(emb));
-      row(UnitKind::head, tp, b, head.forward.median, head.backward.median, double(head.activations), double(head.parameters),
-          spread_of(head));
-      // A layer is (whole - embedding - head) / L: the three medians' uncertainties (half-widths)
-      // are independent and add in quadrature.
-      auto per_layer = [&](double w, double e, double h) { return (w - e - h) / L; };
-      auto layer_spread = [&](const MedianEstimate& w, const MedianEstimate& e, const MedianEstimate& h) {
-        const double layer = per_layer(w.median, e.median, h.median);
-        const double half_width = std::hypot(w.spread * w.median, e.spread * e.median, h.spread * h.median) / L;
-        return layer > 0 ? half_width / layer : std::numeric_limits<double>::infinity();
-      };
-      row(UnitKind::layer, tp, b, per_layer(whole.forward.median, emb.forward.median, head.forward.median),
-          per_layer(whole.backward.median, emb.backward.median, head.backward.median),
-          per_layer(double(whole.activations), double(emb.activations), double(head.activations)),
-          per_layer(double(whole.parameters), double(emb.parameters), double(head.parameters)),
-          Spread{layer_spread(whole.forward, emb.forward, head.forward), layer_spread(whole.backward, emb.backward, head.backward),
-                 std::min({whole.forward.runs, emb.forward.runs, head.forward.runs})});
-    }
-  // The optimizer step per layer's parameters, as the runtime takes it once per step: the
-  // gradients made whole on the host (a device backend copies them there), AdamW, and the
-  // values back for the next step (zero_grad: a device backend uploads them).
-  {
-    backend::StageSpec spec{m, 1, L, 0, 1, 1, Recompute::none, {}};
-    const auto stage = backend.make_stage(spec);
-    int step = 0;
-    const auto e = measure(
-        [&]() -> std::vector<double> {
-          const std::int64_t t0 = nanoseconds_now(o.clock);
-          stage->finish_backward();
-          for (auto* param : stage->params()) model::adamw_step(*param, model::AdamW{}, ++step);
-          stage->zero_grad();
-          return {seconds(t0, nanoseconds_now(o.clock)) / L};
-        },
-        o.stop);
-    p.optimizer_step = {{1, std::nullopt, e[0].median * o.slowdown}};  // a tp-1 stage's: its scaling is the cost model's
-    out.optimizer_step = Spread{e[0].spread, e[0].spread, e[0].runs};
+  auto spread_of = [](const std::vector<MedianEstimate>& e) { return Spread{e[0].spread, e[1].spread, std::min(e[0].runs, e[1].runs)}; };
+  for (std::size_t i = 0; i + 1 < points.size(); i += 3) {
+    const Point &emb = points[i], &head = points[i + 1], &whole = points[i + 2];
+    const auto &e = estimates[i], &h = estimates[i + 1], &w = estimates[i + 2];
+    const int tp = emb.tp, b = emb.b;
+    row(UnitKind::embedding, tp, b, e[0].median, e[1].median, double(emb.activations), double(emb.parameters), spread_of(e));
+    row(UnitKind::head, tp, b, h[0].median, h[1].median, double(head.activations), double(head.parameters), spread_of(h));
+    // A layer is (whole - embedding - head) / L: the three medians' uncertainties (half-widths)
+    // are independent and add in quadrature.
+    auto per_layer = [&](double whole_value, double emb_value, double head_value) { return (whole_value - emb_value - head_value) / L; };
+    auto layer_spread = [&](int q) {
+      const double layer = per_layer(w[q].median, e[q].median, h[q].median);
+      const double half_width = std::hypot(w[q].spread * w[q].median, e[q].spread * e[q].median, h[q].spread * h[q].median) / L;
+      return layer > 0 ? half_width / layer : std::numeric_limits<double>::infinity();
+    };
+    row(UnitKind::layer, tp, b, per_layer(w[0].median, e[0].median, h[0].median), per_layer(w[1].median, e[1].median, h[1].median),
+        per_layer(double(whole.activations), double(emb.activations), double(head.activations)),
+        per_layer(double(whole.parameters), double(emb.parameters), double(head.parameters)),
+        Spread{layer_spread(0), layer_spread(1), std::min({w[0].runs, e[0].runs, h[0].runs})});
   }
+  const auto& step = estimates.back()[0];
+  p.optimizer_step = {{1, std::nullopt, step.median * o.slowdown}};  // a tp-1 stage's: its scaling is the cost model's
+  out.optimizer_step = Spread{step.spread, step.spread, step.runs};
   return out;
 }
 

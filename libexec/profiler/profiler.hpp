@@ -2,9 +2,11 @@
 // `hetexec profile`: measures each unit's forward, backward and recompute time and its memory
 // on a backend, per (tp, micro-batch size), and returns them as a hetplan.profile/v1 so
 // hetplan plans from measurements. Each time is the median of as many runs as it takes to know
-// it within ±options.stop.target (the 95% interval of the median, profiler/sampling.hpp), after
-// two warm-ups, within a time cap per point, timed by options.clock less what reading the clock
-// costs; the spread reached is returned with every row.
+// it within ±options.stop.target (the 95% interval of the median), within a time cap per point,
+// timed by options.clock less what reading the clock costs; the spread reached is returned with
+// every row. The points are measured in rounds (profiler/sampling.hpp, measure_in_rounds: in
+// each, every point not yet known gets a fresh stage, warm-ups and options.stop.min_runs runs),
+// so that a passing slowdown of the machine falls on a few runs of each point, not on all of one.
 //   - embedding and head alone; a layer: the whole model minus them, over the number of layers
 //     (a layer alone stays in cache and runs faster than it does among the others);
 //   - tp > 1: one TP shard's compute (its share of heads and MLP channels); the all-reduces

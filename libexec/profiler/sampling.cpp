@@ -91,4 +91,46 @@ std::vector<MedianEstimate> measure(const std::function<std::vector<double>()>& 
   }
 }
 
+std::vector<std::vector<MedianEstimate>> measure_in_rounds(
+    int points, const std::function<std::function<std::vector<double>()>(int point)>& start, const StopRule& rule) {
+  struct Point {
+    std::vector<std::vector<double>> samples;  // per quantity
+    std::vector<MedianEstimate> estimates;
+    double seconds = 0;
+    int runs = 0, rounds = 0;
+    bool settled = false;
+  };
+  std::vector<Point> all(static_cast<std::size_t>(points));
+  for (bool left = points > 0; left;) {
+    left = false;
+    for (auto& p : all) {
+      if (p.settled) continue;
+      const std::int64_t t0 = nanoseconds_now(Clock::wall);
+      {
+        const auto once = start(int(&p - all.data()));
+        for (int i = 0; i < rule.warmups; ++i) once();
+        for (int i = 0; i < rule.min_runs && p.runs < rule.max_runs; ++i, ++p.runs) {
+          const auto values = once();
+          if (p.samples.empty()) p.samples.resize(values.size());
+          for (std::size_t q = 0; q < values.size() && q < p.samples.size(); ++q) p.samples[q].push_back(values[q]);
+        }
+      }
+      p.seconds += seconds_since(t0, Clock::wall);
+      ++p.rounds;
+      p.estimates.clear();
+      bool known = true;
+      for (const auto& s : p.samples) {
+        p.estimates.push_back(estimate_median(s));
+        known = known && p.estimates.back().spread <= rule.target;
+      }
+      p.settled = (p.rounds >= rule.min_rounds && known) || p.runs >= rule.max_runs ||
+                  (p.rounds >= rule.min_rounds && p.seconds >= rule.max_seconds);
+      left = left || !p.settled;
+    }
+  }
+  std::vector<std::vector<MedianEstimate>> out;
+  for (auto& p : all) out.push_back(std::move(p.estimates));
+  return out;
+}
+
 }  // namespace het::profiler

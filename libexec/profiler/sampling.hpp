@@ -46,9 +46,10 @@ MedianEstimate estimate_median(std::vector<double> samples);
 
 struct StopRule {
   int warmups = 2;          // untimed runs first (caches, allocations, lazy initialisation)
-  int min_runs = 10;        // timed runs at least (unless max_runs is smaller)
+  int min_runs = 10;        // timed runs at least (unless max_runs is smaller); per round in rounds
+  int min_rounds = 2;       // measure_in_rounds: rounds every point takes part in
   double target = 0.01;     // then stop once every quantity's spread is at most this,
-  double max_seconds = 1;   // or once this much wall time went into the timed runs,
+  double max_seconds = 1;   // or once this much wall time went into the point's runs,
   int max_runs = 100000;    // or after this many timed runs
 };
 
@@ -56,5 +57,18 @@ struct StopRule {
 // number every time) rule.warmups times, then until the rule stops it, and returns one
 // estimate per quantity.
 std::vector<MedianEstimate> measure(const std::function<std::vector<double>()>& once, const StopRule& rule);
+
+// Several points measured in rounds, so that each point's runs are spread over the whole
+// measurement instead of taken in one stretch: a slowdown of the machine shorter than a round
+// (another process's burst of work, which slows a thread's CPU time too, through the caches
+// and memory it shares) then falls on a minority of a point's runs, which the median leaves
+// out, instead of shifting the whole point. In every round, each point not yet settled gets
+// start(point) — a fresh `once` for the round (e.g. owning a fresh stage), dropped after it —
+// run rule.warmups times untimed and rule.min_runs times timed. A point is settled after
+// rule.min_rounds rounds once every quantity's spread is at most rule.target, or once
+// rule.max_seconds of wall time or rule.max_runs timed runs went into it. Returns per point one
+// estimate per quantity.
+std::vector<std::vector<MedianEstimate>> measure_in_rounds(
+    int points, const std::function<std::function<std::vector<double>()>(int point)>& start, const StopRule& rule);
 
 }  // namespace het::profiler
