@@ -7,6 +7,8 @@
 
 #include "kept_plans.hpp"
 #include "process.hpp"
+#include "spec/catalog.hpp"
+#include "spec/cluster.hpp"
 
 using het::test::run_process;
 
@@ -94,6 +96,67 @@ TEST_CASE("hetexec devices lists this node as text and json") {
   auto n = nlohmann::json::parse(j.out);
   CHECK(n["cpu"]["cores"].get<int>() >= 1);
   CHECK(n["gpus"].is_array());
+}
+
+TEST_CASE("hetexec devices --format cluster writes this machine as a cluster that hetplan searches, costed from a default profile") {
+  het::test::TempDir dir;
+  const std::string cluster = dir.path() + "/machine.yaml", profile = dir.path() + "/cpu.profile.yaml", plan = dir.path() + "/plan.json";
+  const std::string model = kSrc + "/configs/models/tiny-gpt.yaml";
+  auto d = run_process({HETEXEC_BIN, "devices", "--format", "cluster", "-o", cluster});
+  INFO(d.out << d.err);
+  REQUIRE(d.exit_code == 0);
+  CHECK_THAT(d.out, Catch::Contains("wrote " + cluster));
+  auto v = run_process({HETPLAN_BIN, "validate", "--cluster", cluster});
+  INFO(v.out << v.err);
+  CHECK(v.exit_code == 0);
+  // The machine as `devices --format json` describes it: without a GPU, a cpu device per online
+  // core, each a share of MemTotal; with GPUs, one device per GPU.
+  auto catalog = het::builtin_catalog();
+  REQUIRE(catalog.ok());
+  auto c = het::load_cluster(cluster, *catalog);
+  REQUIRE(c.ok());
+  REQUIRE(c->subclusters.size() == 1);
+  const auto& s = c->subclusters[0];
+  auto node = nlohmann::json::parse(run_process({HETEXEC_BIN, "devices", "--format", "json"}).out);
+  if (node["gpus"].empty()) {
+    CHECK(s.device.type == "cpu");
+    CHECK(s.devices_per_node == node["cpu"]["cores"].get<int>());
+    const double share = node["cpu"]["memory_bytes"].get<double>() / s.devices_per_node;
+    CHECK(s.device.memory <= share);
+    CHECK(s.device.memory > 0.99 * share);
+    CHECK(s.device.peak > 0);
+    CHECK(s.intra_node.bandwidth > 0);
+    std::ifstream in(cluster);
+    std::stringstream text;
+    text << in.rdbuf();
+    CHECK_THAT(text.str(), Catch::Contains("# at 20") && Catch::Contains("GEMM") && Catch::Contains("memcpy") &&
+                               Catch::Contains("127.0.0.1"));
+    // `hetexec profile`'s default device type is the cluster's: the search costs the plan from the profile.
+    auto p = run_process({HETEXEC_BIN, "profile", "--threads", "1", "--model", model, "--micro-batch", "1", "2", "4", "--spread", "5",
+                          "--max-seconds", "0.2", "-o", profile});
+    INFO(p.out << p.err);
+    REQUIRE(p.exit_code == 0);
+    auto r = run_process({HETPLAN_BIN, "search", "--model", model, "--cluster", cluster, "--profile", profile, "--time-budget", "2",
+                          "-o", plan});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    het::test::keep_plan_file(plan);
+    std::ifstream in_plan(plan);
+    auto j = nlohmann::json::parse(in_plan);
+    REQUIRE(j["profiles"].size() == 1);
+    CHECK(j["profiles"][0]["device"] == "cpu");
+    for (const auto& stage : j["predicted"]["per_stage"]) CHECK(stage["source"] == "profile");
+  } else {
+    CHECK(s.devices_per_node == int(node["gpus"].size()));
+  }
+  // --format text and json keep working, also into a file.
+  auto t = run_process({HETEXEC_BIN, "devices", "--format", "json", "-o", dir.path() + "/node.json"});
+  CHECK(t.exit_code == 0);
+  std::ifstream in_json(dir.path() + "/node.json");
+  CHECK(nlohmann::json::parse(in_json)["cpu"]["cores"].get<int>() >= 1);
+  auto bad = run_process({HETEXEC_BIN, "devices", "--format", "cluster", "-o", dir.path() + "/no/such/dir/c.yaml"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("cannot write"));
 }
 
 TEST_CASE("the example plan file is the one shown in docs/plan-format.md") {

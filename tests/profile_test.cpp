@@ -50,6 +50,24 @@ TEST_CASE("an old-format profile still reads: four model fields and one optimize
   CHECK_THAT(write_profile(*p, ""), Catch::Contains("\noptimizer_step: 1.5ms\n"));
 }
 
+TEST_CASE("comments after rows (how precisely they were measured) are written on the row's line and read back to the same values") {
+  auto p = read_profile(test::doc(kProfile, "p.yaml"));
+  REQUIRE(p.ok());
+  ProfileComments comments;
+  comments.header = "two\nlines";
+  comments.row = [](const ProfileRow& r) { return r.unit == UnitKind::head ? std::string() : "spread " + std::to_string(r.tp) + "%"; };
+  comments.optimizer_step = [](const OptimizerStep&) { return std::string("spread 0.5%\n(12 runs)"); };
+  const std::string text = write_profile(*p, comments);
+  CHECK_THAT(text, Catch::StartsWith("# two\n# lines\nformat: hetplan.profile/v1\n"));
+  CHECK_THAT(text, Catch::Contains("backward: 1.9ms, recompute: 1.9ms}  # spread 2%\n") || Catch::Contains("backward: 1.9ms}  # spread 2%\n"));
+  CHECK_THAT(text, Catch::Contains("backward: 4ms}\n"));  // the head: no comment
+  CHECK_THAT(text, Catch::Contains("\noptimizer_step: 1.5ms  # spread 0.5% (12 runs)\n"));
+  auto back = read_profile(test::doc(text, "q.yaml"));
+  REQUIRE(back.ok());
+  REQUIRE(back->units.size() == p->units.size());
+  CHECK(write_profile(*back, "") == write_profile(*p, ""));
+}
+
 TEST_CASE("optimizer_step as rows per tp and micro-batch, and assumptions, read back") {
   std::string text = kProfile;
   text.replace(text.find("optimizer_step: 1.5ms"), 21,

@@ -455,6 +455,42 @@ TEST_CASE("hetexec profile measures a model on the CPU backend and writes a vali
   CHECK_THAT(bad.err, Catch::Contains("tp 3 does not divide"));
 }
 
+TEST_CASE("hetexec profile measures each point until its median is known, and reports the spread of every row") {
+  het::test::TempDir dir;
+  const std::string out = dir.path() + "/p.yaml", model = kSrc + "/configs/models/tiny-gpt.yaml";
+  for (const std::string threads : {"1", "2"}) {
+    INFO("--threads " << threads);
+    auto r = run_process({HETEXEC_BIN, "profile", "--threads", threads, "--model", model, "--micro-batch", "1", "2", "--repeats", "40",
+                          "--spread", "5", "--max-seconds", "0.5", "-o", out});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains("spread  runs") && Catch::Contains("largest spread"));
+    std::ifstream in(out);
+    std::stringstream text;
+    text << in.rdbuf();
+    // One thread: the CPU backend computes on the measuring thread, whose CPU time leaves out
+    // the time other processes took the core; more threads: wall time.
+    CHECK_THAT(text.str(), Catch::Contains(threads == "1" ? "timed by the measuring thread's CPU time" : "timed by wall time"));
+    int rows = 0;
+    std::istringstream lines(text.str());
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("- {unit:") == std::string::npos && line.find("- {tp:") == std::string::npos) continue;
+      ++rows;
+      INFO(line);
+      const auto at = line.find("# spread ");
+      REQUIRE(at != std::string::npos);
+      CHECK(std::stod(line.substr(at + 9)) >= 0);  // a percentage, not "unknown"
+      const auto runs = line.rfind(", ");
+      REQUIRE(runs != std::string::npos);
+      CHECK(std::stoi(line.substr(runs + 2)) >= 80);  // --repeats in each round, at least two rounds
+    }
+    CHECK(rows == 7);  // embedding, layer, head for 2 micro-batch sizes, and the optimizer step
+    auto p = het::load_profile(out);
+    REQUIRE(p.ok());
+    CHECK(p->units.size() == 6);
+  }
+}
+
 TEST_CASE("Ctrl-C stops every rank of run-local, and a killed launcher takes its workers with it") {
   for (int sig : {SIGINT, SIGKILL}) {
     INFO("signal " << sig);

@@ -32,10 +32,9 @@
 #include <cstring>
 #include <thread>
 #include "control_commands.hpp"
+#include "machine_commands.hpp"
 #include "progress.hpp"
-#include "spec/profile.hpp"
 #include "node/node.hpp"
-#include "profiler/profiler.hpp"
 
 namespace {
 
@@ -57,28 +56,6 @@ std::string version_text() {
   out += "  backends:   " + list_or_none(b.backends, "none") + "\n";
   out += "  transports: " + list_or_none(b.transports, "none") + (b.nccl ? " (NCCL for the sync and TP groups of ranks with a GPU each; ibverbs discovered, not yet sent over)" : "");
   return out;
-}
-
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
-  return buf;
-}
-
-int run_devices(const std::string& format) {
-  auto n = het::node::describe_node();
-  if (format == "json") {
-    std::cout << het::node::to_json(n).dump(2) << "\n";
-    return 0;
-  }
-  std::cout << "node " << n.hostname << "\n";
-  std::cout << "  cpu   " << n.cpu.cores << " cores, " << gib(n.cpu.memory_bytes) << ", " << n.cpu.model << "\n";
-  for (const auto& g : n.gpus)
-    std::cout << "  cuda:" << g.index << "  " << g.name << ", " << gib(g.memory_bytes) << ", sm_"
-              << g.compute_capability << ", " << g.pci_bus_id << "\n";
-  for (const auto& r : n.rdma) std::cout << "  rdma  " << r.name << ", " << r.ports << " ports, guid " << r.guid << "\n";
-  for (const auto& note : n.notes) std::cout << "  note: " << note << "\n";
-  return 0;
 }
 
 int run_prepare_data(const std::string& text_file, const std::string& output) {
@@ -371,32 +348,11 @@ int main(int argc, char** argv) {
   CLI::App app{"hetexec: runs hetplan plans on CPUs and NVIDIA GPUs"};
   app.set_version_flag("--version", version_text);
   app.require_subcommand(1);
-  std::string format = "text";
-  auto* devices = app.add_subcommand("devices", "List this node's CPU, CUDA GPUs and RDMA devices");
-  devices->add_option("--format", format, "output: text or json")->check(CLI::IsMember({"text", "json"}));
+  het::cli::MachineCommands machine(app, het::kVersion);
   std::string text_file, output;
   auto* prepare = app.add_subcommand("prepare-data", "Byte-tokenize a text file into an llm.c token file");
   prepare->add_option("text", text_file, "the text file")->required();
   prepare->add_option("-o,--output", output, "the token file to write")->required();
-  std::string profile_model, profile_out, backend = "cpu";
-  het::profiler::Options profile_opt;
-  auto* profile = app.add_subcommand("profile", "Measure the unit costs of a model on this machine's backend");
-  int profile_threads = 0;
-  profile->add_option("--backend", backend, "cpu (default) or cuda (CUDA builds, on a GPU; tp 1 only)");
-  profile->add_option("--threads", profile_threads, "CPU threads (default: every core)")->check(CLI::NonNegativeNumber);
-  profile->add_option("--tp", profile_opt.tp, "tensor-parallel degrees to measure a shard of (default 1)")
-      ->check(CLI::PositiveNumber);
-  profile->add_option("--model", profile_model, "model.yaml")->required();
-  profile->add_option("--micro-batch", profile_opt.micro_batch_sizes, "micro-batch sizes (default 1 2 4)");
-  profile->add_option("--repeats", profile_opt.repeats, "timed runs per point, after two warm-ups (default 15)")
-      ->check(CLI::PositiveNumber);
-  profile->add_option("--device", profile_opt.device,
-                      "device type the profile is for (as in the cluster; default: cpu, or the catalog's type of the GPU)");
-  std::optional<std::string> profile_devices;
-  profile->add_option("--devices", profile_devices, "where to measure: cpu, or cuda:N (CUDA device N, the cuda backend)");
-  profile->add_option("--slowdown", profile_opt.slowdown, "multiply the times (an emulated slower device)")
-      ->check(CLI::PositiveNumber);
-  profile->add_option("-o,--output", profile_out, "profile.yaml to write")->required();
 
   JobArgs job;
   auto add_job = [&](CLI::App* cmd) {
@@ -452,87 +408,9 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   if (int code = control.run(); code >= 0) return code;
-  if (devices->parsed()) return run_devices(format);
+  if (int code = machine.run(); code >= 0) return code;
   if (prepare->parsed()) return run_prepare_data(text_file, output);
   if (local->parsed()) return run_local(job);
-  if (profile->parsed()) {
-    auto m = het::load_model(profile_model);
-    if (!m) {
-      for (const auto& e : m.errors()) std::cerr << "error: " << e.to_string() << "\n";
-      return 2;
-    }
-    int ordinal = -1;
-    if (profile_devices) {  // "cpu" or "cuda:N"; agrees with --backend when both are given
-      const std::string& d = *profile_devices;
-      const bool cuda = d.rfind("cuda:", 0) == 0;
-      const std::string index = cuda ? d.substr(5) : "";
-      if (!(d == "cpu" || (cuda && !index.empty() && index.size() < 4 && index.find_first_not_of("0123456789") == std::string::npos))) {
-        std::cerr << "error: --devices: expected cpu or cuda:N, got '" << d << "'\n";
-        return 2;
-      }
-      const std::string kind = cuda ? "cuda" : "cpu";
-      if (profile->get_option("--backend")->count() > 0 && backend != kind) {
-        std::cerr << "error: --devices " << d << " runs the " << kind << " backend, but --backend says " << backend << "\n";
-        return 2;
-      }
-      backend = kind;
-      if (cuda) ordinal = std::stoi(index);
-    }
-    auto be = het::backend::open(backend, profile_threads, ordinal);
-    if (!be) {
-      for (const auto& e : be.errors()) std::cerr << "error: " << e.to_string() << "\n";
-      return 2;
-    }
-    if (backend == "cuda" && profile->get_option("--device")->count() == 0) {  // the type of the GPU, from the catalog
-      const auto gpus = het::node::describe_node().gpus;
-      const auto catalog = het::builtin_catalog();
-      const std::size_t at = std::size_t(std::max(0, ordinal));
-      const std::string type =
-          catalog && at < gpus.size() ? het::job::catalog_type(gpus[at].name, gpus[at].memory_bytes, *catalog) : "";
-      if (type.empty()) {
-        std::cerr << "error: the device catalog has no type for "
-                  << (at < gpus.size() ? gpus[at].name : "CUDA device " + std::to_string(at)) << "; name it with --device\n";
-        return 2;
-      }
-      profile_opt.device = type;
-      std::cout << "device type " << type << " (the catalog's, for " << gpus[at].name << ")\n";
-    }
-    std::cout << "profiling " << m->name << " on " << (*be)->describe() << "\n";
-    std::cout << " unit        tp   mbs   forward_s   backward_s   activations_B\n";
-    auto measure = [&] {
-      return het::profiler::profile(**be, *m, profile_opt, [](const het::ProfileRow& r) {
-        char buf[160];
-        std::snprintf(buf, sizeof buf, " %-10s %3d %5d  %10.6f  %11.6f  %14.0f", std::string(het::to_string(r.unit)).c_str(), r.tp,
-                      r.micro_batch_size, r.forward, r.backward, r.activation_memory.value_or(0));
-        std::cout << buf << std::endl;
-      });
-    };
-    decltype(measure()) p = het::Diagnostic{"", 0, 0, "backend", "not run"};
-    try {
-      p = measure();
-    } catch (const std::exception& e) {  // a device backend's Stage throws what it cannot do
-      std::cerr << "error: " << backend << " backend: " << e.what() << "\n";
-      return 1;
-    }
-    if (!p) {
-      for (const auto& e : p.errors()) std::cerr << "error: " << e.to_string() << "\n";
-      return 2;
-    }
-    std::string tps;
-    for (int tp : profile_opt.tp) tps += (tps.empty() ? "" : ", ") + std::to_string(tp);
-    std::ofstream out(profile_out);
-    out << het::write_profile(*p, "Measured by `hetexec profile --backend " + backend + "` (tp " + tps + ", median of " +
-                                          std::to_string(profile_opt.repeats) + " runs, slowdown " +
-                                          std::to_string(profile_opt.slowdown) + ") on " + (*be)->describe() + " for " +
-                                          m->name + ".");
-    out.close();
-    if (!out) {
-      std::cerr << "error: cannot write " << profile_out << "\n";
-      return 2;
-    }
-    std::cout << "wrote " << profile_out << ": " << p->device << ", " << p->units.size() << " rows\n";
-    return 0;
-  }
   if (worker->parsed()) {
     if (trace_events) job.trace = *trace_events + "." + std::to_string(job.rank);
     if (traffic_events) job.traffic = *traffic_events + "." + std::to_string(job.rank);

@@ -21,6 +21,9 @@ CpuInfo discover_cpu() {
       break;
     }
   }
+  std::ifstream smt("/sys/devices/system/cpu/smt/active");  // absent on kernels without SMT control: off
+  int active = 0;
+  cpu.smt = (smt >> active) && active == 1;
   std::ifstream mem("/proc/meminfo");
   for (std::string line; std::getline(mem, line);) {
     if (line.rfind("MemTotal:", 0) == 0) {
@@ -65,7 +68,7 @@ nlohmann::ordered_json to_json(const NodeInfo& n) {
                     {"compute_capability", g.compute_capability}, {"pci_bus_id", g.pci_bus_id}});
   for (const auto& r : n.rdma) rdma.push_back({{"name", r.name}, {"ports", r.ports}, {"guid", r.guid}});
   return {{"hostname", n.hostname},
-          {"cpu", {{"model", n.cpu.model}, {"cores", n.cpu.cores}, {"memory_bytes", n.cpu.memory_bytes}}},
+          {"cpu", {{"model", n.cpu.model}, {"cores", n.cpu.cores}, {"smt", n.cpu.smt}, {"memory_bytes", n.cpu.memory_bytes}}},
           {"gpus", gpus},
           {"rdma", rdma},
           {"notes", n.notes}};

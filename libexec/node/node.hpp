@@ -15,6 +15,7 @@ namespace het::node {
 struct CpuInfo {
   std::string model;       // from /proc/cpuinfo, "unknown" when unreadable
   int cores = 0;           // online logical cores
+  bool smt = false;        // simultaneous multithreading on: pairs of them share a physical core
   double memory_bytes = 0; // MemTotal
 };
 

@@ -1,62 +1,87 @@
 #include "profiler/profiler.hpp"
 
 #include <algorithm>
-#include <chrono>
-
+#include <cmath>
+#include <memory>
 
 namespace het::profiler {
 
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-}  // namespace
-
-Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const Options& o,
-                            const std::function<void(const ProfileRow&)>& on_row) {
+Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Options& o,
+                        const std::function<void(const ProfileRow&, const Spread&)>& on_row) {
   for (int tp : o.tp)
     if (tp < 1 || m.num_attention_heads % tp || m.num_kv_heads % tp || m.ffn_hidden_size % tp)
       return Diagnostic{"", 0, 0, "tp", "tp " + std::to_string(tp) + " does not divide the model's " +
                                             std::to_string(m.num_attention_heads) + " heads, " + std::to_string(m.num_kv_heads) +
                                             " kv heads and " + std::to_string(m.ffn_hidden_size) + " MLP channels"};
-  ProfileSpec p;
+  Profile out;
+  ProfileSpec& p = out.spec;
   p.device = o.device;
   p.model = profile_model(m);
   p.collectives_included = false;  // one shard's compute: comm is {} below
   const int L = m.num_layers, T = m.seq_length, C = m.hidden_size;
+  // An interval's seconds without what reading the clock adds (a thread's CPU time costs a
+  // system call: a third of an embedding's microsecond).
+  const std::int64_t overhead = clock_overhead_ns(o.clock);
+  auto seconds = [&](std::int64_t from, std::int64_t to) { return 1e-9 * double(std::max<std::int64_t>(0, to - from - overhead)); };
+
+  // The points: per (tp, micro-batch) the embedding, the head and the whole model (units
+  // [first, last]; forward and backward of b sequences), and the optimizer step.
   struct Point {
-    double forward, backward;
-    std::size_t activations, parameters;
-  };
-  // Times one forward and backward of units [first, last] for b sequences (medians).
-  auto measure = [&](int first, int last, int tp, int b) {
-    backend::StageSpec spec{m, first, last, 0, tp, 1, Recompute::none, {}};
-    const auto stage = backend.make_stage(spec);
-    std::vector<int> tokens(std::size_t(b) * T), targets(tokens.size());
-    std::vector<float> x(std::size_t(b) * T * C), dy(x.size());
-    std::vector<double> fwd, bwd;
+    int first = 0, last = 0, tp = 1, b = 0;
+    bool optimizer = false;
     std::size_t activations = 0, parameters = 0;
-    for (auto* param : stage->params()) parameters += param->value.size() * sizeof(float);
-    for (int r = 0; r < o.repeats + 2; ++r) {  // two warm-up runs; fresh data every run
-      for (std::size_t i = 0; i < tokens.size(); ++i)
-        tokens[i] = int((i * 7 + std::size_t(r) * 13) % std::size_t(m.vocab_size)), targets[i] = int((i * 3 + std::size_t(r)) % std::size_t(m.vocab_size));
-      for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * float((i + std::size_t(r)) % 17) - 0.08f, dy[i] = 1e-4f * float(i % 5);
-      double loss = 0;
-      const auto t0 = std::chrono::steady_clock::now();
-      stage->forward(r, b, tokens.data(), x.data(), targets.data(), &loss);
-      const auto t1 = std::chrono::steady_clock::now();
-      activations = stage->activation_bytes();
-      stage->backward(r, dy.data(), 1.0 / (double(b) * T));
-      const auto t2 = std::chrono::steady_clock::now();
-      if (r >= 2) {
-        fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
-        bwd.push_back(std::chrono::duration<double>(t2 - t1).count());
-      }
-    }
-    return Point{median(fwd), median(bwd), activations, parameters};
   };
-  auto row = [&](UnitKind kind, int tp, int b, double f, double bw, double act, double par) {
+  std::vector<Point> points;
+  for (int tp : o.tp)
+    for (int b : o.micro_batch_sizes)
+      for (auto [first, last] : {std::pair{0, 0}, std::pair{L + 1, L + 1}, std::pair{0, L + 1}}) points.push_back({first, last, tp, b});
+  points.push_back({1, L, 1, 0, true});
+  int optimizer_steps = 0;  // AdamW's step count, on over the rounds
+  // One round of a point: a fresh stage and the run that times it.
+  auto start = [&](int index) -> std::function<std::vector<double>()> {
+    Point& pt = points[std::size_t(index)];
+    backend::StageSpec spec{m, pt.first, pt.last, 0, pt.tp, 1, Recompute::none, {}};
+    std::shared_ptr<backend::Stage> stage = backend.make_stage(spec);
+    pt.parameters = 0;
+    for (auto* param : stage->params()) pt.parameters += param->value.size() * sizeof(float);
+    if (pt.optimizer)
+      // Per layer's parameters, as the runtime takes it once per step: the gradients made whole
+      // on the host (a device backend copies them there), AdamW, and the values back for the
+      // next step (zero_grad: a device backend uploads them).
+      return [&, stage]() -> std::vector<double> {
+        const std::int64_t t0 = nanoseconds_now(o.clock);
+        stage->finish_backward();
+        for (auto* param : stage->params()) model::adamw_step(*param, model::AdamW{}, ++optimizer_steps);
+        stage->zero_grad();
+        return {seconds(t0, nanoseconds_now(o.clock)) / L};
+      };
+    struct Data {
+      std::vector<int> tokens, targets;
+      std::vector<float> x, dy;
+      int r = 0;
+    };
+    auto d = std::make_shared<Data>();
+    d->tokens.resize(std::size_t(pt.b) * T), d->targets.resize(d->tokens.size());
+    d->x.resize(std::size_t(pt.b) * T * C), d->dy.resize(d->x.size());
+    return [&, stage, d]() -> std::vector<double> {  // fresh data every run
+      const std::size_t r = std::size_t(d->r);
+      for (std::size_t i = 0; i < d->tokens.size(); ++i)
+        d->tokens[i] = int((i * 7 + r * 13) % std::size_t(m.vocab_size)), d->targets[i] = int((i * 3 + r) % std::size_t(m.vocab_size));
+      for (std::size_t i = 0; i < d->x.size(); ++i) d->x[i] = 0.01f * float((i + r) % 17) - 0.08f, d->dy[i] = 1e-4f * float(i % 5);
+      double loss = 0;
+      const std::int64_t t0 = nanoseconds_now(o.clock);
+      stage->forward(d->r, pt.b, d->tokens.data(), d->x.data(), d->targets.data(), &loss);
+      const std::int64_t t1 = nanoseconds_now(o.clock);
+      if (d->r == 0) pt.activations = stage->activation_bytes();  // held from the forward to the backward; in a warm-up run
+      stage->backward(d->r, d->dy.data(), 1.0 / (double(pt.b) * T));
+      const std::int64_t t2 = nanoseconds_now(o.clock);
+      ++d->r;  // gradients accumulate over the runs, as over a step's micro-batches
+      return {seconds(t0, t1), seconds(t1, t2)};
+    };
+  };
+  const auto estimates = measure_in_rounds(int(points.size()), start, o.stop);
+
+  auto row = [&](UnitKind kind, int tp, int b, double f, double bw, double act, double par, const Spread& spread) {
     ProfileRow r;
     r.unit = kind;
     r.tp = tp;
@@ -68,36 +93,33 @@ Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& m, const
     r.activation_memory = std::max(0.0, act);
     r.parameter_memory = std::max(0.0, par);
     p.units.push_back(r);
-    if (on_row) on_row(r);
+    out.spread.push_back(spread);
+    if (on_row) on_row(r, spread);
   };
-  for (int tp : o.tp)
-    for (int b : o.micro_batch_sizes) {
-      const Point emb = measure(0, 0, tp, b), head = measure(L + 1, L + 1, tp, b), whole = measure(0, L + 1, tp, b);
-      row(UnitKind::embedding, tp, b, emb.forward, emb.backward, double(emb.activations), double(emb.parameters));
-      row(UnitKind::head, tp, b, head.forward, head.backward, double(head.activations), double(head.parameters));
-      auto per_layer = [&](double w, double e, double h) { return (w - e - h) / L; };
-      row(UnitKind::layer, tp, b, per_layer(whole.forward, emb.forward, head.forward),
-          per_layer(whole.backward, emb.backward, head.backward),
-          per_layer(double(whole.activations), double(emb.activations), double(head.activations)),
-          per_layer(double(whole.parameters), double(emb.parameters), double(head.parameters)));
-    }
-  // The optimizer step per layer's parameters, as the runtime takes it once per step: the
-  // gradients made whole on the host (a device backend copies them there), AdamW, and the
-  // values back for the next step (zero_grad: a device backend uploads them).
-  {
-    backend::StageSpec spec{m, 1, L, 0, 1, 1, Recompute::none, {}};
-    const auto stage = backend.make_stage(spec);
-    std::vector<double> t;
-    for (int r = 0; r < o.repeats + 2; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      stage->finish_backward();
-      for (auto* param : stage->params()) model::adamw_step(*param, model::AdamW{}, r + 1);
-      stage->zero_grad();
-      if (r >= 2) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / L);
-    }
-    p.optimizer_step = {{1, std::nullopt, median(t) * o.slowdown}};  // a tp-1 stage's: its scaling is the cost model's
+  auto spread_of = [](const std::vector<MedianEstimate>& e) { return Spread{e[0].spread, e[1].spread, std::min(e[0].runs, e[1].runs)}; };
+  for (std::size_t i = 0; i + 1 < points.size(); i += 3) {
+    const Point &emb = points[i], &head = points[i + 1], &whole = points[i + 2];
+    const auto &e = estimates[i], &h = estimates[i + 1], &w = estimates[i + 2];
+    const int tp = emb.tp, b = emb.b;
+    row(UnitKind::embedding, tp, b, e[0].median, e[1].median, double(emb.activations), double(emb.parameters), spread_of(e));
+    row(UnitKind::head, tp, b, h[0].median, h[1].median, double(head.activations), double(head.parameters), spread_of(h));
+    // A layer is (whole - embedding - head) / L: the three medians' uncertainties (half-widths)
+    // are independent and add in quadrature.
+    auto per_layer = [&](double whole_value, double emb_value, double head_value) { return (whole_value - emb_value - head_value) / L; };
+    auto layer_spread = [&](int q) {
+      const double layer = per_layer(w[q].median, e[q].median, h[q].median);
+      const double half_width = std::hypot(w[q].spread * w[q].median, e[q].spread * e[q].median, h[q].spread * h[q].median) / L;
+      return layer > 0 ? half_width / layer : std::numeric_limits<double>::infinity();
+    };
+    row(UnitKind::layer, tp, b, per_layer(w[0].median, e[0].median, h[0].median), per_layer(w[1].median, e[1].median, h[1].median),
+        per_layer(double(whole.activations), double(emb.activations), double(head.activations)),
+        per_layer(double(whole.parameters), double(emb.parameters), double(head.parameters)),
+        Spread{layer_spread(0), layer_spread(1), std::min({w[0].runs, e[0].runs, h[0].runs})});
   }
-  return p;
+  const auto& step = estimates.back()[0];
+  p.optimizer_step = {{1, std::nullopt, step.median * o.slowdown}};  // a tp-1 stage's: its scaling is the cost model's
+  out.optimizer_step = Spread{step.spread, step.spread, step.runs};
+  return out;
 }
 
 }  // namespace het::profiler

@@ -1,7 +1,12 @@
 #pragma once
 // `hetexec profile`: measures each unit's forward, backward and recompute time and its memory
-// on a backend, per (tp, micro-batch size), after warm-up runs, the median of several, and
-// returns them as a hetplan.profile/v1 so hetplan plans from measurements.
+// on a backend, per (tp, micro-batch size), and returns them as a hetplan.profile/v1 so
+// hetplan plans from measurements. Each time is the median of as many runs as it takes to know
+// it within ±options.stop.target (the 95% interval of the median), within a time cap per point,
+// timed by options.clock less what reading the clock costs; the spread reached is returned with
+// every row. The points are measured in rounds (profiler/sampling.hpp, measure_in_rounds: in
+// each, every point not yet known gets a fresh stage, warm-ups and options.stop.min_runs runs),
+// so that a passing slowdown of the machine falls on a few runs of each point, not on all of one.
 //   - embedding and head alone; a layer: the whole model minus them, over the number of layers
 //     (a layer alone stays in cache and runs faster than it does among the others);
 //   - tp > 1: one TP shard's compute (its share of heads and MLP channels); the all-reduces
@@ -15,6 +20,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "profiler/sampling.hpp"
 #include "spec/model.hpp"
 #include "spec/profile.hpp"
 
@@ -23,14 +29,31 @@ namespace het::profiler {
 struct Options {
   std::vector<int> micro_batch_sizes = {1, 2, 4};
   std::vector<int> tp = {1};
-  int repeats = 5;
+  StopRule stop;              // per measured point (embedding, head, whole model, optimizer step)
+  Clock clock = Clock::wall;  // thread_cpu only when the backend computes on the calling thread alone
   double slowdown = 1;
   std::string device = "cpu";
 };
 
+// How precisely a row was measured: the relative half-width of the 95% interval of the median
+// of its forward and of its backward time (a layer row: the intervals of the whole model, the
+// embedding and the head it is derived from, combined in quadrature, relative to the layer's
+// time), and the fewest timed runs of the points it comes from.
+struct Spread {
+  double forward = 0, backward = 0;
+  int runs = 0;
+  double max() const { return forward > backward ? forward : backward; }
+};
+
+struct Profile {
+  ProfileSpec spec;
+  std::vector<Spread> spread;  // one per spec.units row, in the same order
+  Spread optimizer_step;       // of spec.optimizer_step (forward and backward both the step's)
+};
+
 // Errors: a tp that does not divide the heads, kv heads and MLP channels. on_row reports
 // progress (one call per measured (unit, tp, micro-batch) row).
-Result<ProfileSpec> profile(backend::Backend& backend, const ModelSpec& model, const Options& options,
-                            const std::function<void(const ProfileRow&)>& on_row = {});
+Result<Profile> profile(backend::Backend& backend, const ModelSpec& model, const Options& options,
+                        const std::function<void(const ProfileRow&, const Spread&)>& on_row = {});
 
 }  // namespace het::profiler

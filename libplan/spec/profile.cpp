@@ -168,10 +168,18 @@ Result<ProfileSpec> load_profile(const std::string& file) {
   return read_profile(*doc);
 }
 
-std::string write_profile(const ProfileSpec& p, const std::string& header) {
+std::string write_profile(const ProfileSpec& p, const std::string& header) { return write_profile(p, ProfileComments{header, {}, {}}); }
+
+std::string write_profile(const ProfileSpec& p, const ProfileComments& comments) {
   auto q = [](double v, Dimension d) { return units::format(v, d); };
+  // A comment after a row, on one line.
+  auto after = [](const std::string& comment) {
+    std::string text = comment;
+    std::replace(text.begin(), text.end(), '\n', ' ');
+    return text.empty() ? std::string() : "  # " + text;
+  };
   std::ostringstream out;
-  std::istringstream lines(header);
+  std::istringstream lines(comments.header);
   for (std::string line; std::getline(lines, line);) out << "# " << line << "\n";
   out << "format: hetplan.profile/v1\n";
   out << "device: " << p.device << "\n";
@@ -200,10 +208,11 @@ std::string write_profile(const ProfileSpec& p, const std::string& header) {
     if (r.recompute) out << ", recompute: " << q(*r.recompute, Dimension::time);
     if (r.activation_memory) out << ", activation_memory: " << q(*r.activation_memory, Dimension::bytes);
     if (r.parameter_memory) out << ", parameter_memory: " << q(*r.parameter_memory, Dimension::bytes);
-    out << "}\n";
+    out << "}" << (comments.row ? after(comments.row(r)) : "") << "\n";
   }
   if (p.optimizer_step.size() == 1 && !p.optimizer_step[0].tp) {
-    out << "optimizer_step: " << q(p.optimizer_step[0].time, Dimension::time) << "\n";
+    out << "optimizer_step: " << q(p.optimizer_step[0].time, Dimension::time)
+        << (comments.optimizer_step ? after(comments.optimizer_step(p.optimizer_step[0])) : "") << "\n";
   } else if (!p.optimizer_step.empty()) {
     out << "optimizer_step:  # per layer's parameters on one device\n";
     auto steps = p.optimizer_step;
@@ -214,7 +223,8 @@ std::string write_profile(const ProfileSpec& p, const std::string& header) {
     for (const auto& s : steps) {
       out << "  - {tp: " << s.tp.value_or(1);
       if (s.micro_batch_size) out << ", micro_batch_size: " << *s.micro_batch_size;
-      out << ", time: " << q(s.time, Dimension::time) << "}\n";
+      out << ", time: " << q(s.time, Dimension::time) << "}" << (comments.optimizer_step ? after(comments.optimizer_step(s)) : "")
+          << "\n";
     }
   }
   if (!p.links.empty()) {

@@ -8,6 +8,7 @@
 //
 // read_profile() checks the schema and rejects two rows (or two optimizer steps) with the
 // same shape; write_profile() writes text that read_profile() reads back to the same values.
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -75,7 +76,16 @@ struct ProfileSpec {
 
 Result<ProfileSpec> read_profile(const input::Document& doc);
 Result<ProfileSpec> load_profile(const std::string& file);
-// profile.yaml text, the header as comment lines first.
+// Comments written with a profile: the header as comment lines first; a unit row's and an
+// optimizer-step row's comment (when the function is given and returns text) after the row,
+// on its line (e.g. how precisely it was measured).
+struct ProfileComments {
+  std::string header;
+  std::function<std::string(const ProfileRow&)> row;
+  std::function<std::string(const OptimizerStep&)> optimizer_step;
+};
+// profile.yaml text.
+std::string write_profile(const ProfileSpec& profile, const ProfileComments& comments);
 std::string write_profile(const ProfileSpec& profile, const std::string& header_comment);
 
 // One diagnostic per dimension in which the profile's model differs from `model` (at the
