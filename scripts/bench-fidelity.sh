@@ -3,9 +3,12 @@
 # tiny-llama (one thread, as each rank runs), then for every plan in bench/fidelity/plans (plan
 # shapes: pipelines of 2-4 stages, DP, TP, CP, mixed (dp, tp) stages over two subclusters with a
 # slow link, two pipelines, recompute, every schedule kind, 8 ranks) run it with `hetexec run-local
-# --emulate-devices --emulate-links --time-dilation X --trace` (X = 2 x ranks / cores, at least 2,
-# so that the ranks sharing this machine's cores do not contend), predict the same run with
-# `hetplan simulate --time-dilation X --measured`, and report predicted / measured step time.
+# --emulate-devices --emulate-links --time-dilation X --trace` (X = 8 for every plan: at least 2 x
+# ranks / cores, so that the ranks sharing this machine's cores do not contend), predict the same
+# run with `hetplan simulate --time-dilation X --measured`, and report predicted / measured step
+# time. The profiles are taken as the dilated ranks compute (`hetexec profile --time-dilation`:
+# each operation followed by the pause the run takes after it, X - 1 times it on the fast devices,
+# 2X - 1 on the slow ones, which --emulate-devices slows 2x more).
 #   scripts/bench-fidelity.sh [REPETITIONS] [PLAN-NAME-FILTER]
 # Writes $build/bench-fidelity/results.json (and per plan its trace, comparison and side-by-side
 # trace) and prints a markdown table and the summary.
@@ -19,11 +22,12 @@ mkdir -p "$out"
 hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
 cluster=bench/fidelity/cluster.yaml
-cores=$(nproc)
+x=8
 for model in tiny-gpt tiny-llama; do  # slow: times x 2, the cluster's peak ratio, as --emulate-devices slows it
   for dev in fast:1 slow:2; do
-    "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-${dev%%:*}" --slowdown "${dev##*:}" \
-      --tp 1 2 --micro-batch 1 2 4 -o "$out/$model-${dev%%:*}.yaml" > /dev/null
+    s=${dev##*:}
+    "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-${dev%%:*}" --slowdown "$s" \
+      --time-dilation $(( x * s )) --tp 1 2 --micro-batch 1 2 4 -o "$out/$model-${dev%%:*}.yaml" > /dev/null
   done
 done
 results="$out/results.jsonl"
@@ -36,7 +40,6 @@ for rep in $(seq 1 "$reps"); do
     if [[ -n $filter && $name != *$filter* ]]; then continue; fi
     model=tiny-${name%%-*}
     ranks=$(python3 bench/fidelity/report.py ranks "$plan")
-    x=$(( 2 * ranks / cores )); if (( x < 2 )); then x=2; fi
     inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
     "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
       --trace "$out/$name.trace.json" > "$out/$name.log"

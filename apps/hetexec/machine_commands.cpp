@@ -102,6 +102,10 @@ MachineCommands::MachineCommands(CLI::App& app, std::string version) : version_(
                        "device type the profile is for (as in the cluster; default: cpu, or the catalog's type of the GPU)");
   profile_->add_option("--devices", where_, "where to measure: cpu, or cuda:N (CUDA device N, the cuda backend)");
   profile_->add_option("--slowdown", options_.slowdown, "multiply the times (an emulated slower device)")->check(CLI::PositiveNumber);
+  profile_->add_option("--time-dilation", options_.time_dilation,
+                       "measure as a run with --time-dilation X computes: each timed operation followed by a pause of X - 1 times "
+                       "it (the times stay this machine's; predict the run with hetplan simulate --time-dilation X)")
+      ->check(CLI::Range(1.0, 1000.0));
   profile_->add_option("-o,--output", profile_out_, "profile.yaml to write")->required();
 }
 
@@ -233,6 +237,10 @@ int MachineCommands::run_profile() {
   ProfileComments comments;
   comments.header = "Measured by `hetexec profile --backend " + backend_ + "` (hetexec " + version_ + ") on " + (*be)->describe() +
                     " for " + m->name + " at " + utc_now() + ": tp " + tps + ", slowdown " + slowdown +
+                    (options_.time_dilation > 1 ? ", each operation followed by a pause of " + std::to_string(options_.time_dilation - 1).substr(0, 6) +
+                                                      " times it (as a run with --time-dilation " +
+                                                      std::to_string(options_.time_dilation).substr(0, 6) + " takes)"
+                                                : std::string()) +
                     ".\nEvery time is the median of runs in rounds (in each, every point not yet known: a fresh stage, two\n"
                     "warm-ups, " + std::to_string(options_.stop.min_runs) +
                     " timed runs), at least two, until the 95% interval of the median was within +-" +

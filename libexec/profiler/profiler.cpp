@@ -1,5 +1,10 @@
 #include "profiler/profiler.hpp"
 
+#include <chrono>
+#include <thread>
+
+#include "runtime/buckets.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -37,6 +42,11 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
       for (auto [first, last] : {std::pair{0, 0}, std::pair{L + 1, L + 1}, std::pair{0, L + 1}}) points.push_back({first, last, tp, b});
   points.push_back({1, L, 1, 0, true});
   int optimizer_steps = 0;  // AdamW's step count, on over the rounds
+  // Under time dilation, the pause after each timed operation that a dilated run takes after it
+  // (runtime/pace.hpp: the operation stretched to X times its compute).
+  auto dilate = [&](double compute_s) {
+    if (o.time_dilation > 1) std::this_thread::sleep_for(std::chrono::duration<double>((o.time_dilation - 1) * compute_s));
+  };
   // One round of a point: a fresh stage and the run that times it.
   auto start = [&](int index) -> std::function<std::vector<double>()> {
     Point& pt = points[std::size_t(index)];
@@ -44,17 +54,22 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
     std::shared_ptr<backend::Stage> stage = backend.make_stage(spec);
     pt.parameters = 0;
     for (auto* param : stage->params()) pt.parameters += param->value.size() * sizeof(float);
-    if (pt.optimizer)
-      // Per layer's parameters, as the runtime takes it once per step: the gradients made whole
-      // on the host (a device backend copies them there), AdamW, and the values back for the
-      // next step (zero_grad: a device backend uploads them).
-      return [&, stage]() -> std::vector<double> {
+    if (pt.optimizer) {
+      // Per layer's parameters, as the runtime takes it once per step (runtime/buckets.hpp, the
+      // same code): the gradients made whole on the host (a device backend copies them there)
+      // and packed, AdamW, the values back, and zero_grad for the next step.
+      auto bucket = std::make_shared<runtime::Bucket>(runtime::whole_bucket(stage->params()));
+      return [&, stage, bucket]() -> std::vector<double> {
         const std::int64_t t0 = nanoseconds_now(o.clock);
         stage->finish_backward();
-        for (auto* param : stage->params()) model::adamw_step(*param, model::AdamW{}, ++optimizer_steps);
+        runtime::pack_gradients(*bucket);
+        runtime::update(*bucket, model::AdamW{}, ++optimizer_steps, false);
         stage->zero_grad();
-        return {seconds(t0, nanoseconds_now(o.clock)) / L};
+        const double t = seconds(t0, nanoseconds_now(o.clock));
+        dilate(t);
+        return {t / L};
       };
+    }
     struct Data {
       std::vector<int> tokens, targets;
       std::vector<float> x, dy;
@@ -72,11 +87,14 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
       const std::int64_t t0 = nanoseconds_now(o.clock);
       stage->forward(d->r, pt.b, d->tokens.data(), d->x.data(), d->targets.data(), &loss);
       const std::int64_t t1 = nanoseconds_now(o.clock);
+      dilate(seconds(t0, t1));
       if (d->r == 0) pt.activations = stage->activation_bytes();  // held from the forward to the backward; in a warm-up run
-      stage->backward(d->r, d->dy.data(), 1.0 / (double(pt.b) * T));
       const std::int64_t t2 = nanoseconds_now(o.clock);
+      stage->backward(d->r, d->dy.data(), 1.0 / (double(pt.b) * T));
+      const std::int64_t t3 = nanoseconds_now(o.clock);
+      dilate(seconds(t2, t3));
       ++d->r;  // gradients accumulate over the runs, as over a step's micro-batches
-      return {seconds(t0, t1), seconds(t1, t2)};
+      return {seconds(t0, t1), seconds(t2, t3)};
     };
   };
   const auto estimates = measure_in_rounds(int(points.size()), start, o.stop);

@@ -32,6 +32,11 @@ struct Options {
   StopRule stop;              // per measured point (embedding, head, whole model, optimizer step)
   Clock clock = Clock::wall;  // thread_cpu only when the backend computes on the calling thread alone
   double slowdown = 1;
+  // Measure as a run dilated X times computes (run-local --time-dilation X): each timed
+  // operation is followed by a pause of (X - 1) times its duration, as the run stretches it, so
+  // that what a pause costs the next operation (caches and a core gone cold) is in the times.
+  // The times are still this machine's (not X times them): simulate --time-dilation X scales.
+  double time_dilation = 1;
   std::string device = "cpu";
 };
 
