@@ -221,6 +221,12 @@ int MachineCommands::run_profile() {
   Result<profiler::Profile> p = Diagnostic{"", 0, 0, "backend", "not run"};
   try {
     p = profiler::profile(**be, *m, options_, on_row);
+    if (p && backend_ == "cpu") {  // what emulated links add on this machine
+      auto link = node::measure_loopback();
+      if (!link) return report(link.errors());
+      p->spec.transport = LinkSpec{link->bandwidth.value, link->latency.value};
+      std::cout << " transport (loopback, two ranks): " << link->latency.value * 1e6 << " us, " << link->bandwidth.value / 1e9 << " GB/s\n";
+    }
   } catch (const std::exception& e) {  // a device backend's Stage throws what it cannot do
     std::cerr << "error: " << backend_ << " backend: " << e.what() << "\n";
     return 1;

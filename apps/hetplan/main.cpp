@@ -105,7 +105,7 @@ struct SimulateArgs {
   het::InputFiles files;
   std::string schedule, format = "table", output, trace, resharding = "cheapest";
   bool overlap_sync = false;
-  double time_dilation = 1;
+  std::optional<double> time_dilation;  // predicting a run-local/submit run with emulated links, dilated so
   std::string measured, side_by_side;  // simulate: a measured trace to compare with; the combined trace
 };
 
@@ -128,10 +128,7 @@ int run_simulate(const SimulateArgs& a, const hetplan::ShowArgs* show) {
   opt.trace = !a.trace.empty() || !a.side_by_side.empty() || (show && hetplan::show_needs_trace(*show));
   // A time-dilated run (hetexec run-local --time-dilation X): its slower devices and links.
   std::vector<het::ProfileSpec> profiles = loaded->profiles.specs();
-  if (a.time_dilation != 1) {
-    loaded->plan.cluster = het::fidelity::dilate(loaded->plan.cluster, a.time_dilation);
-    for (auto& p : profiles) p = het::fidelity::dilate(p, a.time_dilation);
-  }
+  if (a.time_dilation) het::fidelity::emulated_run(loaded->plan, profiles, *a.time_dilation);
   std::vector<het::sim::TraceEvent> measured;
   if (!a.measured.empty()) {
     auto read = het::fidelity::read_chrome_trace(a.measured);
@@ -427,7 +424,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"table", "json"}));
   simulate->add_option("-o,--output", sim_args.output, "write the completed plan to this file");
   simulate->add_option("--time-dilation", sim_args.time_dilation,
-                       "predict a run of hetexec run-local --time-dilation X: compute and links X times slower")
+                       "predict a run of hetexec run-local --emulate-links --time-dilation X on the profiled machine: compute "
+                       "and links X times slower, each message also paying the machine's transport (the profiles' `transport`)")
       ->check(CLI::Range(1.0, 1000.0));
   simulate->add_option("--measured", sim_args.measured,
                        "a measured run's trace (hetexec run-local --trace): print predicted beside measured per stage "

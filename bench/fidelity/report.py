@@ -19,6 +19,24 @@ def row(name, n, x, rep, compare, results):
                                                        r["measured_s"] * 1e3, r["ratio"]))
 
 
+def faster(a, b, out):
+    """Copies to `out` the profile whose layer rows sum to less time (read as text: the rows'
+    forward and backward, with their units)."""
+    import re
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+    def total(path):
+        t = 0.0
+        for line in open(path):
+            if "unit: layer" in line:
+                for value, unit in re.findall(r"(?:forward|backward): ([0-9.e+-]+)(ns|us|ms|s)\b", line):
+                    t += float(value) * scale[unit]
+        return t
+    ta, tb = total(a), total(b)
+    src = a if ta <= tb else b
+    with open(src) as f, open(out, "w") as g:
+        g.write(f.read())
+
+
 def summary(results, out):
     rows = [json.loads(line) for line in open(results)]
     errs = [abs(r["ratio"] - 1) for r in rows]
@@ -32,4 +50,4 @@ def summary(results, out):
 
 
 if __name__ == "__main__":
-    {"ranks": ranks, "row": row, "summary": summary}[sys.argv[1]](*sys.argv[2:])
+    {"ranks": ranks, "row": row, "summary": summary, "faster": faster}[sys.argv[1]](*sys.argv[2:])

@@ -18,8 +18,7 @@ Result<Comparison> predict_beside(const Plan& plan, const std::vector<ProfileSpe
   Plan dilated = plan;
   std::vector<ProfileSpec> slow = profiles;
   if (o.time_dilation != 1) {
-    dilated.cluster = dilate(dilated.cluster, o.time_dilation);
-    for (auto& p : slow) p = dilate(p, o.time_dilation);
+    emulated_run(dilated, slow, o.time_dilation);
   }
   cost::ComputeModel compute(dilated.model, slow);
   auto outcome = predict::predict(dilated, compute, o.predict);

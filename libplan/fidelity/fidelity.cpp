@@ -9,8 +9,11 @@
 
 namespace het::fidelity {
 
-ClusterSpec dilate(ClusterSpec c, double x) {
-  auto slow = [x](LinkSpec& l) { l.bandwidth /= x, l.latency *= x; };
+ClusterSpec dilate(ClusterSpec c, double x, const std::optional<LinkSpec>& transport) {
+  auto slow = [&](LinkSpec& l) {
+    l.bandwidth /= x, l.latency *= x;
+    if (transport) l.bandwidth = 1 / (1 / l.bandwidth + 1 / transport->bandwidth), l.latency += transport->latency;
+  };
   for (auto& s : c.subclusters) {
     s.device.peak /= x, s.device.mem_bandwidth /= x;
     slow(s.intra_node);
@@ -29,6 +32,14 @@ ProfileSpec dilate(ProfileSpec p, double x) {
   for (auto& o : p.optimizer_step) o.time *= x;
   for (auto& [kind, l] : p.links) l.bandwidth /= x, l.latency *= x;
   return p;
+}
+
+void emulated_run(Plan& plan, std::vector<ProfileSpec>& profiles, double x) {
+  std::optional<LinkSpec> transport;
+  for (const auto& p : profiles)
+    if (p.transport && (!transport || p.transport->latency > transport->latency)) transport = p.transport;
+  plan.cluster = dilate(plan.cluster, x, transport);
+  for (auto& p : profiles) p = dilate(p, x);
 }
 
 Result<std::vector<sim::TraceEvent>> read_chrome_trace(const std::string& file) {

@@ -12,6 +12,7 @@
 // and "step" around each step (libexec/runtime/runtime.hpp). compare() reads, per stage, the
 // median over the steps after the first (the first warms caches and connections) and sets it
 // beside the prediction.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,10 +26,16 @@
 
 namespace het::fidelity {
 
-// x >= 1. Devices: peak and memory bandwidth over x; links: bandwidth over x, latency times x;
-// profiles: every time (forward, backward, recompute, optimizer step) times x.
-ClusterSpec dilate(ClusterSpec cluster, double x);
+// x >= 1. Devices: peak and memory bandwidth over x; links: bandwidth over x, latency times x,
+// then in series with `transport` when given (what each message pays the machine's transport
+// under the emulated link: latencies add, the bytes' times add); profiles: every time (forward,
+// backward, recompute, optimizer step) times x.
+ClusterSpec dilate(ClusterSpec cluster, double x, const std::optional<LinkSpec>& transport = {});
 ProfileSpec dilate(ProfileSpec profile, double x);
+// A run of `plan` on the profiled machine with emulated links, dilated x times (x >= 1; 1: not
+// dilated): the plan's cluster and the profiles dilated, the links in series with the
+// profiles' transport (the slowest one given).
+void emulated_run(Plan& plan, std::vector<ProfileSpec>& profiles, double x);
 
 // The events of a Chrome trace file (ts and dur in microseconds), with their tracks' names.
 // Errors: a file that cannot be read or is not a Chrome trace (file named).

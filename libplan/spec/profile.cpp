@@ -86,7 +86,7 @@ Result<ProfileSpec> read_profile(const input::Document& doc) {
   Diagnostics errors;
   input::Context ctx{doc.file, &errors};
   input::Fields top(ctx, doc.root, "",
-                    {"format", "device", "model", "units", "optimizer_step", "assumptions", "links", "collectives"});
+                    {"format", "device", "model", "units", "optimizer_step", "assumptions", "links", "collectives", "transport"});
   if (!top.is_map()) return errors;
   if (auto format = top.string("format", Need::required); format && *format != "hetplan.profile/v1")
     top.error("format", "expected hetplan.profile/v1, got '" + *format + "'");
@@ -151,6 +151,7 @@ Result<ProfileSpec> read_profile(const input::Document& doc) {
     if (*c != "included" && *c != "excluded") top.error("collectives", "expected included or excluded, got '" + *c + "'");
     p.collectives_included = *c != "excluded";
   }
+  p.transport = read_link(top, "transport", Need::optional);
   if (auto list = top.list("assumptions", Need::optional))
     for (std::size_t i = 0; i < list->size(); ++i)
       if (auto s = input::as_string(ctx, (*list)[i], input::index("assumptions", i))) p.assumptions.push_back(*s);
@@ -227,6 +228,9 @@ std::string write_profile(const ProfileSpec& p, const ProfileComments& comments)
           << "\n";
     }
   }
+  if (p.transport)
+    out << "transport: {bandwidth: " << q(p.transport->bandwidth, Dimension::bandwidth) << ", latency: " << q(p.transport->latency, Dimension::time)
+        << "}  # hetexec's TCP transport between two ranks here (loopback): added to emulated links\n";
   if (!p.links.empty()) {
     out << "links:\n";
     for (const auto& [c, l] : p.links)

@@ -72,6 +72,10 @@ struct ProfileSpec {
   // one shard's compute alone (`collectives: excluded`: hetexec profile), which the cost model
   // then adds from the links.
   bool collectives_included = true;
+  // hetexec's TCP transport between two ranks of the profiled machine (`transport:`, measured by
+  // `hetexec profile` over loopback): what every message of a run with emulated links pays on top
+  // of the link it emulates (hetplan simulate --time-dilation composes the two).
+  std::optional<LinkSpec> transport;
 };
 
 Result<ProfileSpec> read_profile(const input::Document& doc);
