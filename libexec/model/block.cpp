@@ -110,6 +110,7 @@ void Block<T>::forward(const T* x, T* y, int B, BlockActs<T>& a, const Comm<T>& 
   size(a.x2, std::int64_t(N) * C);
   matmul_forward(a.x2.data(), a.att_out.data(), p(wo).value.data(), no_bias, N, QD, C);
   all_reduce(a.x2.data(), a.x2.size());
+  if (selective_) a.att = {}, a.att_out = {};  // recomputed by the backward
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c) a.x2[std::size_t(n) * C + c] += x[std::int64_t(n) * C + c] + (gpt ? p(bo).value[c] : T(0));
   size(a.ln2, std::int64_t(N) * C), size(a.ln2_mean, N), size(a.ln2_rstd, N);
@@ -164,17 +165,27 @@ void Block<T>::backward(const T* dy, T* dx, const BlockActs<T>& a, const Comm<T>
   if (gpt)
     for (int n = 0; n < N; ++n)
       for (int c = 0; c < C; ++c) p(bo).grad[c] += dx2[std::size_t(n) * C + c];
+  // Selective recomputation: the attention core again, att [B, Hs, Tl, Tk] and att_out [N, QD].
+  std::vector<T> att_again, att_out_again;
+  const T* att = a.att.data();
+  const T* att_out = a.att_out.data();
+  if (a.att.empty()) {
+    att_again.assign(std::size_t(B) * Hs_ * Tl * Tk, T(0)), att_out_again.assign(std::size_t(N) * QD, T(0));
+    attention_forward(att_out_again.data(), att_again.data(), a.q.data(), comm.cp > 1 ? a.k_seen.data() : a.k.data(),
+                      comm.cp > 1 ? a.v_seen.data() : a.v.data(), B, Tl, Tk, pos0, Hs_, KHs_, D);
+    att = att_again.data(), att_out = att_out_again.data();
+  }
   std::vector<T> datt_out(std::size_t(N) * QD, T(0));
-  matmul_backward(datt_out.data(), p(wo).grad.data(), static_cast<T*>(nullptr), dx2.data(), a.att_out.data(), p(wo).value.data(), N, QD, C);
+  matmul_backward(datt_out.data(), p(wo).grad.data(), static_cast<T*>(nullptr), dx2.data(), att_out, p(wo).value.data(), N, QD, C);
   std::vector<T> dq(std::size_t(N) * QD, T(0)), dk(std::size_t(N) * KD, T(0)), dv(std::size_t(N) * KD, T(0));
   if (comm.cp > 1) {
     std::vector<T> dk_seen(a.k_seen.size(), T(0)), dv_seen(a.v_seen.size(), T(0));
-    attention_backward(dq.data(), dk_seen.data(), dv_seen.data(), datt_out.data(), a.att.data(), a.q.data(), a.k_seen.data(),
+    attention_backward(dq.data(), dk_seen.data(), dv_seen.data(), datt_out.data(), att, a.q.data(), a.k_seen.data(),
                        a.v_seen.data(), B, Tl, Tk, pos0, Hs_, KHs_, D);
     scatter_seen(dk_seen.data(), dk.data(), B, Tl, KD, comm);
     scatter_seen(dv_seen.data(), dv.data(), B, Tl, KD, comm);
   } else {
-    attention_backward(dq.data(), dk.data(), dv.data(), datt_out.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B,
+    attention_backward(dq.data(), dk.data(), dv.data(), datt_out.data(), att, a.q.data(), a.k.data(), a.v.data(), B,
                        Tl, Tk, pos0, Hs_, KHs_, D);
   }
   if (!gpt) {

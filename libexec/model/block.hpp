@@ -62,6 +62,11 @@ class Block {
   std::vector<Param<T>>& params() { return params_; }
   const std::vector<Param<T>>& params() const { return params_; }
 
+  // Selective activation recomputation (Korthikanti et al. 2022, §4.2; Megatron's
+  // "selective"): the forward keeps no attention core (acts.att, acts.att_out: the scores'
+  // softmax and its product with V), and the backward computes it again from q, k and v.
+  void set_selective(bool selective) { selective_ = selective; }
+
  private:
   enum Index { ln1_w, ln1_b, wq, bq, wk, bk, wv, bv, wo, bo, ln2_w, ln2_b, w1, b1, w2, b2, w3, count };
   const Param<T>& p(Index i) const { return params_[i]; }
@@ -69,6 +74,7 @@ class Block {
   Shape s_;
   int Hs_, KHs_, Fs_;  // this shard's heads, kv heads, MLP channels
   std::vector<Param<T>> params_;  // by Index; unused ones (llama biases, gpt w3) are empty
+  bool selective_ = false;
 };
 
 }  // namespace het::model

@@ -42,7 +42,7 @@ std::vector<T> StageModel<T>::forward(int mb, int B, const int* tokens, const T*
   if (has_embedding()) a.tokens.assign(tokens, tokens + N);
   if (has_head()) a.targets.assign(targets, targets + N);
   std::vector<T> out = run_forward(a, x, loss_sum);
-  if (recompute_ != Recompute::none) {
+  if (recompute_ == Recompute::full) {
     if (!has_embedding()) a.input.assign(x, x + std::int64_t(N) * shape_.C);
     Acts kept;
     kept.B = a.B, kept.dropped = true;

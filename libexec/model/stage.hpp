@@ -26,10 +26,13 @@ class StageModel {
   // `comm` connects it to the other shards of its TP and CP groups.
   StageModel(const ModelSpec& spec, int first, int last, int tp_rank, int tp, std::uint64_t seed, Comm<T> comm = {});
 
-  // Activation recomputation: with anything but none, a micro-batch keeps only its input
-  // between forward and backward, and the backward first runs the forward again (the CPU
-  // runtime recomputes whole stages for `selective` too; the results are the same).
-  void set_recompute(Recompute r) { recompute_ = r; }
+  // Activation recomputation: `full` keeps only a micro-batch's input between forward and
+  // backward, and the backward first runs the forward again; `selective` keeps everything but
+  // the layers' attention cores, which the backward computes again (Block::set_selective).
+  void set_recompute(Recompute r) {
+    recompute_ = r;
+    for (auto& b : blocks_) b.set_selective(r == Recompute::selective);
+  }
 
   bool has_embedding() const { return first_ == 0; }
   bool has_head() const { return last_ == shape_.L + 1; }
