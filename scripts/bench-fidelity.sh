@@ -30,7 +30,7 @@ for model in tiny-gpt tiny-llama; do  # slow: times x 2, the cluster's peak rati
     # VM's host) is slower, never faster.
     for k in 1 2; do
       "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-${dev%%:*}" --slowdown "$s" \
-        --time-dilation $(( x * s )) --tp 1 2 --micro-batch 1 2 4 -o "$out/$model-${dev%%:*}.$k.yaml" > /dev/null
+        --time-dilation $(( x * s )) --tp 1 2 --cp 1 2 --micro-batch 1 2 4 -o "$out/$model-${dev%%:*}.$k.yaml" > /dev/null
     done
     python3 bench/fidelity/report.py faster "$out/$model-${dev%%:*}.1.yaml" "$out/$model-${dev%%:*}.2.yaml" "$out/$model-${dev%%:*}.yaml"
   done

@@ -131,9 +131,14 @@ TEST_CASE("hetexec devices --format cluster writes this machine as a cluster tha
     text << in.rdbuf();
     CHECK_THAT(text.str(), Catch::Contains("# at 20") && Catch::Contains("GEMM") && Catch::Contains("memcpy") &&
                                Catch::Contains("127.0.0.1"));
-    // `hetexec profile`'s default device type is the cluster's: the search costs the plan from the profile.
-    auto p = run_process({HETEXEC_BIN, "profile", "--threads", "1", "--model", model, "--micro-batch", "1", "2", "4", "--spread", "5",
-                          "--max-seconds", "0.2", "-o", profile});
+    // `hetexec profile`'s default device type is the cluster's: the search costs the plan from the profile
+    // (measured for every shape a stage on this machine's devices can take).
+    std::vector<std::string> profile_cmd = {HETEXEC_BIN, "profile", "--threads", "1", "--model", model, "--micro-batch", "1", "2", "4", "8", "16",
+                                            "--spread", "5", "--max-seconds", "0.2", "-o", profile, "--tp"};
+    for (int k = 1; k <= s.devices_per_node && 4 % k == 0; k *= 2) profile_cmd.push_back(std::to_string(k));
+    profile_cmd.push_back("--cp");
+    for (int k = 1; k <= s.devices_per_node && 32 % k == 0; k *= 2) profile_cmd.push_back(std::to_string(k));
+    auto p = run_process(profile_cmd);
     INFO(p.out << p.err);
     REQUIRE(p.exit_code == 0);
     auto r = run_process({HETPLAN_BIN, "search", "--model", model, "--cluster", cluster, "--profile", profile, "--time-budget", "2",

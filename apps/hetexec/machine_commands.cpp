@@ -102,6 +102,7 @@ MachineCommands::MachineCommands(CLI::App& app, std::string version) : version_(
                        "device type the profile is for (as in the cluster; default: cpu, or the catalog's type of the GPU)");
   profile_->add_option("--devices", where_, "where to measure: cpu, or cuda:N (CUDA device N, the cuda backend)");
   profile_->add_option("--slowdown", options_.slowdown, "multiply the times (an emulated slower device)")->check(CLI::PositiveNumber);
+  profile_->add_option("--cp", options_.cp, "context-parallel degrees to measure a member of (default 1)")->check(CLI::PositiveNumber);
   profile_->add_option("--time-dilation", options_.time_dilation,
                        "measure as a run with --time-dilation X computes: each timed operation followed by a pause of X - 1 times "
                        "it (the times stay this machine's; predict the run with hetplan simulate --time-dilation X)")

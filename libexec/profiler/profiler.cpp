@@ -13,6 +13,9 @@ namespace het::profiler {
 
 Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Options& o,
                         const std::function<void(const ProfileRow&, const Spread&)>& on_row) {
+  for (int cp : o.cp)
+    if (cp < 1 || m.seq_length % cp)
+      return Diagnostic{"", 0, 0, "cp", "cp " + std::to_string(cp) + " does not divide the model's " + std::to_string(m.seq_length) + " time steps"};
   for (int tp : o.tp)
     if (tp < 1 || m.num_attention_heads % tp || m.num_kv_heads % tp || m.ffn_hidden_size % tp)
       return Diagnostic{"", 0, 0, "tp", "tp " + std::to_string(tp) + " does not divide the model's " +
@@ -35,11 +38,14 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
     int first = 0, last = 0, tp = 1, b = 0;
     bool optimizer = false;
     std::size_t activations = 0, parameters = 0;
+    int cp = 1;
   };
   std::vector<Point> points;
   for (int tp : o.tp)
-    for (int b : o.micro_batch_sizes)
-      for (auto [first, last] : {std::pair{0, 0}, std::pair{L + 1, L + 1}, std::pair{0, L + 1}}) points.push_back({first, last, tp, b});
+    for (int cp : o.cp)
+      for (int b : o.micro_batch_sizes)
+        for (auto [first, last] : {std::pair{0, 0}, std::pair{L + 1, L + 1}, std::pair{0, L + 1}})
+          points.push_back({first, last, tp, b, false, 0, 0, cp});
   points.push_back({1, L, 1, 0, true});
   int optimizer_steps = 0;  // AdamW's step count, on over the rounds
   // Under time dilation, the pause after each timed operation that a dilated run takes after it
@@ -51,6 +57,16 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
   auto start = [&](int index) -> std::function<std::vector<double>()> {
     Point& pt = points[std::size_t(index)];
     backend::StageSpec spec{m, pt.first, pt.last, 0, pt.tp, 1, Recompute::none, {}};
+    // CP: the last member (the most keys: its time steps see all before them); its K/V
+    // exchanges copy its own part into every member's place (they are the cost model's).
+    const int Tl = T / pt.cp;
+    spec.comm.cp = pt.cp, spec.comm.cp_rank = pt.cp - 1;
+    spec.comm.cp_all_gather = [cp = pt.cp](const float* mine, float* all, std::size_t n) {
+      for (int c = 0; c < cp; ++c) std::copy_n(mine, n, all + std::size_t(c) * n);
+    };
+    spec.comm.cp_reduce_scatter = [cp = pt.cp](const float* all, float* mine, std::size_t n) {
+      std::copy_n(all + std::size_t(cp - 1) * n, n, mine);
+    };
     std::shared_ptr<backend::Stage> stage = backend.make_stage(spec);
     pt.parameters = 0;
     for (auto* param : stage->params()) pt.parameters += param->value.size() * sizeof(float);
@@ -76,8 +92,8 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
       int r = 0;
     };
     auto d = std::make_shared<Data>();
-    d->tokens.resize(std::size_t(pt.b) * T), d->targets.resize(d->tokens.size());
-    d->x.resize(std::size_t(pt.b) * T * C), d->dy.resize(d->x.size());
+    d->tokens.resize(std::size_t(pt.b) * Tl), d->targets.resize(d->tokens.size());
+    d->x.resize(std::size_t(pt.b) * Tl * C), d->dy.resize(d->x.size());
     return [&, stage, d]() -> std::vector<double> {  // fresh data every run
       const std::size_t r = std::size_t(d->r);
       for (std::size_t i = 0; i < d->tokens.size(); ++i)
@@ -99,10 +115,12 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
   };
   const auto estimates = measure_in_rounds(int(points.size()), start, o.stop);
 
+  int row_cp = 1;  // the cp of the rows being written
   auto row = [&](UnitKind kind, int tp, int b, double f, double bw, double act, double par, const Spread& spread) {
     ProfileRow r;
     r.unit = kind;
     r.tp = tp;
+    r.cp = row_cp;
     r.micro_batch_size = b;
     r.seq_length = T;
     r.forward = std::max(0.0, f) * o.slowdown;
@@ -119,6 +137,7 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
     const Point &emb = points[i], &head = points[i + 1], &whole = points[i + 2];
     const auto &e = estimates[i], &h = estimates[i + 1], &w = estimates[i + 2];
     const int tp = emb.tp, b = emb.b;
+    row_cp = emb.cp;
     row(UnitKind::embedding, tp, b, e[0].median, e[1].median, double(emb.activations), double(emb.parameters), spread_of(e));
     row(UnitKind::head, tp, b, h[0].median, h[1].median, double(head.activations), double(head.parameters), spread_of(h));
     // A layer is (whole - embedding - head) / L: the three medians' uncertainties (half-widths)

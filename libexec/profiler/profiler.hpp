@@ -11,6 +11,8 @@
 //     (a layer alone stays in cache and runs faster than it does among the others);
 //   - tp > 1: one TP shard's compute (its share of heads and MLP channels); the all-reduces
 //     are the cost model's, from the link bandwidths, not measured here;
+//   - cp > 1: the last context member's compute (its T/cp time steps against all keys before
+//     them: the slowest member); its K/V exchanges are the cost model's;
 //   - recompute: the forward again (what activation recomputation runs before a backward);
 //   - activation memory: the bytes a micro-batch keeps from its forward to its backward;
 //     parameter memory: the unit's weights on one device.
@@ -29,6 +31,7 @@ namespace het::profiler {
 struct Options {
   std::vector<int> micro_batch_sizes = {1, 2, 4};
   std::vector<int> tp = {1};
+  std::vector<int> cp = {1};  // context-parallel degrees: the last member's compute (the most keys)
   StopRule stop;              // per measured point (embedding, head, whole model, optimizer step)
   Clock clock = Clock::wall;  // thread_cpu only when the backend computes on the calling thread alone
   double slowdown = 1;
