@@ -36,13 +36,16 @@ echo "plans: $build_dir/demo/*.json; traces open in https://ui.perfetto.dev"
 hetexec="$build_dir/apps/hetexec/hetexec"
 model=configs/models/tiny-gpt.yaml
 cluster=configs/clusters/tiny-cpu.yaml
-run "$hetexec" profile --threads 1 --model "$model" --device cpu-fast --micro-batch 1 2 4 8 -o "$build_dir/demo/cpu-fast.yaml"
-run "$hetexec" profile --threads 1 --model "$model" --device cpu-slow --slowdown 4 --micro-batch 1 2 4 8 -o "$build_dir/demo/cpu-slow.yaml"
+# Profiled as the dilated run computes (each operation followed by its pause: 4x on the fast
+# devices, 16x on the slow ones, which --emulate-devices slows 4x more).
+dilation=4
+run "$hetexec" profile --threads 1 --model "$model" --device cpu-fast --time-dilation "$dilation" --tp 1 2 --cp 1 2 \
+  --micro-batch 1 2 4 8 -o "$build_dir/demo/cpu-fast.yaml"
+run "$hetexec" profile --threads 1 --model "$model" --device cpu-slow --slowdown 4 --time-dilation $(( 4 * dilation )) --tp 1 2 --cp 1 2 \
+  --micro-batch 1 2 4 8 -o "$build_dir/demo/cpu-slow.yaml"
 profiles=(--profile "$build_dir/demo/cpu-fast.yaml" --profile "$build_dir/demo/cpu-slow.yaml")
 run "$hetexec" prepare-data configs/data/corpus.txt -o "$build_dir/demo/corpus.bin"
 run "$hetplan" search --model "$model" --cluster "$cluster" "${profiles[@]}" --time-budget 5 -o "$build_dir/demo/tiny-gpt.plan.json"
-ranks=$(python3 bench/fidelity/report.py ranks "$build_dir/demo/tiny-gpt.plan.json")
-dilation=$(( 2 * ranks / $(nproc) )); if (( dilation < 2 )); then dilation=2; fi
 run "$hetexec" run-local "$build_dir/demo/tiny-gpt.plan.json" --steps 20 --lr 3e-3 --data "$build_dir/demo/corpus.bin" \
   --emulate-devices --emulate-links --time-dilation "$dilation" --trace "$build_dir/demo/tiny-gpt.measured.json"
 run "$hetplan" simulate "$build_dir/demo/tiny-gpt.plan.json" "${profiles[@]}" --time-dilation "$dilation" \

@@ -1,6 +1,7 @@
 // hetplan and hetexec as users run them: real processes on real files.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -461,4 +462,33 @@ TEST_CASE("hetexec prepare-data writes an llm.c token file of the text's bytes")
   auto bad = run_process({HETEXEC_BIN, "prepare-data", "/nonexistent.txt", "-o", out});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("/nonexistent.txt: cannot open the file"));
+}
+
+TEST_CASE("hetplan search --write-top N writes the N best plans, best first, beside -o") {
+  het::test::TempDir dir;
+  const std::string out = dir.path() + "/s.plan.json";
+  const std::vector<std::string> inputs = {"--model", kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kSrc + "/configs/clusters/tiny-cpu.yaml",
+                                           "--time-budget", "2"};
+  std::vector<std::string> cmd = {HETPLAN_BIN, "search"};
+  cmd.insert(cmd.end(), inputs.begin(), inputs.end());
+  auto without_o = cmd;
+  without_o.insert(without_o.end(), {"--write-top", "3"});
+  CHECK(run_process(without_o).exit_code == 2);
+  cmd.insert(cmd.end(), {"-o", out, "--write-top", "3"});
+  auto r = run_process(cmd);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto iteration = [](const std::string& file) {
+    std::ifstream in(file);
+    return nlohmann::json::parse(in)["predicted"]["iteration_s"].get<double>();
+  };
+  double previous = 0;
+  for (int k = 1; k <= 3; ++k) {
+    const std::string file = dir.path() + "/s." + std::to_string(k) + ".plan.json";
+    REQUIRE(std::filesystem::exists(file));
+    CHECK(run_process({HETPLAN_BIN, "validate", "--plan", file}).exit_code == 0);
+    CHECK(iteration(file) >= previous);
+    previous = iteration(file);
+  }
+  CHECK(iteration(dir.path() + "/s.1.plan.json") == iteration(out));
 }

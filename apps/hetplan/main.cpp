@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 
@@ -181,6 +182,7 @@ struct SearchArgs {
   double time_budget = 0, mcts_lambda = 10;
   std::int64_t mcts_iterations = 0, mcts_patience = 256;
   int threads = 0, top = 1;
+  int write_top = 0;  // also write the plans ranked 1..N as OUTPUT-STEM.K.plan.json
   std::uint64_t seed = 1;
 };
 
@@ -247,6 +249,10 @@ std::string fmt(const char* f, double v) {
 }
 
 int run_search(const SearchArgs& a) {
+  if (a.write_top > 0 && a.output.empty()) {
+    std::cerr << "error: --write-top writes next to the plan of -o/--output; give -o\n";
+    return kInvalid;
+  }
   auto in = load_search_inputs(a);
   if (!in) {
     print_errors(in.errors());
@@ -264,6 +270,19 @@ int run_search(const SearchArgs& a) {
   best.notes.insert(best.notes.begin(), in->profiles.notes.begin(), in->profiles.notes.end());
   const std::string text = het::write_plan(best.plan);
   if (!a.output.empty() && !write_file(a.output, text)) return kInvalid;
+  if (a.write_top > 0) {  // the best plans in the search's order (its prediction), for measuring the ranking
+    std::string stem = a.output;
+    for (const char* ext : {".plan.json", ".json"})
+      if (stem.size() > std::strlen(ext) && stem.compare(stem.size() - std::strlen(ext), std::string::npos, ext) == 0) {
+        stem.resize(stem.size() - std::strlen(ext));
+        break;
+      }
+    for (std::size_t k = 0; k < out->plans.size() && int(k) < a.write_top; ++k) {
+      auto plan = out->plans[k].plan;
+      plan.profiles = in->profiles.used;
+      if (!write_file(stem + "." + std::to_string(k + 1) + ".plan.json", het::write_plan(plan))) return kInvalid;
+    }
+  }
   if (a.format == "json") {
     std::cout << text;
     return 0;
@@ -468,6 +487,9 @@ int main(int argc, char** argv) {
   add_search_inputs(search);
   search->add_option("--algo", search_args.algo, "auto (default), uniform, exhaustive, hapt, heteroauto, mcts or hexiscale")
       ->check(CLI::IsMember(het::search::algorithm_names()));
+  search->add_option("--write-top", search_args.write_top,
+                     "also write the N best plans, best first, as OUTPUT-STEM.1.plan.json .. OUTPUT-STEM.N.plan.json (needs -o)")
+      ->check(CLI::PositiveNumber);
   search->add_option("--top", search_args.top, "candidates per algorithm re-ranked by the simulator (default 16)")
       ->check(CLI::PositiveNumber);
   search->add_option("-o,--output", search_args.output, "write the plan to this file");

@@ -1,4 +1,4 @@
-"""Helpers of scripts/bench-fidelity.sh: a plan's rank count, one result row, the summary."""
+"""Helpers of scripts/bench-fidelity.sh and bench-ranking.sh: a plan's rank count, result rows, the summaries."""
 import json
 import statistics
 import sys
@@ -37,6 +37,42 @@ def faster(a, b, out):
         g.write(f.read())
 
 
+def ranked(cluster, plan, compare, results):
+    c = json.load(open(compare))
+    r = {"cluster": cluster, "plan": plan, "predicted_s": c["predicted_step_s"], "measured_s": c["measured_step_s"]}
+    with open(results, "a") as f:
+        f.write(json.dumps(r) + "\n")
+
+
+def kendall_tau(a, b):
+    """Kendall's tau-a between two lists of values over the same items."""
+    n, s = len(a), 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            x, y = a[i] - a[j], b[i] - b[j]
+            s += (x > 0) - (x < 0) if y > 0 else -((x > 0) - (x < 0)) if y < 0 else 0
+    return s / (n * (n - 1) / 2) if n > 1 else 1.0
+
+
+def ranking(results, out):
+    rows = [json.loads(line) for line in open(results)]
+    report = {}
+    for cluster in dict.fromkeys(r["cluster"] for r in rows):
+        rs = [r for r in rows if r["cluster"] == cluster]
+        print(f"\n{cluster}: plan | predicted ms | measured ms | predicted ÷ measured")
+        for r in rs:
+            print(f"  {r['plan']:10s} | {r['predicted_s'] * 1e3:8.1f} | {r['measured_s'] * 1e3:8.1f} | {r['predicted_s'] / r['measured_s']:.3f}")
+        tau = kendall_tau([r["predicted_s"] for r in rs], [r["measured_s"] for r in rs])
+        first = min(rs, key=lambda r: r["predicted_s"])
+        fastest = min(rs, key=lambda r: r["measured_s"])
+        gap = first["measured_s"] / fastest["measured_s"] - 1
+        print(f"  Kendall tau {tau:.2f}; the planner's first choice ({first['plan']}) measured {gap * 100:.1f}% "
+              f"slower than the fastest measured ({fastest['plan']})")
+        report[cluster] = {"kendall_tau": tau, "first_choice": first["plan"], "fastest_measured": fastest["plan"],
+                           "first_choice_gap": gap, "plans": rs}
+    json.dump(report, open(out, "w"), indent=1)
+
+
 def summary(results, out):
     rows = [json.loads(line) for line in open(results)]
     errs = [abs(r["ratio"] - 1) for r in rows]
@@ -50,4 +86,5 @@ def summary(results, out):
 
 
 if __name__ == "__main__":
-    {"ranks": ranks, "row": row, "summary": summary, "faster": faster}[sys.argv[1]](*sys.argv[2:])
+    {"ranks": ranks, "row": row, "summary": summary, "faster": faster, "ranked": ranked,
+     "ranking": ranking}[sys.argv[1]](*sys.argv[2:])

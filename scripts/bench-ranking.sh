@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Does the planner's ranking of plans hold when they run? (issue 16) For three clusters of
+# CPU-class devices emulated on this machine -- configs/clusters/tiny-cpu.yaml (tiny-gpt),
+# bench/fidelity/cluster.yaml (tiny-llama) and bench/fidelity/cluster-3.yaml (three subclusters,
+# tiny-gpt) -- profile the devices as the dilated ranks compute, take the 5 best plans of
+# `hetplan search` (--write-top 5) and the uniform plan, run each with `hetexec run-local
+# --emulate-devices --emulate-links --time-dilation 8`, predict each run with `hetplan simulate
+# --time-dilation 8 --measured`, and report per cluster: every plan's predicted and measured step,
+# Kendall's tau between the predicted and the measured order, and how far the planner's first
+# choice is from the fastest measured plan.
+#   scripts/bench-ranking.sh [CLUSTER-FILTER]
+# Writes $build/bench-ranking/results.json.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+build="${HET_BUILD_DIR:-build}"
+filter="${1:-}"
+out="$build/bench-ranking"
+mkdir -p "$out"
+hetexec="$build/apps/hetexec/hetexec"
+hetplan="$build/apps/hetplan/hetplan"
+x=8
+results="$out/results.jsonl"
+: > "$results"
+# name:cluster:model:device=slowdown,...
+for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
+            fidelity:bench/fidelity/cluster.yaml:tiny-llama:fast=1,slow=2 \
+            three:bench/fidelity/cluster-3.yaml:tiny-gpt:fast=1,mid=2,slow=4; do
+  IFS=: read -r name cluster model devices <<< "$case"
+  if [[ -n $filter && $name != *$filter* ]]; then continue; fi
+  dir="$out/$name"
+  mkdir -p "$dir"
+  profiles=()
+  for dev in ${devices//,/ }; do
+    d=${dev%%=*} s=${dev##*=}
+    "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-$d" --slowdown "$s" \
+      --time-dilation $(( x * s )) --tp 1 2 --cp 1 2 --micro-batch 1 2 4 8 -o "$dir/cpu-$d.yaml" > /dev/null
+    profiles+=(--profile "$dir/cpu-$d.yaml")
+  done
+  inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
+  "$hetplan" search "${inputs[@]}" "${profiles[@]}" --time-budget 10 -o "$dir/search.plan.json" --write-top 5 > /dev/null
+  "$hetplan" search "${inputs[@]}" "${profiles[@]}" --algo uniform -o "$dir/uniform.plan.json" > /dev/null
+  for plan in "$dir"/search.[1-5].plan.json "$dir/uniform.plan.json"; do
+    [[ -f $plan ]] || continue
+    p=$(basename "$plan" .plan.json)
+    "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
+      --trace "$dir/$p.trace.json" > "$dir/$p.log"
+    "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" --time-dilation "$x" --measured "$dir/$p.trace.json" \
+      --format json > "$dir/$p.compare.json"
+    python3 bench/fidelity/report.py ranked "$name" "$p" "$dir/$p.compare.json" "$results"
+  done
+done
+python3 bench/fidelity/report.py ranking "$results" "$out/results.json"
