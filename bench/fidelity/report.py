@@ -63,7 +63,8 @@ def ranking(results, out):
         for r in rs:
             print(f"  {r['plan']:10s} | {r['predicted_s'] * 1e3:8.1f} | {r['measured_s'] * 1e3:8.1f} | {r['predicted_s'] / r['measured_s']:.3f}")
         tau = kendall_tau([r["predicted_s"] for r in rs], [r["measured_s"] for r in rs])
-        first = min(rs, key=lambda r: r["predicted_s"])
+        # The planner's first choice: the plan hetplan search returns (its own ranking).
+        first = next((r for r in rs if r["plan"] == "search.1"), min(rs, key=lambda r: r["predicted_s"]))
         fastest = min(rs, key=lambda r: r["measured_s"])
         gap = first["measured_s"] / fastest["measured_s"] - 1
         print(f"  Kendall tau {tau:.2f}; the planner's first choice ({first['plan']}) measured {gap * 100:.1f}% "
