@@ -6,11 +6,12 @@
 //
 // Ranks and their blocks: program/program.hpp. After the last backward: every parameter's
 // gradient is summed over the ranks that hold the same slice of it (runtime/sync_plan.hpp says
-// which, chunk by chunk), over the groups of Options::fabric; then AdamW. With ZeRO (the model's training.zero_stage >= 1) that sum is a
-// reduce-scatter: each holder keeps the AdamW moments of its own 1/n of the slice, updates it,
-// and the updated values are all-gathered (ZeRO-1; stage 2 runs the same way on the CPU
-// backend, stage 3 is refused). The loss of each step (mean over the global batch's tokens) is
-// gathered on rank 0.
+// which), one bucket per group of ranks reduced by one collective of Options::fabric, in the
+// order the planner costs them (runtime/buckets.hpp, predict::sync_buckets); then AdamW. With
+// ZeRO (the model's training.zero_stage >= 1) that sum is a reduce-scatter: each holder keeps the
+// AdamW moments of its own 1/n of the bucket, updates it, and the updated values are
+// all-gathered (ZeRO-1; stage 2 runs the same way on the CPU backend, stage 3 is refused). The
+// loss of each step (mean over the global batch's tokens) is gathered on rank 0.
 #include <cstdint>
 #include <functional>
 #include <string>
