@@ -257,7 +257,7 @@ int run_local(const JobArgs& a) {
                     "--lr", het::launch::exact_text(a.lr), "--backend", a.backend, "--threads", std::to_string(threads)};
   if (a.time_dilation > 1) lj.worker_args.insert(lj.worker_args.end(), {"--time-dilation", het::launch::exact_text(a.time_dilation)});
   // More busy ranks than cores: they contend, and the step times measured are not the plan's.
-  if (a.backend == "cpu" && lj.world * threads > cores && a.time_dilation * cores < double(lj.world * threads))
+  if (a.backend == "cpu" && a.time_dilation * cores < double(lj.world * threads))
     std::cout << "note: " << lj.world << " ranks × " << threads << " thread" << (threads == 1 ? "" : "s") << " share " << cores
               << " cores, so they contend and the step times will not match `hetplan simulate`; run with --time-dilation "
               << (lj.world * threads + cores - 1) / cores * 2 << " (and simulate with the same) to measure what the plan predicts\n";

@@ -126,13 +126,32 @@ StageTimes measure(const Steps& s, std::size_t n) {
 
 std::string track_of(int p, int s) { return "p" + std::to_string(p) + " s" + std::to_string(s) + " compute"; }
 
+// A measured run by rank track, its steps aligned: the steps every track has (n), and per step
+// the slowest rank's time (the iteration).
+struct Run {
+  std::map<std::string, Steps> tracks;
+  std::size_t n = 0;
+  std::vector<double> slowest;  // [n]
+};
+
+Run run_of(const std::vector<sim::TraceEvent>& events) {
+  Run r{by_track(events), 0, {}};
+  if (r.tracks.empty()) return r;
+  r.n = SIZE_MAX;
+  for (const auto& [name, s] : r.tracks) r.n = std::min(r.n, s.step.size());
+  r.slowest.assign(r.n, 0.0);
+  for (std::size_t k = 0; k < r.n; ++k)
+    for (const auto& [name, s] : r.tracks) r.slowest[k] = std::max(r.slowest[k], s.step[k].duration_s);
+  return r;
+}
+
 }  // namespace
 
 Result<Comparison> compare(const predict::Outcome& o, const std::vector<sim::TraceEvent>& measured) {
-  const auto tracks = by_track(measured);
-  std::size_t n = SIZE_MAX;
-  for (const auto& [name, s] : tracks) n = std::min(n, s.step.size());
-  if (tracks.empty() || n < 2)
+  const Run run = run_of(measured);
+  const auto& tracks = run.tracks;
+  const std::size_t n = run.n;
+  if (n < 2)
     return Diagnostic{"", 0, 0, "", "the trace needs at least two steps (\"step\" events) on every rank; run with --steps 2 or more"};
   Comparison c;
   c.steps_used = int(n) - 1;
@@ -153,13 +172,7 @@ Result<Comparison> compare(const predict::Outcome& o, const std::vector<sim::Tra
       c.stages.push_back(row);
     }
   // The iteration, measured: per step the slowest rank's, then the median over steps.
-  std::vector<double> steps;
-  for (std::size_t k = 1; k < n; ++k) {
-    double slowest = 0;
-    for (const auto& [name, s] : tracks) slowest = std::max(slowest, s.step[k].duration_s);
-    steps.push_back(slowest);
-  }
-  c.measured_step_s = median(steps);
+  c.measured_step_s = median({run.slowest.begin() + 1, run.slowest.end()});
   return c;
 }
 
@@ -227,23 +240,17 @@ nlohmann::ordered_json to_json(const Comparison& c) {
 }
 
 std::string side_by_side_trace(const std::vector<sim::TraceEvent>& predicted, const std::vector<sim::TraceEvent>& measured) {
-  const auto tracks = by_track(measured);
-  std::size_t n = SIZE_MAX;
-  for (const auto& [name, s] : tracks) n = std::min(n, s.step.size());
+  const Run run = run_of(measured);
   std::vector<sim::TraceEvent> one;
-  if (!tracks.empty() && n != SIZE_MAX && n > 0) {
+  if (run.n > 0) {
     // The step whose slowest rank took the median time (after the first, when there are more).
     std::vector<std::pair<double, std::size_t>> slowest;
-    for (std::size_t k = n > 1 ? 1 : 0; k < n; ++k) {
-      double t = 0;
-      for (const auto& [name, s] : tracks) t = std::max(t, s.step[k].duration_s);
-      slowest.push_back({t, k});
-    }
+    for (std::size_t k = run.n > 1 ? 1 : 0; k < run.n; ++k) slowest.push_back({run.slowest[k], k});
     std::sort(slowest.begin(), slowest.end());
     const std::size_t k = slowest[slowest.size() / 2].second;
     double t0 = INFINITY;
-    for (const auto& [name, s] : tracks) t0 = std::min(t0, s.step[k].start_s);
-    for (const auto& [name, s] : tracks) {
+    for (const auto& [name, s] : run.tracks) t0 = std::min(t0, s.step[k].start_s);
+    for (const auto& [name, s] : run.tracks) {
       one.push_back({name, "step", s.step[k].start_s - t0, s.step[k].duration_s});
       for (auto e : s.inside[k]) e.start_s -= t0, one.push_back(e);
     }
