@@ -55,7 +55,8 @@ class Agents {
 std::vector<double> losses(const std::string& metrics) {
   std::ifstream in(metrics);
   std::vector<double> out;
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  for (std::string line; std::getline(in, line);)  // step lines, then the memory line
+    if (auto j = nlohmann::json::parse(line); j.contains("loss")) out.push_back(j["loss"].get<double>());
   return out;
 }
 

@@ -47,7 +47,7 @@ TEST_CASE("the gradient sync plan: whole coverage, agreeing groups, one order (p
     for (std::size_t i = 0; i < seen.size(); ++i) seen[i].assign(params[std::size_t(r)][i].size, 0);
     for (const auto& c : plans[std::size_t(r)]) {
       INFO("rank " << r << " " << params[std::size_t(r)][c.param].name << " chunk " << c.chunk);
-      for (std::size_t e : c.elements) ++seen[c.param].at(e);
+      for (std::size_t e = 0; e < c.elements.size(); ++e) ++seen[c.param].at(c.elements.index(e));
       CHECK(std::find(c.group.begin(), c.group.end(), r) != c.group.end());
       CHECK(std::is_sorted(c.group.begin(), c.group.end()));
       // A parameter every shard holds whole counts 1/tp; a sharded one is summed whole.

@@ -17,6 +17,7 @@
 
 #include "agent/agent.hpp"
 #include "progress.hpp"
+#include "memory_prediction.hpp"
 #include "plan/plan_io.hpp"
 #include "submit/submit.hpp"
 #include "validation/inputs.hpp"
@@ -86,7 +87,7 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
   submit_->add_option("--time-dilation", settings_.time_dilation,
                       "run every rank's compute and every shaped link X times slower (predict it with hetplan simulate --time-dilation X)")
       ->check(CLI::Range(1.0, 1000.0));
-  submit_->add_option("--metrics-out", metrics_out_, "write JSON lines {step, loss, step_s, tokens_per_s}");
+  submit_->add_option("--metrics-out", metrics_out_, "write JSON lines {step, loss, step_s, tokens_per_s}, then {memory: [each rank's peak]}");
   submit_->add_flag("--detach", detach_, "return once training runs (no lease: stop it with `hetexec abort`)");
   submit_->add_option("--rendezvous-listen", rendezvous_listen_, "HOST:PORT for the job's rendezvous (default 127.0.0.1:0)");
   submit_->add_option("--rendezvous-advertise", rendezvous_advertise_, "host the workers reach the rendezvous at");
@@ -195,7 +196,10 @@ int ControlCommands::run_submit() {
     metrics.open(metrics_out_);
     if (!metrics) return report({{metrics_out_, 0, 0, "", "cannot write the file"}});
   }
-  auto outcome = submit::submit(o, StepPrinter(metrics.is_open() ? &metrics : nullptr, o.plan.model.training.zero_stage >= 1),
+  auto [stage_of_rank, predicted_memory] = rank_memory_predictions(o.plan);
+  auto outcome = submit::submit(o,
+                                StepPrinter(metrics.is_open() ? &metrics : nullptr, o.plan.model.training.zero_stage >= 1)
+                                    .with_ranks(stage_of_rank, predicted_memory),
                                 [](const std::string& status) { std::cout << status << std::endl; });
   if (outcome.ok) {
     std::cout << (detach_ ? "job " + outcome.job_id + " runs detached; stop it with `hetexec abort " + outcome.job_id + "`"

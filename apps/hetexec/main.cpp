@@ -34,6 +34,7 @@
 #include "control_commands.hpp"
 #include "machine_commands.hpp"
 #include "progress.hpp"
+#include "memory_prediction.hpp"
 #include "node/node.hpp"
 
 namespace {
@@ -178,6 +179,8 @@ int run_worker(const JobArgs& a) {
   opt.emulate_devices = a.emulate_devices;
   opt.slowdown = a.slowdown;
   opt.time_dilation = a.time_dilation;
+  std::vector<het::runtime::MemoryPeak> memory;
+  opt.memory = &memory;
   opt.compute_on_this_thread = a.backend == "cpu" && a.threads == 1;
   std::vector<het::sim::TraceEvent> events;
   if (a.trace) opt.trace = &events;
@@ -209,6 +212,11 @@ int run_worker(const JobArgs& a) {
   if (!reports) {
     for (const auto& e : reports.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
+  }
+  if (a.rank == 0) {  // every rank's peak memory, for run-local / submit to print beside the prediction
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& m : memory) ranks.push_back(het::runtime::to_json(m));
+    std::cout << nlohmann::json{{"memory", ranks}}.dump() << std::endl;
   }
   if (a.traffic) std::ofstream(*a.traffic) << het::runtime::traffic_report(job->plan, **peers, a.steps).dump();
   if (a.trace) {  // this rank's events, for run-local to merge
@@ -288,8 +296,10 @@ int run_local(const JobArgs& a) {
   }
   std::cout << "running " << lj.world << " ranks of " << *a.files.plan << " for " << a.steps << " steps on the "
             << a.backend << " backend, " << threads << " thread" << (threads == 1 ? "" : "s") << " per rank\n";
+  auto [stage_of_rank, predicted_memory] = het::cli::rank_memory_predictions(job->plan);
   auto result = het::launch::run_local(
-      lj, het::cli::StepPrinter(metrics.is_open() ? &metrics : nullptr, job->plan.model.training.zero_stage >= 1));
+      lj, het::cli::StepPrinter(metrics.is_open() ? &metrics : nullptr, job->plan.model.training.zero_stage >= 1)
+              .with_ranks(stage_of_rank, predicted_memory));
   if (!result) {
     for (const auto& e : result.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
@@ -376,7 +386,7 @@ int main(int argc, char** argv) {
   auto* local = app.add_subcommand("run-local", "Train with a plan, every rank a local process over TCP");
   local->add_option("plan", job.files.plan, "plan.json")->required();
   add_job(local);
-  local->add_option("--metrics-out", job.metrics_out, "write JSON lines {step, loss, step_s, tokens_per_s}");
+  local->add_option("--metrics-out", job.metrics_out, "write JSON lines {step, loss, step_s, tokens_per_s}, then {memory: [each rank's peak]}");
   local->add_option("--gpus", job.gpus, "cuda backend: spread the ranks over this many GPUs, rank r on GPU r mod N (default: all)")
       ->check(CLI::PositiveNumber);
   local->add_option("--trace", job.trace, "write every rank's timeline as a Chrome trace (the simulator's event names)");

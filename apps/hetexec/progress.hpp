@@ -1,9 +1,13 @@
 #pragma once
 // Rank 0's lines as people read them (run-local and submit): a table row per step line
 // {step, loss, step_s, tokens_per_s} — copied to the metrics file when there is one — under a
-// header printed before the first; the line naming the backend once; anything else as it is.
+// header printed before the first; the line naming the backend once; the line of every rank's
+// peak memory {"memory": [...]} (runtime/memory.hpp) as a table beside the plan's prediction —
+// also copied to the metrics file; anything else as it is.
+#include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +17,11 @@ class StepPrinter {
  public:
   // zero: the job shards the optimizer (ZeRO >= 1), so rank 0 holds its share of the state.
   StepPrinter(std::ostream* metrics, bool zero) : metrics_(metrics), zero_(zero) {}
+  // Per rank: its stage's label and the plan's predicted peak bytes per device (0: none).
+  StepPrinter& with_ranks(std::vector<std::string> stage, std::vector<double> predicted) {
+    stage_ = std::move(stage), predicted_ = std::move(predicted);
+    return *this;
+  }
   void operator()(const std::string& line) {
     nlohmann::json j;
     try {
@@ -28,6 +37,11 @@ class StepPrinter {
       if (j.contains("collectives")) std::cout << "rank 0: its collective groups: " << j["collectives"].get<std::string>() << std::endl;
       return;
     }
+    if (j.contains("memory") && j["memory"].is_array()) {
+      print_memory(j["memory"]);
+      if (metrics_) *metrics_ << line << "\n" << std::flush;
+      return;
+    }
     if (!j.contains("step")) {
       std::cout << line << std::endl;
       return;
@@ -41,9 +55,32 @@ class StepPrinter {
   }
 
  private:
+  // Measured: the heap's growth (it holds the accounted buffers and whatever else the rank
+  // allocated); predicted ÷ measured is the memory model's error.
+  void print_memory(const nlohmann::json& ranks) const {
+    auto mib = [](const nlohmann::json& r, const char* k) { return r.value(k, 0.0) / (1 << 20); };
+    std::cout << "peak memory per rank, MiB: predicted by the plan; measured: the process heap's growth, and of it the\n"
+                 "buffers accounted (parameters, gradients, AdamW moments, sync buffers, activations in flight)\n"
+              << " rank  stage              predicted  measured  pred/meas   params    grads     adam  buffers  activat\n";
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      const auto& m = ranks[r];
+      const double predicted = r < predicted_.size() ? predicted_[r] / (1 << 20) : 0, measured = mib(m, "heap");
+      char ratio[32] = "-";
+      if (predicted > 0 && measured > 0) std::snprintf(ratio, sizeof ratio, "%.3f", predicted / measured);
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "%5zu  %-17s %10.3f %9.3f %10s %8.3f %8.3f %8.3f %8.3f %8.3f", r,
+                    r < stage_.size() ? stage_[r].c_str() : "", predicted, measured, ratio, mib(m, "parameters"),
+                    mib(m, "gradients"), mib(m, "optimizer"), mib(m, "sync_buffers"), mib(m, "activations"));
+      std::cout << buf << "\n";
+    }
+    std::cout << std::flush;
+  }
+
   std::ostream* metrics_;
   bool zero_;
   bool header_ = false;
+  std::vector<std::string> stage_;
+  std::vector<double> predicted_;
 };
 
 }  // namespace het::cli

@@ -48,6 +48,9 @@ class Stage {
   virtual void zero_grad() = 0;
   // Bytes of activations kept for the micro-batches in flight.
   virtual std::size_t activation_bytes() const = 0;
+  // The most activation_bytes() has been since the stage was made, including transients
+  // between the calls (a recomputing stage's forward again inside backward).
+  virtual std::size_t activation_bytes_peak() const { return activation_bytes(); }
 };
 
 class Backend {

@@ -25,6 +25,7 @@ class CpuStage final : public Stage {
   std::vector<model::Param<float>*> params() override { return model_.params(); }
   void zero_grad() override { model_.zero_grad(); }
   std::size_t activation_bytes() const override { return model_.activation_bytes(); }
+  std::size_t activation_bytes_peak() const override { return model_.activation_bytes_peak(); }
 
  private:
   model::StageModel<float> model_;

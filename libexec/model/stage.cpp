@@ -42,6 +42,7 @@ std::vector<T> StageModel<T>::forward(int mb, int B, const int* tokens, const T*
   if (has_embedding()) a.tokens.assign(tokens, tokens + N);
   if (has_head()) a.targets.assign(targets, targets + N);
   std::vector<T> out = run_forward(a, x, loss_sum);
+  activation_peak_ = std::max(activation_peak_, activation_bytes());
   if (recompute_ == Recompute::full) {
     if (!has_embedding()) a.input.assign(x, x + std::int64_t(N) * shape_.C);
     Acts kept;
@@ -98,6 +99,7 @@ std::vector<T> StageModel<T>::backward(int mb, const T* dy, double loss_scale) {
     std::vector<T> input = std::move(a.input);
     run_forward(a, input.data(), &ignored);
     a.dropped = false;
+    activation_peak_ = std::max(activation_peak_, activation_bytes() + input.size() * sizeof(T));
   }
   std::vector<T> cur;
   if (has_head()) {

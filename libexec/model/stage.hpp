@@ -52,6 +52,9 @@ class StageModel {
   void zero_grad();
   // Bytes of activations kept for the micro-batches in flight (between forward and backward).
   std::size_t activation_bytes() const;
+  // The most activation_bytes() has been since construction, including a recomputing stage's
+  // forward again inside its backward (that micro-batch's whole set, held until it ends).
+  std::size_t activation_bytes_peak() const { return activation_peak_; }
 
  private:
   struct Acts {
@@ -70,6 +73,7 @@ class StageModel {
   std::vector<Block<T>> blocks_;
   std::optional<Param<T>> wte_, wpe_, lnf_w_, lnf_b_, wout_;  // as held by this stage
   std::map<int, Acts> in_flight_;
+  std::size_t activation_peak_ = 0;
   Recompute recompute_ = Recompute::none;
   // The forward proper, filling `a`; returns the output (empty on the last stage).
   std::vector<T> run_forward(Acts& a, const T* x, double* loss_sum);

@@ -13,13 +13,16 @@ void pack(Bucket& b, std::vector<float> P::*of, std::vector<float>& flat, bool w
   for (const auto& p : b.parts) {
     const auto& src = p.param->*of;
     const float w = weighted ? p.chunk.weight : 1.0f;
-    for (std::size_t i = 0; i < p.chunk.elements.size(); ++i) flat[p.at + i] = src[p.chunk.elements[i]] * w;
+    const Elements& e = p.chunk.elements;
+    for (std::size_t r = 0; r < e.count; ++r)
+      for (std::size_t j = 0; j < e.run; ++j) flat[p.at + r * e.run + j] = src[e.start + r * e.stride + j] * w;
   }
 }
 
+// The packed buffers; the moments come with the part the bucket owns (connect(), whole_bucket()),
+// so that a ZeRO rank never holds more than its share of them.
 void prepare(Bucket& b) {
   b.hi = b.size;
-  b.m.assign(b.size, 0.0f), b.v.assign(b.size, 0.0f);
   b.grad.resize(b.size), b.value.resize(b.size);
 }
 
@@ -45,12 +48,13 @@ Bucket whole_bucket(const std::vector<P*>& params) {
   Bucket b;
   b.group = {0};
   for (std::size_t i = 0; i < params.size(); ++i) {
-    SyncChunk c{{0}, i, 0, std::vector<std::size_t>(params[i]->value.size()), 1.0f};
-    for (std::size_t k = 0; k < c.elements.size(); ++k) c.elements[k] = k;
+    const std::size_t n = params[i]->value.size();
+    SyncChunk c{{0}, i, 0, Elements{0, n, n, 1}, 1.0f};
     b.parts.push_back({std::move(c), params[i], b.size});
     b.size += params[i]->value.size();
   }
   prepare(b);
+  b.m.assign(b.size, 0.0f), b.v.assign(b.size, 0.0f);
   return b;
 }
 
@@ -82,7 +86,9 @@ void update(Bucket& b, const model::AdamW& adamw, int step, bool zero) {
 void unpack_values(Bucket& b) {
   for (const auto& p : b.parts) {
     auto& dst = p.param->value;
-    for (std::size_t i = 0; i < p.chunk.elements.size(); ++i) dst[p.chunk.elements[i]] = b.value[p.at + i];
+    const Elements& e = p.chunk.elements;
+    for (std::size_t r = 0; r < e.count; ++r)
+      for (std::size_t j = 0; j < e.run; ++j) dst[e.start + r * e.stride + j] = b.value[p.at + r * e.run + j];
   }
 }
 

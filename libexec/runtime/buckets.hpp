@@ -31,14 +31,14 @@ struct Bucket {
   std::vector<float> grad, value;  // the packed buffers [size]
 };
 
-// The buckets of `rank`'s parameters, in the order every member reduces them; each owns all of
-// itself until connect() says otherwise.
+// The buckets of `rank`'s parameters, in the order every member reduces them, with their packed
+// buffers; the part each owns, and its AdamW moments, come with connect().
 std::vector<Bucket> buckets_of(const Plan& plan, const program::Topology& topology, int rank,
                                const std::vector<model::Param<float>*>& params);
 // One bucket of all the parameters, owned whole and summed by no one.
 Bucket whole_bucket(const std::vector<model::Param<float>*>& params);
-// Gives every bucket its group (asked for in the buckets' order) and, with ZeRO, the part of it
-// this rank owns, with zeroed moments. Errors: the fabric's, as a sentence.
+// Gives every bucket its group (asked for in the buckets' order) and the part of it this rank
+// owns (all of it, or with ZeRO its share), with zeroed moments. Errors: the fabric's, as a sentence.
 std::string connect(std::vector<Bucket>& buckets, collective::Fabric& fabric, std::uint32_t tag, bool zero);
 
 // The parameters' gradients into b.grad, each chunk times its weight (1/tp for a copy every TP

@@ -1,6 +1,7 @@
 #include "runtime/runtime.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <map>
 #include <numeric>
@@ -29,7 +30,7 @@ void check(const std::string& err) {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-enum Tag : std::uint32_t { kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6 };
+enum Tag : std::uint32_t { kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6, kMemory = 7 };
 
 // ---- Moving a micro-batch between stages: the program's messages --------------------------
 
@@ -137,6 +138,28 @@ double gather_loss(transport::Peers& peers, const program::Topology& topo, doubl
     total += part;
   }
   return total;
+}
+
+// Every rank's memory peak on rank 0 (by rank); elsewhere `out` is the rank's own.
+void gather_memory(transport::Peers& peers, const MemoryPeak& mine, std::vector<MemoryPeak>& out) {
+  auto pack = [](const MemoryPeak& p) {
+    const MemoryUse& a = p.accounted;
+    return std::array<double, 6>{a.parameters, a.gradients, a.optimizer, a.sync_buffers, a.activations, p.heap};
+  };
+  if (peers.rank() != 0) {
+    const auto v = pack(mine);
+    peers.send(0, kMemory, v.data(), sizeof v);
+    check(peers.flush());
+    out = {mine};
+    return;
+  }
+  out.assign(std::size_t(peers.world()), MemoryPeak{});
+  out[0] = mine;
+  for (int r = 1; r < peers.world(); ++r) {
+    std::array<double, 6> v{};
+    check(peers.recv(r, kMemory, v.data(), sizeof v));
+    out[std::size_t(r)] = {{v[0], v[1], v[2], v[3], v[4]}, v[5]};
+  }
 }
 
 // ---- Emulating the plan's cluster on this machine ------------------------------------------
@@ -288,6 +311,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     check(pace.wait([&] { return transport::reduce_scatter_sum(peers, cp_ring, buf.data(), buf.size(), kContext); }));
     std::copy_n(buf.data() + std::size_t(here.context) * n, n, part);
   };
+  MemoryMeter meter;  // the heap's baseline: before the stage's parameters exist
   const std::unique_ptr<backend::Stage> model = backend.make_stage(spec);
 
   // The program: the schedule's operations, the hops around the stage, the sync's chunks.
@@ -299,6 +323,20 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   if (auto err = connect(sync, *fabric, kSync, zero); !err.empty()) return Diagnostic{"", 0, 0, "rank " + std::to_string(me), err};
   std::size_t optimizer_state = 0;
   for (const auto& bucket : sync) optimizer_state += 2 * (bucket.hi - bucket.lo);
+  // What the rank holds besides activations, constant over the run; the meter samples it with
+  // the activations in flight after every forward, backward and optimizer step.
+  MemoryUse state;
+  for (const auto* p : model->params())
+    state.parameters += double(p->value.size() * sizeof(float)), state.gradients += double(p->grad.size() * sizeof(float));
+  for (const auto& bucket : sync)
+    state.optimizer += double((bucket.m.size() + bucket.v.size()) * sizeof(float)),
+        state.sync_buffers += double((bucket.grad.size() + bucket.value.size()) * sizeof(float));
+  auto sample_memory = [&] {
+    if (!opt.memory) return;
+    MemoryUse now = state;
+    now.activations = double(std::max(model->activation_bytes(), model->activation_bytes_peak()));
+    meter.sample(now);
+  };
 
   if (opt.emulate_links) shape_links(plan, topo, peers, opt.time_dilation);
   const std::string track = track_of(here, st);
@@ -350,16 +388,19 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
           std::vector<float> y;  // [b, Tl, C]
           emulate("F" + std::to_string(j), [&] { y = model->forward(j, b, in.data(), x.data(), tg.data(), &loss); });
           loss_sum += loss;
+          sample_memory();
           if (!last) send(hops.activations_out, kActivation, std::move(y));
         } else {
           const std::vector<float> dy = last ? std::vector<float>{} : receive(hops.gradients_in, kGradient, "wait B" + std::to_string(j));  // [b, Tl, C]
           std::vector<float> dx;  // [b, Tl, C]
           emulate("B" + std::to_string(j), [&] { dx = model->backward(j, dy.data(), scale); });
+          sample_memory();
           if (!first) send(hops.gradients_out, kGradient, std::move(dx));
         }
       }
       model->finish_backward();
       sync_and_update(sync, zero, opt.optimizer, step, pace, record);
+      sample_memory();
       const double start = now_s();
       StepReport report{step, pace.wait([&] { return gather_loss(peers, topo, loss_sum, kLoss); }) * scale, 0, optimizer_state};
       check(pace.wait([&] { return peers.flush(); }));
@@ -369,6 +410,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       reports.push_back(report);
       if (on_step) on_step(report);
     }
+    if (opt.memory) gather_memory(peers, meter.peak(), *opt.memory);
   } catch (const Failure& f) {
     return Diagnostic{"", 0, 0, "rank " + std::to_string(me), f.what()};
   }

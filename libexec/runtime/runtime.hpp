@@ -26,6 +26,7 @@
 #include "model/params.hpp"
 #include "plan/plan.hpp"
 #include "program/program.hpp"
+#include "runtime/memory.hpp"
 #include "sim/sim.hpp"
 #include "transport/tcp.hpp"
 
@@ -76,6 +77,10 @@ struct Options {
   // The groups of the gradient sync and of tensor parallelism (NCCL or TCP, collective.hpp);
   // null: all on TCP over `peers`. Groups are asked for in (tag, ranks) order.
   collective::Fabric* fabric = nullptr;
+  // When set, the rank's peak memory over the run (memory.hpp) is measured and, after the last
+  // step, gathered on rank 0: there it holds every rank's peak by rank, elsewhere the rank's own
+  // (one entry). Every rank of a job must set it or none (the gather is a message to rank 0).
+  std::vector<MemoryPeak>* memory = nullptr;
 };
 
 struct StepReport {

@@ -46,9 +46,7 @@ std::vector<SyncChunk> plan_sync(const Plan& plan, const program::Topology& topo
     }
     const std::size_t local = params[i].size;
     if (!tp_sharded(n)) {
-      std::vector<std::size_t> all(local);
-      std::iota(all.begin(), all.end(), std::size_t(0));
-      sync.push_back({holders, i, 0, std::move(all), 1.0f / float(st.tp)});
+      sync.push_back({holders, i, 0, Elements{0, local, local, 1}, 1.0f / float(st.tp)});
       continue;
     }
     const int per = F / st.tp;  // my chunks: [shard·per, (shard+1)·per)
@@ -60,11 +58,10 @@ std::vector<SyncChunk> plan_sync(const Plan& plan, const program::Topology& topo
         if (topo.place(r).shard == chunk.chunk / (F / topo.stage_of(r).tp)) chunk.group.push_back(r);
       if (columns) {
         const std::size_t rows = std::size_t(plan.model.hidden_size), cols = local / rows, w = cols / std::size_t(per);
-        for (std::size_t row = 0; row < rows; ++row)
-          for (std::size_t j = 0; j < w; ++j) chunk.elements.push_back(row * cols + std::size_t(k) * w + j);
+        chunk.elements = {std::size_t(k) * w, w, cols, rows};
       } else {
         const std::size_t w = local / std::size_t(per);
-        for (std::size_t j = 0; j < w; ++j) chunk.elements.push_back(std::size_t(k) * w + j);
+        chunk.elements = {std::size_t(k) * w, w, w, 1};
       }
       sync.push_back(std::move(chunk));
     }

@@ -24,11 +24,20 @@ struct LocalParam {
   std::size_t size = 0;
 };
 
+// Which local elements of a parameter a chunk is: `count` runs of `run` consecutive elements,
+// run r starting at start + r·stride (a TP chunk of a [C, cols] matrix's columns: one run per
+// row). Element i of the chunk is local index start + (i / run)·stride + i % run.
+struct Elements {
+  std::size_t start = 0, run = 0, stride = 0, count = 1;
+  std::size_t size() const { return run * count; }
+  std::size_t index(std::size_t i) const { return start + (i / run) * stride + i % run; }
+};
+
 struct SyncChunk {
   std::vector<int> group;             // the job ranks that sum it, ascending
   std::size_t param = 0;              // index into the rank's parameters
   int chunk = 0;                      // 0 for a whole parameter
-  std::vector<std::size_t> elements;  // local indices of the chunk in the parameter
+  Elements elements;                  // its local elements in the parameter
   float weight = 1;                   // 1/tp for a copy every TP shard holds whole
 };
 

@@ -2,7 +2,32 @@
 
 namespace het::cost {
 
+namespace {
+
+// fp32: the CPU backend's buffers (memory.hpp), in bytes.
+struct CpuLayout {
+  double layer = 0;      // per layer and micro-batch, as kept between forward and backward
+  double layer_all = 0;  // the same without recomputation (what a recomputing backward holds)
+};
+
+CpuLayout cpu_layer(const ModelSpec& m, double b, int tp, int cp, Recompute r) {
+  const double s = m.seq_length, h = m.hidden_size, f = m.ffn_hidden_size, a = m.num_attention_heads;
+  const double g = m.num_kv_heads > 0 ? m.num_kv_heads : a;
+  const double N = b * s / cp, kv = h * g / a / tp;
+  double keep = 4 * N * h + N * h / tp + 2 * N * kv + 4 * N;  // x, ln1, x2, ln2; q; k, v; norm statistics
+  keep += (m.architecture == Architecture::gpt ? 2 : 3) * N * f / tp;  // fc, h (and up)
+  if (cp > 1) keep += 2 * b * s * kv;                                  // keys and values seen (last member)
+  const double core = b * (a / tp) * (s / cp) * s + N * h / tp;        // att, att_out
+  CpuLayout out;
+  out.layer_all = 4 * (keep + core);
+  out.layer = r == Recompute::none ? out.layer_all : r == Recompute::selective ? 4 * keep : 0;
+  return out;
+}
+
+}  // namespace
+
 double layer_activation_bytes(const ModelSpec& m, double b, int tp, int cp, Recompute r) {
+  if (m.dtype == DType::fp32) return cpu_layer(m, b, tp, cp, r).layer;
   const double s = m.seq_length, h = m.hidden_size, f = m.ffn_hidden_size, a = m.num_attention_heads;
   const double sbh = s * b * h;
   if (r == Recompute::full) return 2 * sbh / (tp * cp);
@@ -16,16 +41,32 @@ double layer_activation_bytes(const ModelSpec& m, double b, int tp, int cp, Reco
 
 StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
   StageMemory mem;
-  const double params = st.parameters / st.tp;
+  const double params = (st.parameters - st.whole_parameters) / st.tp + st.whole_parameters;
   const double wbytes = dtype_bytes(m.dtype);
-  const double opt_bytes = m.dtype == DType::fp32 ? 8 : 12;
+  const bool cpu = m.dtype == DType::fp32;
+  const double opt_bytes = cpu ? 8 : 12;
   const int z = m.training.zero_stage;
   const double dp = st.zero_dp > 0 ? st.zero_dp : 1;
   mem.weights = params * wbytes / (z >= 3 ? dp : 1);
   mem.gradients = params * wbytes / (z >= 2 ? dp : 1);
   mem.optimizer = params * opt_bytes / (z >= 1 ? dp : 1);
   mem.activations = st.in_flight * st.layers * layer_activation_bytes(m, st.sequences, st.tp, st.cp, st.recompute);
-  if (st.has_head) mem.logits = 4 * st.sequences * m.seq_length * double(m.vocab_size) / (st.tp * st.cp);
+  if (!cpu) {
+    if (st.has_head) mem.logits = 4 * st.sequences * m.seq_length * double(m.vocab_size) / (st.tp * st.cp);
+    return mem;
+  }
+  mem.sync_buffers = params * 8;
+  const double N = st.sequences * m.seq_length / st.cp, h = m.hidden_size;
+  double per_mb = 0;  // the stage's own buffers per micro-batch in flight
+  if (st.has_embedding) per_mb += 4 * N;                                               // tokens
+  if (st.has_head) per_mb += 4 * N + 4 * (2 * N * h + 2 * N + N * double(m.vocab_size));  // targets; head
+  if (st.recompute == Recompute::full && !st.has_embedding) per_mb += 4 * N * h;       // the kept input
+  mem.logits = st.in_flight * per_mb;
+  const double layer_all = cpu_layer(m, st.sequences, st.tp, st.cp, st.recompute).layer_all;
+  if (st.recompute == Recompute::full && st.in_flight > 0) mem.recompute = st.layers * layer_all;
+  // The backward's temporaries: a layer's gradients of its activations (one set, as large as
+  // what the layer keeps without recomputation), and the head's gradient of its logits.
+  mem.workspace = (st.layers > 0 ? layer_all : 0) + (st.has_head ? 4 * N * double(m.vocab_size) : 0);
   return mem;
 }
 

@@ -218,6 +218,10 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
                            {"memory_bytes", d.memory.total()},
                            {"capacity_bytes", d.capacity},
                            {"activation_bytes", d.memory.activations},
+                           {"memory", {{"weights", d.memory.weights}, {"gradients", d.memory.gradients},
+                                       {"optimizer", d.memory.optimizer}, {"sync_buffers", d.memory.sync_buffers},
+                                       {"activations", d.memory.activations}, {"stage_buffers", d.memory.logits},
+                                       {"recompute", d.memory.recompute}, {"workspace", d.memory.workspace}}},
                            {"max_in_flight", r.max_in_flight},
                            {"source", cost::to_string(d.source)}});
     }

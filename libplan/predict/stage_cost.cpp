@@ -203,8 +203,14 @@ cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, i
   const UnitCounts units = count_units(plan, s);
   cost::StageShape shape;
   shape.parameters = stage_parameters(plan.model, units);
+  shape.whole_parameters = units.full_layers * whole_parameters(plan.model, UnitKind::layer) +
+                           (units.attn + units.mlp) * whole_parameters(plan.model, UnitKind::attn) +
+                           (units.embedding ? whole_parameters(plan.model, UnitKind::embedding) : 0) +
+                           (units.head ? whole_parameters(plan.model, UnitKind::head) : 0) +
+                           (units.head && !units.embedding ? tied_head_parameters(plan.model) : 0);
   shape.layers = units.layers;
   shape.has_head = units.head;
+  shape.has_embedding = units.embedding;
   shape.tp = s.tp;
   shape.cp = s.cp;
   shape.zero_dp = zero_dp;

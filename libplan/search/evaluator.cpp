@@ -127,7 +127,7 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   one.tp = sh.tp, one.cp = sh.cp, one.zero_dp = replicas, one.in_flight = 0;
   t->bytes_per_param = cost::stage_memory(model_, one).total();
   cost::StageShape head_only;
-  head_only.has_head = true, head_only.tp = sh.tp, head_only.cp = sh.cp, head_only.sequences = b, head_only.in_flight = 0;
+  head_only.has_head = true, head_only.tp = sh.tp, head_only.cp = sh.cp, head_only.sequences = b, head_only.in_flight = 1;
   t->logits = cost::stage_memory(model_, head_only).logits;
   t->tied = predict::tied_head_parameters(model_);
   t->capacity = sub.device.memory;

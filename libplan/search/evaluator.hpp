@@ -55,7 +55,8 @@ struct StageTable {
   double sum(const std::vector<double>& v, int a, int e) const { return v[e + 1] - v[a]; }
   // Memory of units a..e holding `in_flight` micro-batches (tp: the stage's TP degree).
   double memory(int a, int e, int tp, int in_flight, bool has_head) const {
-    return (sum(params, a, e) + (has_head && a > 0 ? tied : 0)) / tp * bytes_per_param + in_flight * sum(act, a, e) +
+    const double whole_units = sum(whole, a, e) + (has_head && a > 0 ? tied : 0);  // held whole by every TP shard
+    return ((sum(params, a, e) - sum(whole, a, e)) / tp + whole_units) * bytes_per_param + in_flight * sum(act, a, e) +
            (has_head ? logits : 0);
   }
 };

@@ -1,0 +1,55 @@
+#pragma once
+// What a rank holds in memory during a run (issue 17), measured two ways at the same points
+// (after every forward, backward and optimizer step):
+//   accounted  the bytes of the buffers the runtime and the backend keep, by what they are
+//              for: parameters and gradients (Stage::params()), the AdamW moments and the
+//              sync's packed buffers (runtime/buckets.hpp), the activations of the
+//              micro-batches in flight (Stage::activation_bytes());
+//   heap       the high-water mark of the process's C++ heap (every operator new, counted by
+//              its block's usable size; memory.cpp replaces the global operator new/delete)
+//              over its level when the meter was made: exact, between samples too, and it
+//              also holds what is not accounted — frames queued and received by the
+//              transport, the backend's temporaries (workspace), the allocator's rounding.
+// The accounted split is the one at the sample where its total peaked (the activations at
+// the backend's own high-water mark). One meter per process at a time (the heap's mark is
+// the process's).
+// A device backend's accounting of device memory is its own (the CUDA backend's pool); this
+// meter is of the host process, which is the device memory of the CPU backend.
+#include <cstddef>
+
+#include <nlohmann/json.hpp>
+
+namespace het::runtime {
+
+struct MemoryUse {
+  double parameters = 0, gradients = 0;  // bytes of the stage's parameter values and gradients
+  double optimizer = 0;                  // AdamW moments m and v of the owned part
+  double sync_buffers = 0;               // the buckets' packed gradients and values
+  double activations = 0;                // kept for the micro-batches in flight
+  double total() const { return parameters + gradients + optimizer + sync_buffers + activations; }
+};
+
+struct MemoryPeak {
+  MemoryUse accounted;  // at the sample where accounted.total() was largest
+  double heap = 0;      // the largest heap growth sampled, bytes
+};
+
+nlohmann::json to_json(const MemoryPeak& peak);
+// Errors are not possible: missing fields read as 0 (the line comes from our own worker).
+MemoryPeak memory_peak_from_json(const nlohmann::json& j);
+
+class MemoryMeter {
+ public:
+  MemoryMeter();  // the heap's baseline: now; restarts the process's high-water mark
+  void sample(const MemoryUse& now);
+  const MemoryPeak& peak() const { return peak_; }
+
+ private:
+  double baseline_ = 0;
+  MemoryPeak peak_;
+};
+
+// Bytes of the C++ heap in use now (usable sizes of the blocks operator new handed out).
+double heap_in_use();
+
+}  // namespace het::runtime
