@@ -184,6 +184,7 @@ struct SearchArgs {
   int threads = 0, top = 1;
   int write_top = 0;  // also write the plans ranked 1..N as OUTPUT-STEM.K.plan.json
   std::uint64_t seed = 1;
+  double memory_headroom = 0.05;  // of each device's usable memory, kept free (issue 17)
 };
 
 struct SearchInputs {
@@ -221,6 +222,7 @@ het::search::Options search_options(const SearchArgs& a) {
   o.mcts_iterations = a.mcts_iterations;
   o.mcts_patience = a.mcts_patience;
   o.top_k = std::max(16, a.top);
+  o.predict.memory_headroom = a.memory_headroom;
   o.granularity = a.granularity == "sublayer" ? het::Granularity::sublayer : het::Granularity::layer;
   if (a.schedule != "auto")
     for (auto k : {het::ScheduleKind::gpipe, het::ScheduleKind::one_f_one_b, het::ScheduleKind::eager_1f1b,
@@ -490,6 +492,10 @@ int main(int argc, char** argv) {
   search->add_option("--write-top", search_args.write_top,
                      "also write the N best plans, best first, as OUTPUT-STEM.1.plan.json .. OUTPUT-STEM.N.plan.json (needs -o)")
       ->check(CLI::PositiveNumber);
+  search->add_option("--memory-headroom", search_args.memory_headroom,
+                     "fraction of each device's usable memory (its memory less the catalog's or cluster's reserve) every "
+                     "stage leaves free (default 0.05)")
+      ->check(CLI::Range(0.0, 0.9));
   search->add_option("--top", search_args.top, "candidates per algorithm re-ranked by the simulator (default 16)")
       ->check(CLI::PositiveNumber);
   search->add_option("-o,--output", search_args.output, "write the plan to this file");

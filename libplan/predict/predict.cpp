@@ -127,10 +127,11 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         if (d.crosses_subcluster) cross_bytes += 2.0 * p.num_microbatches * h.cross_bytes;
       }
       // Memory without activations, for the warm-up cap; activations per micro-batch.
-      d.capacity = dev.memory;
+      d.capacity = std::max(0.0, dev.memory - dev.reserve);
+      d.limit = d.capacity * (1 - opt.memory_headroom);
       const double fixed = cost::stage_memory(m, shape_of(plan, p, s, replicas_of[pi][si], 0)).total();
       const double per_mb = units.layers * cost::layer_activation_bytes(m, b, s.tp, s.cp, s.recompute);
-      w.memory_limit.push_back(per_mb > 0 ? static_cast<int>(std::max(1.0, std::floor((dev.memory - fixed) / per_mb)))
+      w.memory_limit.push_back(per_mb > 0 ? static_cast<int>(std::max(1.0, std::floor((d.limit - fixed) / per_mb)))
                                           : p.num_microbatches);
       w.stage_s.push_back(d.forward_s + d.backward_s);
       if (si + 1 < S) {
@@ -175,10 +176,14 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       const double shard = m.training.zero_stage >= 1 ? replicas : 1;
       d.optimizer_s = optimizer_s(compute, m, pl.sub->device, s.tp, params, shard);
       sin.pipelines[pi].stages[si].optimizer_s = d.optimizer_s;
-      if (d.memory.total() > d.capacity)
-        out.notes.push_back("pipelines[" + std::to_string(pi) + "].stages[" + std::to_string(si) + "] on " +
-                            s.subcluster + " needs " + std::to_string(d.memory.total() / (1 << 30)).substr(0, 5) +
-                            " GiB per device but has " + std::to_string(d.capacity / (1 << 30)).substr(0, 5) + " GiB");
+      if (d.memory.total() > d.limit)
+        out.notes.push_back("pipelines[" + std::to_string(pi) + "].stages[" + std::to_string(si) + "] on " + s.subcluster +
+                            " needs " + std::to_string(d.memory.total() / (1 << 30)).substr(0, 5) + " GiB per device but may use " +
+                            std::to_string(d.limit / (1 << 30)).substr(0, 5) + " GiB (" +
+                            std::to_string(pl.sub->device.memory / (1 << 30)).substr(0, 5) + " GiB less a reserve of " +
+                            std::to_string(pl.sub->device.reserve / (1 << 30)).substr(0, 5) + " GiB" +
+                            (opt.memory_headroom > 0 ? " and a headroom of " + std::to_string(int(opt.memory_headroom * 100 + 0.5)) + "%" : "") +
+                            ")");
     }
   }
 
@@ -217,6 +222,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
                            {"optimizer_s", d.optimizer_s},
                            {"memory_bytes", d.memory.total()},
                            {"capacity_bytes", d.capacity},
+                           {"memory_margin", d.capacity > 0 ? 1 - d.memory.total() / d.capacity : 0},
                            {"activation_bytes", d.memory.activations},
                            {"memory", {{"weights", d.memory.weights}, {"gradients", d.memory.gradients},
                                        {"optimizer", d.memory.optimizer}, {"sync_buffers", d.memory.sync_buffers},

@@ -39,6 +39,10 @@ struct Options {
   bool overlap_sync = false;
   double epsilon = 0.01;         // h-1f1b's ε
   bool trace = false;
+  // The fraction of a device's usable memory (memory less its reserve) a plan must leave free
+  // (issue 17: the model's own error and the allocator's fragmentation). `hetplan search`
+  // keeps 5% by default (--memory-headroom); simulate and validate ask only that a plan fit.
+  double memory_headroom = 0;
 };
 
 struct StageDetail {
@@ -50,7 +54,8 @@ struct StageDetail {
   double sync_s = 0;                     // its sync group's all-reduce
   double optimizer_s = 0;
   cost::StageMemory memory;
-  double capacity = 0;                   // device memory
+  double capacity = 0;                   // usable device memory: its memory less its reserve
+  double limit = 0;                      // what the stage may use: capacity × (1 − memory_headroom)
   cost::Source source = cost::Source::analytic;  // least exact source among its units
   int warmup = 1;
 };
@@ -65,7 +70,7 @@ struct Outcome {
   bool fits_memory() const {
     for (const auto& p : stages)
       for (const auto& d : p)
-        if (d.memory.total() > d.capacity) return false;
+        if (d.memory.total() > d.limit) return false;
     return true;
   }
 };

@@ -67,7 +67,9 @@ std::string stage_table(const predict::Outcome& o) {
                       std::to_string(s.tp) + "/" + std::to_string(s.cp) + "/" + std::to_string(s.dp),
                       to_string(s.recompute), std::to_string(d.warmup), fmt("%.2f", d.forward_s * 1e3),
                       fmt("%.2f", d.backward_s * 1e3), si + 1 < p.stages.size() ? fmt("%.2f", d.send_forward_s * 1e3) : "-",
-                      gib(d.memory.total()) + " / " + gib(d.capacity) + (d.memory.total() > d.capacity ? " !" : ""),
+                      gib(d.memory.total()) + " / " + gib(d.capacity) +
+                          (d.capacity > 0 ? fmt(" (%.0f%%)", 100 * (1 - d.memory.total() / d.capacity)) : "") +
+                          (d.memory.total() > d.limit ? " !" : ""),
                       fmt("%.0f", makespan > 0 ? 100 * o.sim.pipelines[pi].stages[si].compute_s / makespan : 0),
                       cost::to_string(d.source)});
     }
@@ -89,6 +91,23 @@ std::string summary(const predict::Outcome& o) {
   out += "exposed sync   " + fmt("%.4f s", o.sim.exposed_sync_s) + "\n";
   out += "cross-cluster  " + fmt("%.2f GB per iteration", pr.cross_cluster_bytes / 1e9) + ", " +
          fmt("%.0f %% of its transfer time overlapped with compute", 100 * o.sim.cross_overlap) + "\n";
+  // The tightest stage: the least margin of usable memory (its device's less the reserve).
+  double least = 2;
+  std::size_t at_p = 0, at_s = 0;
+  for (std::size_t pi = 0; pi < o.stages.size(); ++pi)
+    for (std::size_t si = 0; si < o.stages[pi].size(); ++si)
+      if (const auto& d = o.stages[pi][si]; d.capacity > 0 && 1 - d.memory.total() / d.capacity < least)
+        least = 1 - d.memory.total() / d.capacity, at_p = pi, at_s = si;
+  if (least <= 1) {
+    const auto& d = o.stages[at_p][at_s];
+    const Stage& s = o.plan.pipelines[at_p].stages[at_s];
+    const SubclusterSpec* sub = o.plan.cluster.find(s.subcluster);
+    out += "memory         tightest stage p" + std::to_string(at_p) + " s" + std::to_string(at_s) + " (" + s.subcluster + "): " +
+           gib(d.memory.total()) + " of " + gib(d.capacity) + " GiB usable, margin " + fmt("%.1f %%", 100 * least) +
+           (sub && sub->device.reserve > 0 ? " (" + gib(sub->device.memory) + " GiB less a reserve of " + gib(sub->device.reserve) + " GiB)"
+                                           : "") +
+           "\n";
+  }
   for (const auto& n : o.notes) out += "note: " + n + "\n";
   return out;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // Text for people about a predicted plan: the stage table of `hetplan show` and
 // `hetplan simulate` (pipeline, stage, subcluster, devices, units, tp/cp/dp, recompute,
-// warm-up, forward and backward ms, memory / capacity) and the summary lines.
+// warm-up, forward and backward ms, memory / usable capacity and the margin left, "!" past
+// the limit) and the summary lines (with the tightest stage's memory margin).
 #include <string>
 
 #include "predict/predict.hpp"

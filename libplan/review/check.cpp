@@ -134,10 +134,10 @@ Result<CheckReport> check_plan(const Plan& plan, const std::string& file, const 
       const std::string label = stage_label(o.plan, int(pi), int(si));
       violate("memory", int(pi), int(si),
               peak > d.capacity
-                  ? label + " does not fit: peak " + gib(peak) + " per device, capacity " + gib(d.capacity) +
+                  ? label + " does not fit: peak " + gib(peak) + " per device, usable capacity " + gib(d.capacity) +
                         " (headroom " + pct(headroom) + ", minimum " + pct(rules.min_memory_headroom) + ")"
                   : label + ": memory headroom " + pct(headroom) + " (peak " + gib(peak) + " of " + gib(d.capacity) +
-                        " per device), below the minimum " + pct(rules.min_memory_headroom));
+                        " usable per device), below the minimum " + pct(rules.min_memory_headroom));
     }
   }
 

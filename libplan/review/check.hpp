@@ -9,6 +9,7 @@
 //   profiles    every profile the plan was predicted with is available (embedded or given),
 //               so that the other rules do not pass on analytic costs;
 //   memory      every stage keeps 1 - peak/capacity >= min_memory_headroom on its device
+//               (capacity: the device's memory less its reserve, configs/devices.yaml)
 //               type (a stage that does not fit fails with the default 0);
 //   regression  the iteration time is at most (1 + max_regression) × the baseline's
 //               recorded predicted iteration time;

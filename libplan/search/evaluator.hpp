@@ -50,7 +50,7 @@ struct StageTable {
   double bytes_per_param = 0;  // model state per parameter on a device (ZeRO applied)
   double logits = 0;           // the head's logits buffer
   double tied = 0;             // predict::tied_head_parameters: held by a head without the embedding
-  double capacity = 0;
+  double capacity = 0;         // what a stage may use: (memory − reserve) × (1 − memory headroom)
   const DeviceSpec* device = nullptr;  // the subcluster's, in the evaluator's cluster
   double sum(const std::vector<double>& v, int a, int e) const { return v[e + 1] - v[a]; }
   // Memory of units a..e holding `in_flight` micro-batches (tp: the stage's TP degree).
@@ -94,6 +94,7 @@ class Evaluator {
   int num_units() const { return units_; }
   const ModelSpec& model() const { return model_; }
   const ClusterSpec& cluster() const { return cluster_; }
+  double headroom() const { return predict_.memory_headroom; }
   // Whether a layout's devices fit the cluster and its micro-batching the global batch.
   bool admissible(const Layout& layout) const;
   // The table of stage `stage` of `layout` placed from device `offset` of its subcluster.

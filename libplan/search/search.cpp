@@ -75,11 +75,11 @@ std::string binding_constraint(const Evaluator& eval, const std::string& algorit
     st.in_flight = 1;
     st.recompute = Recompute::full;
     const double need = cost::stage_memory(m, st).total();
-    if (roomiest.empty() || need / s.device.memory < roomiest_ratio) {
-      roomiest_ratio = need / s.device.memory;
+    const double limit = (s.device.memory - s.device.reserve) * (1 - eval.headroom());
+    if (roomiest.empty() || need / limit < roomiest_ratio) {
+      roomiest_ratio = need / limit;
       char buf[256];
-      std::snprintf(buf, sizeof buf, "%.1f GiB on %s (%.0f GiB)", need / (1 << 30), s.name.c_str(),
-                    s.device.memory / (1 << 30));
+      std::snprintf(buf, sizeof buf, "%.1f GiB on %s (%.1f GiB usable)", need / (1 << 30), s.name.c_str(), limit / (1 << 30));
       roomiest = buf;
     }
   }

@@ -27,21 +27,25 @@ std::optional<LinkSpec> read_link(const input::Fields& parent, std::string_view 
 Result<DeviceCatalog> read_catalog(const input::Document& doc) {
   Diagnostics errors;
   input::Context ctx{doc.file, &errors};
-  input::Fields top(ctx, doc.root, "", {"format", "devices"});
+  input::Fields top(ctx, doc.root, "", {"format", "reserve", "devices"});
   if (auto format = top.string("format", Need::required); format && *format != "hetplan.devices/v1")
     top.error("format", "expected hetplan.devices/v1, got '" + *format + "'");
   DeviceCatalog catalog;
   std::set<std::string> names;
+  const double reserve = top.quantity("reserve", Dimension::bytes, Need::optional).value_or(0);  // every entry's default
   if (auto list = top.list("devices", Need::required)) {
     for (std::size_t i = 0; i < list->size(); ++i) {
       input::Fields f(ctx, (*list)[i], input::index("devices", i),
-                      {"name", "memory", "peak", "mem_bandwidth", "intra_node", "source"});
+                      {"name", "memory", "peak", "mem_bandwidth", "reserve", "intra_node", "source"});
       if (!f.is_map()) continue;
       CatalogDevice d;
       d.device.type = f.string("name", Need::required).value_or("");
       d.device.memory = f.quantity("memory", Dimension::bytes, Need::required).value_or(0);
       d.device.peak = f.quantity("peak", Dimension::flops, Need::required).value_or(0);
       d.device.mem_bandwidth = f.quantity("mem_bandwidth", Dimension::bandwidth, Need::required).value_or(0);
+      d.device.reserve = f.quantity("reserve", Dimension::bytes, Need::optional).value_or(reserve);
+      if (d.device.memory > 0 && d.device.reserve >= d.device.memory)
+        f.error("reserve", "the reserve is at least the device's memory: nothing would be left for the model");
       d.intra_node = read_link(f, "intra_node", Need::required).value_or(LinkSpec{});
       d.source = f.string("source", Need::required).value_or("");
       if (!d.device.type.empty() && !names.insert(d.device.type).second)

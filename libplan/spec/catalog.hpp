@@ -21,6 +21,9 @@ struct DeviceSpec {
   double peak = 0;           // dense bf16/fp16 FLOP/s
   double mem_bandwidth = 0;  // bytes per second
   double efficiency = 0;     // fraction of peak the analytic cost model assumes; 0: the default (0.5)
+  // Bytes of `memory` the model cannot use: the CUDA context, the collectives' buffers, the
+  // GEMM library's workspace (configs/devices.yaml says what each holds, with sources).
+  double reserve = 0;
 };
 
 struct CatalogDevice {

@@ -61,7 +61,7 @@ std::optional<DeviceSpec> read_device(const input::Fields& sub, const DeviceCata
     }
     return (*from_catalog)->device;
   }
-  auto f = sub.map("device", Need::required, {"type", "memory", "peak", "mem_bandwidth", "efficiency"});
+  auto f = sub.map("device", Need::required, {"type", "memory", "peak", "mem_bandwidth", "efficiency", "reserve"});
   if (!f) return std::nullopt;
   auto type = f->string("type", Need::required);
   if (!type) return std::nullopt;
@@ -72,6 +72,12 @@ std::optional<DeviceSpec> read_device(const input::Fields& sub, const DeviceCata
   if (auto v = f->quantity("peak", Dimension::flops, need)) d.peak = *v;
   if (auto v = f->quantity("mem_bandwidth", Dimension::bandwidth, need)) d.mem_bandwidth = *v;
   if (auto v = f->number("efficiency", Need::optional, 0.01, 1.0)) d.efficiency = *v;
+  if (auto v = f->quantity("reserve", Dimension::bytes, Need::optional)) d.reserve = *v;
+  if (d.memory > 0 && d.reserve >= d.memory) {
+    f->error("reserve", "the reserve (" + units::format(d.reserve, Dimension::bytes) + ") is at least the device's memory (" +
+                            units::format(d.memory, Dimension::bytes) + "): nothing would be left for the model");
+    return std::nullopt;
+  }
   return d;
 }
 
@@ -202,6 +208,7 @@ nlohmann::ordered_json to_json(const ClusterSpec& c) {
         {"devices_per_node", s.devices_per_node},
         {"intra_node", link_json(s.intra_node)}};
     if (s.device.efficiency > 0) j["device"]["efficiency"] = s.device.efficiency;
+    if (s.device.reserve > 0) j["device"]["reserve"] = units::format(s.device.reserve, Dimension::bytes);
     if (s.inter_node) j["inter_node"] = link_json(*s.inter_node);
     subs.push_back(std::move(j));
   }
