@@ -59,12 +59,14 @@ class StepPrinter {
   // allocated); predicted ÷ measured is the memory model's error.
   void print_memory(const nlohmann::json& ranks) const {
     auto mib = [](const nlohmann::json& r, const char* k) { return r.value(k, 0.0) / (1 << 20); };
-    std::cout << "peak memory per rank, MiB: predicted by the plan; measured: the process heap's growth, and of it the\n"
+    std::cout << "peak memory per rank, MiB: predicted by the plan; measured: the device buffers' peak (CUDA) or the process heap's growth, and of it the\n"
                  "buffers accounted (parameters, gradients, AdamW moments, sync buffers, activations in flight)\n"
               << " rank  stage              predicted  measured  pred/meas   params    grads     adam  buffers  activat\n";
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       const auto& m = ranks[r];
-      const double predicted = r < predicted_.size() ? predicted_[r] / (1 << 20) : 0, measured = mib(m, "heap");
+      // A device backend's device memory, else (CPU) the heap's growth.
+      const double predicted = r < predicted_.size() ? predicted_[r] / (1 << 20) : 0,
+                   measured = mib(m, "device") > 0 ? mib(m, "device") : mib(m, "heap");
       char ratio[32] = "-";
       if (predicted > 0 && measured > 0) std::snprintf(ratio, sizeof ratio, "%.3f", predicted / measured);
       char buf[256];

@@ -8,6 +8,7 @@
 // with fp32 master weights, tp = 1 and cp = 1 for now) implements the same classes in CUDA builds.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ struct StageSpec {
 
 // The contract of model::StageModel (model/stage.hpp): forward and backward of one
 // micro-batch at a time, several in flight; backward accumulates parameter gradients.
+// A device backend's own memory: bytes of device buffers in use now and the most since the
+// stage was made (the CUDA backend's DeviceLedger; its cuBLASLt workspace and the CUDA context
+// are not in it: they are the catalog's reserve).
+struct DeviceMemory {
+  std::size_t in_use = 0, peak = 0;
+};
+
 class Stage {
  public:
   virtual ~Stage() = default;
@@ -51,6 +59,8 @@ class Stage {
   // The most activation_bytes() has been since the stage was made, including transients
   // between the calls (a recomputing stage's forward again inside backward).
   virtual std::size_t activation_bytes_peak() const { return activation_bytes(); }
+  // The device memory the stage holds; none for a backend whose memory is the host's (the CPU).
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
 };
 
 class Backend {

@@ -69,15 +69,16 @@ double heap_in_use() { return double(g_in_use.load(std::memory_order_relaxed)); 
 
 MemoryMeter::MemoryMeter() : baseline_(heap_in_use()) { g_peak.store(g_in_use.load()); }
 
-void MemoryMeter::sample(const MemoryUse& now) {
+void MemoryMeter::sample(const MemoryUse& now, double device_peak) {
   if (now.total() > peak_.accounted.total()) peak_.accounted = now;
+  peak_.device = std::max(peak_.device, device_peak);
   peak_.heap = std::max(peak_.heap, double(g_peak.load(std::memory_order_relaxed)) - baseline_);
 }
 
 nlohmann::json to_json(const MemoryPeak& p) {
   const MemoryUse& a = p.accounted;
   return {{"parameters", a.parameters}, {"gradients", a.gradients}, {"optimizer", a.optimizer},
-          {"sync_buffers", a.sync_buffers}, {"activations", a.activations}, {"accounted", a.total()}, {"heap", p.heap}};
+          {"sync_buffers", a.sync_buffers}, {"activations", a.activations}, {"accounted", a.total()}, {"heap", p.heap}, {"device", p.device}};
 }
 
 MemoryPeak memory_peak_from_json(const nlohmann::json& j) {
@@ -85,6 +86,7 @@ MemoryPeak memory_peak_from_json(const nlohmann::json& j) {
   auto get = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0; };
   p.accounted = {get("parameters"), get("gradients"), get("optimizer"), get("sync_buffers"), get("activations")};
   p.heap = get("heap");
+  p.device = get("device");
   return p;
 }
 

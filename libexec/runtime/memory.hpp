@@ -32,6 +32,7 @@ struct MemoryUse {
 struct MemoryPeak {
   MemoryUse accounted;  // at the sample where accounted.total() was largest
   double heap = 0;      // the largest heap growth sampled, bytes
+  double device = 0;    // a device backend's peak device bytes (Stage::device_memory); 0 on the CPU
 };
 
 nlohmann::json to_json(const MemoryPeak& peak);
@@ -41,7 +42,8 @@ MemoryPeak memory_peak_from_json(const nlohmann::json& j);
 class MemoryMeter {
  public:
   MemoryMeter();  // the heap's baseline: now; restarts the process's high-water mark
-  void sample(const MemoryUse& now);
+  // `device_peak`: the backend's device high-water mark, when it has one.
+  void sample(const MemoryUse& now, double device_peak = 0);
   const MemoryPeak& peak() const { return peak_; }
 
  private:

@@ -144,7 +144,7 @@ double gather_loss(transport::Peers& peers, const program::Topology& topo, doubl
 void gather_memory(transport::Peers& peers, const MemoryPeak& mine, std::vector<MemoryPeak>& out) {
   auto pack = [](const MemoryPeak& p) {
     const MemoryUse& a = p.accounted;
-    return std::array<double, 6>{a.parameters, a.gradients, a.optimizer, a.sync_buffers, a.activations, p.heap};
+    return std::array<double, 7>{a.parameters, a.gradients, a.optimizer, a.sync_buffers, a.activations, p.heap, p.device};
   };
   if (peers.rank() != 0) {
     const auto v = pack(mine);
@@ -156,9 +156,9 @@ void gather_memory(transport::Peers& peers, const MemoryPeak& mine, std::vector<
   out.assign(std::size_t(peers.world()), MemoryPeak{});
   out[0] = mine;
   for (int r = 1; r < peers.world(); ++r) {
-    std::array<double, 6> v{};
+    std::array<double, 7> v{};
     check(peers.recv(r, kMemory, v.data(), sizeof v));
-    out[std::size_t(r)] = {{v[0], v[1], v[2], v[3], v[4]}, v[5]};
+    out[std::size_t(r)] = {{v[0], v[1], v[2], v[3], v[4]}, v[5], v[6]};
   }
 }
 
@@ -335,7 +335,8 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     if (!opt.memory) return;
     MemoryUse now = state;
     now.activations = double(std::max(model->activation_bytes(), model->activation_bytes_peak()));
-    meter.sample(now);
+    const auto device = model->device_memory();
+    meter.sample(now, device ? double(device->peak) : 0.0);
   };
 
   if (opt.emulate_links) shape_links(plan, topo, peers, opt.time_dilation);

@@ -57,7 +57,7 @@ class CudaStage final : public Stage {
     if (s_.D > 256) throw std::invalid_argument("the CUDA attention kernel takes head dimensions up to 256, got " + std::to_string(s_.D));
     for (auto* p : host_.params()) {
       index_[p->name] = params_.size();
-      params_.push_back({p, Buf<bf16>(stream(), p->value.size()), Buf<float>(stream(), p->value.size())});
+      params_.push_back({p, Buf<bf16>(ledger_, stream(), p->value.size()), Buf<float>(ledger_, stream(), p->value.size())});
     }
     zero_grad();
   }
@@ -67,7 +67,7 @@ class CudaStage final : public Stage {
     Acts& a = in_flight_[mb];
     a = Acts{};
     a.B = B;
-    Buf<bf16> cur(stream(), std::size_t(N) * C);
+    Buf<bf16> cur(ledger_, stream(), std::size_t(N) * C);
     if (first_ == 0) {
       a.tokens = upload(tokens, std::size_t(N));
       const DeviceParam* wpe = find("wpe");
@@ -83,11 +83,11 @@ class CudaStage final : public Stage {
     // Head: final norm, logits against wte (tied, gpt) or wout, cross-entropy.
     a.targets = upload(targets, std::size_t(N));
     a.head_in = std::move(cur);
-    a.normed = Buf<bf16>(stream(), std::size_t(N) * C), a.mean = Buf<float>(stream(), N), a.rstd = Buf<float>(stream(), N);
+    a.normed = Buf<bf16>(ledger_, stream(), std::size_t(N) * C), a.mean = Buf<float>(ledger_, stream(), N), a.rstd = Buf<float>(ledger_, stream(), N);
     norm_forward(a.normed.get(), a.mean.get(), a.rstd.get(), a.head_in.get(), "lnf_w", "lnf_b", N);
-    a.logits = Buf<bf16>(stream(), std::size_t(N) * s_.V);
+    a.logits = Buf<bf16>(ledger_, stream(), std::size_t(N) * s_.V);
     gemm_.forward(a.logits.get(), a.normed.get(), p(head_weight()), nullptr, nullptr, N, C, s_.V);
-    Buf<float> losses(stream(), N);
+    Buf<float> losses(ledger_, stream(), N);
     cuda::crossentropy_forward_backward(nullptr, losses.get(), a.logits.get(), a.targets.get(), N, s_.V, 0.f, stream());
     cuda::check_launch("the forward of the head");  // a failed launch leaves no error for the synchronisation to report
     std::vector<float> host(losses.size());
@@ -104,14 +104,14 @@ class CudaStage final : public Stage {
     if (it == in_flight_.end()) throw std::logic_error("backward of micro-batch " + std::to_string(mb) + " without its forward");
     Acts& a = it->second;
     const int N = a.B * s_.T, C = s_.C;
-    Buf<bf16> cur(stream(), std::size_t(N) * C);
+    Buf<bf16> cur(ledger_, stream(), std::size_t(N) * C);
     if (last_ == s_.L + 1) {
-      Buf<bf16> dlogits(stream(), std::size_t(N) * s_.V);
-      Buf<float> losses(stream(), N);
+      Buf<bf16> dlogits(ledger_, stream(), std::size_t(N) * s_.V);
+      Buf<float> losses(ledger_, stream(), N);
       cuda::crossentropy_forward_backward(dlogits.get(), losses.get(), a.logits.get(), a.targets.get(), N, s_.V, float(loss_scale),
                                           stream());
       const char* w = head_weight();
-      Buf<bf16> dnormed(stream(), std::size_t(N) * C);
+      Buf<bf16> dnormed(ledger_, stream(), std::size_t(N) * C);
       gemm_.backward_input(dnormed.get(), dlogits.get(), p(w), N, C, s_.V, false);
       gemm_.backward_weight(g(w), dlogits.get(), a.normed.get(), N, C, s_.V);
       zero(cur);
@@ -178,6 +178,8 @@ class CudaStage final : public Stage {
     cuda::check(cudaStreamSynchronize(stream()), "uploading the parameters");
   }
 
+  std::optional<DeviceMemory> device_memory() const override { return DeviceMemory{ledger_.in_use, ledger_.peak}; }
+
   std::size_t activation_bytes() const override {
     std::size_t n = 0;
     for (const auto& [mb, a] : in_flight_) {
@@ -211,7 +213,7 @@ class CudaStage final : public Stage {
 
   template <class T>
   Buf<T> upload(const T* host, std::size_t n) {
-    Buf<T> d(stream(), n);
+    Buf<T> d(ledger_, stream(), n);
     cuda::check(cudaMemcpyAsync(d.get(), host, d.bytes(), cudaMemcpyHostToDevice, stream()), "copying to the device");
     return d;
   }
@@ -219,7 +221,7 @@ class CudaStage final : public Stage {
   void upload_bf16(bf16* out, const float* host, std::size_t n) {
     if (staging_.size() < n) {
       cuda::check(cudaStreamSynchronize(stream()), "growing the staging buffer");
-      staging_ = Buf<float>(stream(), n);
+      staging_ = Buf<float>(ledger_, stream(), n);
     }
     cuda::check(cudaMemcpyAsync(staging_.get(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
     cuda::to_bf16(out, staging_.get(), std::int64_t(n), stream());
@@ -228,7 +230,7 @@ class CudaStage final : public Stage {
   std::vector<float> download(const bf16* d, std::size_t n) {
     if (staging_.size() < n) {
       cuda::check(cudaStreamSynchronize(stream()), "growing the staging buffer");
-      staging_ = Buf<float>(stream(), n);
+      staging_ = Buf<float>(ledger_, stream(), n);
     }
     cuda::to_float(staging_.get(), d, std::int64_t(n), stream());
     cuda::check_launch("copying to the host");  // this or an earlier launch of the stage
@@ -259,9 +261,9 @@ class CudaStage final : public Stage {
     const int T = s_.T, N = B * T, C = s_.C, D = s_.D, H = s_.H, KH = s_.KH, F = s_.F, QD = H * D, KD = KH * D;
     const std::size_t n = std::size_t(N);
     a.x = std::move(x);
-    a.ln1 = Buf<bf16>(stream(), n * C), a.ln1_mean = Buf<float>(stream(), n), a.ln1_rstd = Buf<float>(stream(), n);
+    a.ln1 = Buf<bf16>(ledger_, stream(), n * C), a.ln1_mean = Buf<float>(ledger_, stream(), n), a.ln1_rstd = Buf<float>(ledger_, stream(), n);
     norm_forward(a.ln1.get(), a.ln1_mean.get(), a.ln1_rstd.get(), a.x.get(), l + "ln1_w", l + "ln1_b", N);
-    a.q = Buf<bf16>(stream(), n * QD), a.k = Buf<bf16>(stream(), n * KD), a.v = Buf<bf16>(stream(), n * KD);
+    a.q = Buf<bf16>(ledger_, stream(), n * QD), a.k = Buf<bf16>(ledger_, stream(), n * KD), a.v = Buf<bf16>(ledger_, stream(), n * KD);
     gemm_.forward(a.q.get(), a.ln1.get(), p(l + "wq"), bias(l + "bq"), nullptr, N, C, QD);
     gemm_.forward(a.k.get(), a.ln1.get(), p(l + "wk"), bias(l + "bk"), nullptr, N, C, KD);
     gemm_.forward(a.v.get(), a.ln1.get(), p(l + "wv"), bias(l + "bv"), nullptr, N, C, KD);
@@ -269,22 +271,22 @@ class CudaStage final : public Stage {
       cuda::rope_forward(a.q.get(), B, T, H, D, 0, stream());
       cuda::rope_forward(a.k.get(), B, T, KH, D, 0, stream());
     }
-    a.lse = Buf<float>(stream(), std::size_t(B) * H * T), a.att_out = Buf<bf16>(stream(), n * QD);
+    a.lse = Buf<float>(ledger_, stream(), std::size_t(B) * H * T), a.att_out = Buf<bf16>(ledger_, stream(), n * QD);
     cuda::attention_forward(a.att_out.get(), a.lse.get(), a.q.get(), a.k.get(), a.v.get(), B, T, T, 0, H, KH, D, stream());
-    a.x2 = Buf<bf16>(stream(), n * C);  // x2 = x + att_out · wo^T (+ bo)
+    a.x2 = Buf<bf16>(ledger_, stream(), n * C);  // x2 = x + att_out · wo^T (+ bo)
     gemm_.forward(a.x2.get(), a.att_out.get(), p(l + "wo"), bias(l + "bo"), a.x.get(), N, QD, C);
-    a.ln2 = Buf<bf16>(stream(), n * C), a.ln2_mean = Buf<float>(stream(), n), a.ln2_rstd = Buf<float>(stream(), n);
+    a.ln2 = Buf<bf16>(ledger_, stream(), n * C), a.ln2_mean = Buf<float>(ledger_, stream(), n), a.ln2_rstd = Buf<float>(ledger_, stream(), n);
     norm_forward(a.ln2.get(), a.ln2_mean.get(), a.ln2_rstd.get(), a.x2.get(), l + "ln2_w", l + "ln2_b", N);
-    a.fc = Buf<bf16>(stream(), n * F), a.h = Buf<bf16>(stream(), n * F);
+    a.fc = Buf<bf16>(ledger_, stream(), n * F), a.h = Buf<bf16>(ledger_, stream(), n * F);
     gemm_.forward(a.fc.get(), a.ln2.get(), p(l + (gpt() ? "wfc" : "wgate")), bias(l + "bfc"), nullptr, N, C, F);
     if (gpt()) {
       cuda::gelu_forward(a.h.get(), a.fc.get(), std::int64_t(n) * F, stream());
     } else {
-      a.up = Buf<bf16>(stream(), n * F);
+      a.up = Buf<bf16>(ledger_, stream(), n * F);
       gemm_.forward(a.up.get(), a.ln2.get(), p(l + "wup"), nullptr, nullptr, N, C, F);
       cuda::swiglu_forward(a.h.get(), a.fc.get(), a.up.get(), std::int64_t(n) * F, stream());
     }
-    Buf<bf16> y(stream(), n * C);  // y = x2 + h · w2^T (+ b2)
+    Buf<bf16> y(ledger_, stream(), n * C);  // y = x2 + h · w2^T (+ b2)
     gemm_.forward(y.get(), a.h.get(), p(l + (gpt() ? "wproj" : "wdown")), bias(l + "bproj"), a.x2.get(), N, F, C);
     cuda::check_launch("the forward of layer " + std::to_string(layer));
     return y;
@@ -298,16 +300,16 @@ class CudaStage final : public Stage {
     const std::size_t n = std::size_t(N);
     const std::string w1 = l + (gpt() ? "wfc" : "wgate"), w2 = l + (gpt() ? "wproj" : "wdown");
     // MLP: y = x2 + w2 · h (+ b2); dx2 starts as the residual's share, dy.
-    Buf<bf16> dx2(stream(), n * C);
+    Buf<bf16> dx2(ledger_, stream(), n * C);
     cuda::check(cudaMemcpyAsync(dx2.get(), dy, dx2.bytes(), cudaMemcpyDeviceToDevice, stream()), "copying a gradient");
     if (gpt()) cuda::bias_backward(g(l + "bproj"), dy, N, C, stream());
-    Buf<bf16> dh(stream(), n * F), dfc(stream(), n * F), dln2(stream(), n * C);
+    Buf<bf16> dh(ledger_, stream(), n * F), dfc(ledger_, stream(), n * F), dln2(ledger_, stream(), n * C);
     gemm_.backward_input(dh.get(), dy, p(w2), N, F, C, false);
     gemm_.backward_weight(g(w2), dy, a.h.get(), N, F, C);
     if (gpt()) {
       cuda::gelu_backward(dfc.get(), a.fc.get(), dh.get(), std::int64_t(n) * F, stream());
     } else {
-      Buf<bf16> dup(stream(), n * F);
+      Buf<bf16> dup(ledger_, stream(), n * F);
       cuda::swiglu_backward(dfc.get(), dup.get(), dh.get(), a.fc.get(), a.up.get(), std::int64_t(n) * F, stream());
       gemm_.backward_input(dln2.get(), dup.get(), p(l + "wup"), N, C, F, false);
       gemm_.backward_weight(g(l + "wup"), dup.get(), a.ln2.get(), N, C, F);
@@ -318,10 +320,10 @@ class CudaStage final : public Stage {
     norm_backward(dx2.get(), dln2.get(), a.x2.get(), a.ln2_mean.get(), a.ln2_rstd.get(), l + "ln2_w", l + "ln2_b", N);
     // Attention: x2 = x + wo · att_out (+ bo)
     if (gpt()) cuda::bias_backward(g(l + "bo"), dx2.get(), N, C, stream());
-    Buf<bf16> datt_out(stream(), n * QD);
+    Buf<bf16> datt_out(ledger_, stream(), n * QD);
     gemm_.backward_input(datt_out.get(), dx2.get(), p(l + "wo"), N, QD, C, false);
     gemm_.backward_weight(g(l + "wo"), dx2.get(), a.att_out.get(), N, QD, C);
-    Buf<float> dqf(stream(), n * QD), dkf(stream(), n * KD), dvf(stream(), n * KD);
+    Buf<float> dqf(ledger_, stream(), n * QD), dkf(ledger_, stream(), n * KD), dvf(ledger_, stream(), n * KD);
     zero(dqf), zero(dkf), zero(dvf);
     cuda::attention_backward(dqf.get(), dkf.get(), dvf.get(), datt_out.get(), a.att_out.get(), a.lse.get(), a.q.get(), a.k.get(),
                              a.v.get(), B, T, T, 0, H, KH, D, stream());
@@ -329,7 +331,7 @@ class CudaStage final : public Stage {
       cuda::rope_backward(dqf.get(), B, T, H, D, 0, stream());
       cuda::rope_backward(dkf.get(), B, T, KH, D, 0, stream());
     }
-    Buf<bf16> dq(stream(), n * QD), dk(stream(), n * KD), dv(stream(), n * KD), dln1(stream(), n * C);
+    Buf<bf16> dq(ledger_, stream(), n * QD), dk(ledger_, stream(), n * KD), dv(ledger_, stream(), n * KD), dln1(ledger_, stream(), n * C);
     cuda::to_bf16(dq.get(), dqf.get(), std::int64_t(n) * QD, stream());
     cuda::to_bf16(dk.get(), dkf.get(), std::int64_t(n) * KD, stream());
     cuda::to_bf16(dv.get(), dvf.get(), std::int64_t(n) * KD, stream());
@@ -350,6 +352,7 @@ class CudaStage final : public Stage {
 
   model::Shape s_;
   int first_, last_;
+  cuda::DeviceLedger ledger_;  // every device buffer below counts here (declared first: freed last)
   cuda::Stream stream_;
   cuda::Gemm gemm_;
   model::StageModel<float> host_;  // the fp32 master parameters (host mirrors); its own kernels never run
