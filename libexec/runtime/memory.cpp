@@ -65,7 +65,10 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { uncounted(p); 
 
 namespace het::runtime {
 
+namespace {
+// Bytes of the C++ heap in use now (usable sizes of the blocks operator new handed out).
 double heap_in_use() { return double(g_in_use.load(std::memory_order_relaxed)); }
+}  // namespace
 
 MemoryMeter::MemoryMeter() : baseline_(heap_in_use()) { g_peak.store(g_in_use.load()); }
 
@@ -79,15 +82,6 @@ nlohmann::json to_json(const MemoryPeak& p) {
   const MemoryUse& a = p.accounted;
   return {{"parameters", a.parameters}, {"gradients", a.gradients}, {"optimizer", a.optimizer},
           {"sync_buffers", a.sync_buffers}, {"activations", a.activations}, {"accounted", a.total()}, {"heap", p.heap}, {"device", p.device}};
-}
-
-MemoryPeak memory_peak_from_json(const nlohmann::json& j) {
-  MemoryPeak p;
-  auto get = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0; };
-  p.accounted = {get("parameters"), get("gradients"), get("optimizer"), get("sync_buffers"), get("activations")};
-  p.heap = get("heap");
-  p.device = get("device");
-  return p;
 }
 
 }  // namespace het::runtime

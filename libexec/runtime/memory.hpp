@@ -36,8 +36,6 @@ struct MemoryPeak {
 };
 
 nlohmann::json to_json(const MemoryPeak& peak);
-// Errors are not possible: missing fields read as 0 (the line comes from our own worker).
-MemoryPeak memory_peak_from_json(const nlohmann::json& j);
 
 class MemoryMeter {
  public:
@@ -50,8 +48,5 @@ class MemoryMeter {
   double baseline_ = 0;
   MemoryPeak peak_;
 };
-
-// Bytes of the C++ heap in use now (usable sizes of the blocks operator new handed out).
-double heap_in_use();
 
 }  // namespace het::runtime

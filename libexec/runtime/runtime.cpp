@@ -334,7 +334,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   auto sample_memory = [&] {
     if (!opt.memory) return;
     MemoryUse now = state;
-    now.activations = double(std::max(model->activation_bytes(), model->activation_bytes_peak()));
+    now.activations = double(model->activation_bytes_peak());
     const auto device = model->device_memory();
     meter.sample(now, device ? double(device->peak) : 0.0);
   };

@@ -52,7 +52,7 @@ StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
   mem.optimizer = params * opt_bytes / (z >= 1 ? dp : 1);
   mem.activations = st.in_flight * st.layers * layer_activation_bytes(m, st.sequences, st.tp, st.cp, st.recompute);
   if (!cpu) {
-    if (st.has_head) mem.logits = 4 * st.sequences * m.seq_length * double(m.vocab_size) / (st.tp * st.cp);
+    if (st.has_head) mem.stage_buffers = 4 * st.sequences * m.seq_length * double(m.vocab_size) / (st.tp * st.cp);
     return mem;
   }
   mem.sync_buffers = params * 8;
@@ -61,7 +61,7 @@ StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
   if (st.has_embedding) per_mb += 4 * N;                                               // tokens
   if (st.has_head) per_mb += 4 * N + 4 * (2 * N * h + 2 * N + N * double(m.vocab_size));  // targets; head
   if (st.recompute == Recompute::full && !st.has_embedding) per_mb += 4 * N * h;       // the kept input
-  mem.logits = st.in_flight * per_mb;
+  mem.stage_buffers = st.in_flight * per_mb;
   const double layer_all = cpu_layer(m, st.sequences, st.tp, st.cp, st.recompute).layer_all;
   if (st.recompute == Recompute::full && st.in_flight > 0) mem.recompute = st.layers * layer_all;
   // The backward's temporaries: a layer's gradients of its activations (one set, as large as

@@ -41,11 +41,11 @@ namespace het::cost {
 struct StageMemory {
   double weights = 0, gradients = 0, optimizer = 0;  // bytes per device
   double activations = 0;                            // all in-flight micro-batches
-  double logits = 0;                                 // head stage only
+  double stage_buffers = 0;                          // bf16: the head's logits; fp32: tokens, targets, head buffers
   double sync_buffers = 0;                           // fp32 (CPU backend): packed gradients and values
   double recompute = 0;                              // full recompute (fp32): one micro-batch's set again
   double workspace = 0;                              // fp32 (CPU backend): the backward's temporaries
-  double total() const { return weights + gradients + optimizer + sync_buffers + activations + logits + recompute + workspace; }
+  double total() const { return weights + gradients + optimizer + sync_buffers + activations + stage_buffers + recompute + workspace; }
 };
 
 struct StageShape {

@@ -127,7 +127,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         if (d.crosses_subcluster) cross_bytes += 2.0 * p.num_microbatches * h.cross_bytes;
       }
       // Memory without activations, for the warm-up cap; activations per micro-batch.
-      d.capacity = std::max(0.0, dev.memory - dev.reserve);
+      d.capacity = dev.usable_memory();
       d.limit = d.capacity * (1 - opt.memory_headroom);
       const double fixed = cost::stage_memory(m, shape_of(plan, p, s, replicas_of[pi][si], 0)).total();
       const double per_mb = units.layers * cost::layer_activation_bytes(m, b, s.tp, s.cp, s.recompute);
@@ -226,7 +226,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
                            {"activation_bytes", d.memory.activations},
                            {"memory", {{"weights", d.memory.weights}, {"gradients", d.memory.gradients},
                                        {"optimizer", d.memory.optimizer}, {"sync_buffers", d.memory.sync_buffers},
-                                       {"activations", d.memory.activations}, {"stage_buffers", d.memory.logits},
+                                       {"activations", d.memory.activations}, {"stage_buffers", d.memory.stage_buffers},
                                        {"recompute", d.memory.recompute}, {"workspace", d.memory.workspace}}},
                            {"max_in_flight", r.max_in_flight},
                            {"source", cost::to_string(d.source)}});

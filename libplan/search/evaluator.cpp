@@ -128,9 +128,9 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   t->bytes_per_param = cost::stage_memory(model_, one).total();
   cost::StageShape head_only;
   head_only.has_head = true, head_only.tp = sh.tp, head_only.cp = sh.cp, head_only.sequences = b, head_only.in_flight = 1;
-  t->logits = cost::stage_memory(model_, head_only).logits;
+  t->logits = cost::stage_memory(model_, head_only).stage_buffers;
   t->tied = predict::tied_head_parameters(model_);
-  t->capacity = std::max(0.0, sub.device.memory - sub.device.reserve) * (1 - predict_.memory_headroom);  // predict's StageDetail::limit
+  t->capacity = sub.device.usable_memory() * (1 - predict_.memory_headroom);  // predict's StageDetail::limit
   t->device = &sub.device;
   std::lock_guard<std::mutex> lock(mutex_);
   auto [it, fresh] = tables_.emplace(std::move(key), std::move(t));

@@ -75,7 +75,7 @@ std::string binding_constraint(const Evaluator& eval, const std::string& algorit
     st.in_flight = 1;
     st.recompute = Recompute::full;
     const double need = cost::stage_memory(m, st).total();
-    const double limit = (s.device.memory - s.device.reserve) * (1 - eval.headroom());
+    const double limit = s.device.usable_memory() * (1 - eval.headroom());
     if (roomiest.empty() || need / limit < roomiest_ratio) {
       roomiest_ratio = need / limit;
       char buf[256];

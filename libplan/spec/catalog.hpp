@@ -24,6 +24,8 @@ struct DeviceSpec {
   // Bytes of `memory` the model cannot use: the CUDA context, the collectives' buffers, the
   // GEMM library's workspace (configs/devices.yaml says what each holds, with sources).
   double reserve = 0;
+  // What a plan's stage may use of `memory`: all of it less the reserve.
+  double usable_memory() const { return memory > reserve ? memory - reserve : 0; }
 };
 
 struct CatalogDevice {
