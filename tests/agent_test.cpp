@@ -197,7 +197,14 @@ TEST_CASE("when the submitter dies, the agents stop the job within its lease") {
   REQUIRE_FALSE(find_processes({"worker", "--seed " + seed}).empty());
   submitter.signal(SIGKILL);
   CHECK(all_gone({"worker", "--seed " + seed}, 2 + 5));  // the lease, and the stop's grace
-  auto st = run_process({HETEXEC_BIN, "status", "--agents", agents.list(), "--token-file", token});
+  // The job's thread records it failed once it has reaped the workers, a moment after they are
+  // gone from the process table: the status is asked until it says so (5 s at most).
+  het::test::ProcessResult st;
+  for (int i = 0; i < 50; ++i) {
+    st = run_process({HETEXEC_BIN, "status", "--agents", agents.list(), "--token-file", token});
+    if (st.out.find("failed") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   CHECK_THAT(st.out, Catch::Contains("failed") && Catch::Contains("lease expired"));
 }
 
