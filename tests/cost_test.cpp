@@ -179,3 +179,41 @@ TEST_CASE("the profiled optimizer step per tp: a single time for all, the median
   REQUIRE(cm.notes().size() == 1);
   CHECK(cm.notes()[0] == "profile for A100-40GB assumes: backward = 2 x forward: a test");
 }
+
+// A gradient-sync ring over two subclusters (predict::sync_link): its chunks are pipelined
+// around the ring, so latencies add along a chunk's 2(p-1) hops, each hop's as often as any
+// other's: the slow link's latency twice per lap (once each way), not at every step; its
+// bandwidth is the slowest hop's, shared by the rings leaving a node at once (one per TP shard).
+TEST_CASE("a sync ring over two subclusters pays their link's latency twice per lap, at its slowest bandwidth") {
+  ClusterSpec cluster;
+  for (const char* name : {"a", "b"}) {
+    SubclusterSpec sub;
+    sub.name = name, sub.nodes = 1, sub.devices_per_node = 8;
+    sub.intra_node = {300e9, 2e-6};
+    cluster.subclusters.push_back(sub);
+  }
+  cluster.links.push_back({"a", "b", {1e9, 1e-3}});
+  auto stage = [](const char* sub, int dp, int tp) {
+    Stage s;
+    s.subcluster = sub, s.dp = dp, s.tp = tp;
+    for (int k = 0; k < dp * tp; ++k) s.devices.push_back({0, k});
+    return s;
+  };
+  const Stage a = stage("a", 4, 1), b = stage("b", 4, 1);
+  // One ring of 8: 6 hops inside the nodes, 2 over the link.
+  const LinkSpec one = predict::sync_link(cluster, {&a, &b}, predict::Rings::one);
+  CHECK(one.bandwidth == Approx(1e9));
+  CHECK(one.latency == Approx((2 * 1e-3 + 6 * 2e-6) / 8));
+  CHECK(allreduce_s(8e6, 8, one) == Approx(2.0 * 7 / 8 * 8e6 / 1e9 + 14 * (2 * 1e-3 + 6 * 2e-6) / 8));
+  // TP 2: two rings (one per shard) of 4, side by side, share each node's way out.
+  const Stage a2 = stage("a", 2, 2), b2 = stage("b", 2, 2);
+  const LinkSpec shard = predict::sync_link(cluster, {&a2, &b2}, predict::Rings::per_shard);
+  CHECK(shard.bandwidth == Approx(0.5e9));
+  CHECK(shard.latency == Approx((2 * 1e-3 + 2 * 2e-6) / 4));
+  // What every shard holds whole: one ring over all 8 ranks, the link to itself.
+  CHECK(predict::sync_link(cluster, {&a2, &b2}, predict::Rings::one).bandwidth == Approx(1e9));
+  // Inside one node: the intra-node link.
+  const LinkSpec inside = predict::sync_link(cluster, {&a}, predict::Rings::one);
+  CHECK(inside.latency == Approx(2e-6));
+  CHECK(inside.bandwidth == Approx(300e9));
+}

@@ -53,29 +53,36 @@ Block<T>::Block(const Shape& s, int layer, int rank, int tp, std::uint64_t seed)
 }
 
 namespace {
-// Context parallelism: the keys (or values) x[B,Tl,KD] of every member, gathered into
-// seen[B, (cp_rank+1)·Tl, KD] — the time steps a causal query of this member can see.
+// Context parallelism: the keys k[B,Tl,KD] and values v[B,Tl,KD] of every member, gathered in
+// one collective (a member's part is [2][B,Tl,KD], keys then values) into
+// k_seen, v_seen [B, (cp_rank+1)·Tl, KD] — the time steps a causal query of this member can see.
 template <class T>
-std::vector<T> gather_seen(const T* x, int B, int Tl, int KD, const Comm<T>& c) {
+void gather_seen(const T* k, const T* v, int B, int Tl, int KD, const Comm<T>& c, std::vector<T>& k_seen,
+                 std::vector<T>& v_seen) {
   const std::size_t n = std::size_t(B) * Tl * KD, row = std::size_t(Tl) * KD;
-  std::vector<T> all(n * std::size_t(c.cp)), seen(std::size_t(B) * (c.cp_rank + 1) * row);
-  c.cp_all_gather(x, all.data(), n);
+  std::vector<T> part(2 * n), all(2 * n * std::size_t(c.cp));  // [2][B,Tl,KD], [cp][2][B,Tl,KD]
+  std::copy_n(k, n, part.data()), std::copy_n(v, n, part.data() + n);
+  c.cp_all_gather(part.data(), all.data(), 2 * n);
+  k_seen.assign(std::size_t(B) * (c.cp_rank + 1) * row, T(0)), v_seen.assign(k_seen.size(), T(0));
   for (int b = 0; b < B; ++b)
-    for (int r = 0; r <= c.cp_rank; ++r)
-      std::copy_n(all.data() + r * n + b * row, row, seen.data() + (std::size_t(b) * (c.cp_rank + 1) + r) * row);
-  return seen;
+    for (int r = 0; r <= c.cp_rank; ++r) {
+      const std::size_t to = (std::size_t(b) * (c.cp_rank + 1) + r) * row, from = r * 2 * n + b * row;
+      std::copy_n(all.data() + from, row, k_seen.data() + to), std::copy_n(all.data() + from + n, row, v_seen.data() + to);
+    }
 }
-// The reverse: gradients dseen[B, (cp_rank+1)·Tl, KD] of the keys seen, summed over the
-// members into this member's own dx[B,Tl,KD] (+=).
+// The reverse, in one collective: gradients dk_seen, dv_seen [B, (cp_rank+1)·Tl, KD] of the keys
+// and values seen, summed over the members into this member's own dk, dv [B,Tl,KD] (+=).
 template <class T>
-void scatter_seen(const T* dseen, T* dx, int B, int Tl, int KD, const Comm<T>& c) {
+void scatter_seen(const T* dk_seen, const T* dv_seen, T* dk, T* dv, int B, int Tl, int KD, const Comm<T>& c) {
   const std::size_t n = std::size_t(B) * Tl * KD, row = std::size_t(Tl) * KD;
-  std::vector<T> all(n * std::size_t(c.cp), T(0)), mine(n);
+  std::vector<T> all(2 * n * std::size_t(c.cp), T(0)), mine(2 * n);  // [cp][2][B,Tl,KD], [2][B,Tl,KD]
   for (int b = 0; b < B; ++b)
-    for (int r = 0; r <= c.cp_rank; ++r)
-      std::copy_n(dseen + (std::size_t(b) * (c.cp_rank + 1) + r) * row, row, all.data() + r * n + b * row);
-  c.cp_reduce_scatter(all.data(), mine.data(), n);
-  for (std::size_t i = 0; i < n; ++i) dx[i] += mine[i];
+    for (int r = 0; r <= c.cp_rank; ++r) {
+      const std::size_t from = (std::size_t(b) * (c.cp_rank + 1) + r) * row, to = r * 2 * n + b * row;
+      std::copy_n(dk_seen + from, row, all.data() + to), std::copy_n(dv_seen + from, row, all.data() + to + n);
+    }
+  c.cp_reduce_scatter(all.data(), mine.data(), 2 * n);
+  for (std::size_t i = 0; i < n; ++i) dk[i] += mine[i], dv[i] += mine[n + i];
 }
 }  // namespace
 
@@ -101,7 +108,7 @@ void Block<T>::forward(const T* x, T* y, int B, BlockActs<T>& a, const Comm<T>& 
     rope_forward(a.q.data(), B, Tl, Hs_, D, pos0);
     rope_forward(a.k.data(), B, Tl, KHs_, D, pos0);
   }
-  if (comm.cp > 1) a.k_seen = gather_seen(a.k.data(), B, Tl, KD, comm), a.v_seen = gather_seen(a.v.data(), B, Tl, KD, comm);
+  if (comm.cp > 1) gather_seen(a.k.data(), a.v.data(), B, Tl, KD, comm, a.k_seen, a.v_seen);
   const T* k = comm.cp > 1 ? a.k_seen.data() : a.k.data();
   const T* v = comm.cp > 1 ? a.v_seen.data() : a.v.data();
   size(a.att, std::int64_t(B) * Hs_ * Tl * Tk), size(a.att_out, std::int64_t(N) * QD);
@@ -182,8 +189,7 @@ void Block<T>::backward(const T* dy, T* dx, const BlockActs<T>& a, const Comm<T>
     std::vector<T> dk_seen(a.k_seen.size(), T(0)), dv_seen(a.v_seen.size(), T(0));
     attention_backward(dq.data(), dk_seen.data(), dv_seen.data(), datt_out.data(), att, a.q.data(), a.k_seen.data(),
                        a.v_seen.data(), B, Tl, Tk, pos0, Hs_, KHs_, D);
-    scatter_seen(dk_seen.data(), dk.data(), B, Tl, KD, comm);
-    scatter_seen(dv_seen.data(), dv.data(), B, Tl, KD, comm);
+    scatter_seen(dk_seen.data(), dv_seen.data(), dk.data(), dv.data(), B, Tl, KD, comm);
   } else {
     attention_backward(dq.data(), dk.data(), dv.data(), datt_out.data(), att, a.q.data(), a.k.data(), a.v.data(), B,
                        Tl, Tk, pos0, Hs_, KHs_, D);

@@ -4,7 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
+
+#include "clock/clock.hpp"
 
 namespace het::runtime {
 
@@ -26,14 +27,8 @@ void Pace::mark() {
 void Pace::settle() {
   if (factor_ > 1) {
     const double compute = (cpu_clock_ ? seconds(CLOCK_THREAD_CPUTIME_ID) : seconds(CLOCK_MONOTONIC)) - mark_compute_;
-    const double until = mark_wall_ + factor_ * compute, now = seconds(CLOCK_MONOTONIC);
-    // A sleep ends late by the wake-up's latency (on the 2-core VM of docs/executor.md: median
-    // 70-80 us, 90th percentile ~200 us, for sleeps of 50 us to 3 ms): sleep to kSpin before the
-    // end and spin the rest, so that a stretched operation ends on time.
-    constexpr double kSpin = 150e-6;
-    if (until - now > kSpin) std::this_thread::sleep_for(std::chrono::duration<double>(until - now - kSpin));
-    while (seconds(CLOCK_MONOTONIC) < until) {
-    }
+    const double until = mark_wall_ + factor_ * compute;
+    clock::sleep_until(clock::Clock::time_point(std::chrono::duration_cast<clock::Clock::duration>(std::chrono::duration<double>(until))));
   }
   mark();
 }

@@ -298,17 +298,31 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   // device's speed (and the time dilation), its connections shaped to the cluster's links.
   const double factor = std::max(1.0, opt.slowdown) * opt.time_dilation * (opt.emulate_devices ? device_slowdown(plan, st) : 1.0);
   Pace pace(factor, opt.compute_on_this_thread);
+  const std::string track = track_of(here, st);
+  auto record = [&](const std::string& name, double start) {
+    if (opt.trace) opt.trace->push_back({track, name, start, now_s() - start});
+  };
+  // The TP and CP collectives inside a forward or backward, recorded as events within it.
   spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) {
+    pace.settle();  // the compute before it, stretched
+    const double start = now_s();
     check(pace.wait([&] { return tp->all_reduce_sum(data, n); }));
+    record("tp all-reduce", start);
   };
   spec.comm.cp_rank = here.context, spec.comm.cp = st.cp;
   spec.comm.cp_all_gather = [&](const float* part, float* all, std::size_t n) {
     std::copy_n(part, n, all + std::size_t(here.context) * n);
+    pace.settle();  // the compute before it, stretched
+    const double start = now_s();
     check(pace.wait([&] { return transport::all_gather(peers, cp_ring, all, n * std::size_t(st.cp), kContext); }));
+    record("cp all-gather", start);
   };
   spec.comm.cp_reduce_scatter = [&](const float* all, float* part, std::size_t n) {
     std::vector<float> buf(all, all + n * std::size_t(st.cp));
+    pace.settle();  // the compute before it, stretched
+    const double start = now_s();
     check(pace.wait([&] { return transport::reduce_scatter_sum(peers, cp_ring, buf.data(), buf.size(), kContext); }));
+    record("cp reduce-scatter", start);
     std::copy_n(buf.data() + std::size_t(here.context) * n, n, part);
   };
   MemoryMeter meter;  // the heap's baseline: before the stage's parameters exist
@@ -340,10 +354,6 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   };
 
   if (opt.emulate_links) shape_links(plan, topo, peers, opt.time_dilation);
-  const std::string track = track_of(here, st);
-  auto record = [&](const std::string& name, double start) {
-    if (opt.trace) opt.trace->push_back({track, name, start, now_s() - start});
-  };
   // Runs a compute step, stretched to the emulated device's speed, and records it.
   auto emulate = [&](const std::string& name, auto&& compute) {
     const double start = now_s();

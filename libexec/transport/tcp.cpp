@@ -1,5 +1,7 @@
 #include "transport/tcp.hpp"
 
+#include "clock/clock.hpp"
+
 #include <zlib.h>
 
 #include <arpa/inet.h>
@@ -307,7 +309,7 @@ void Peers::sender_loop(Link& l) {
       // flight overlap their latencies as on a wire.
       const auto start = std::max(queued, link_free);
       link_free = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(double(f.size()) / bandwidth));
-      std::this_thread::sleep_until(link_free + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(latency)));
+      clock::sleep_until(link_free + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(latency)));
     }
     const bool ok = write_all(l.fd, f.data(), f.size());
     lock.lock();

@@ -79,28 +79,48 @@ double whole_parameters(const ModelSpec& m, UnitKind kind) {
   return 0;
 }
 
-LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& members) {
-  std::set<std::string> subclusters;
-  std::map<std::pair<std::string, int>, std::set<int>> rings;  // (subcluster, node) -> TP shards on it
-  for (const Stage* s : members) {
-    subclusters.insert(s->subcluster);
-    for (std::size_t k = 0; k < s->devices.size(); ++k) rings[{s->subcluster, s->devices[k].node}].insert(int(k) % s->tp);
-  }
+LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& members, Rings rings) {
+  // Shard 0's ring in rank order (the members' devices in order) as runs of members on one
+  // (subcluster, node); the TP shards on every node (the rings sharing its NIC).
+  struct Run {
+    std::pair<std::string, int> at;  // (subcluster, node)
+    int members = 0;
+  };
+  std::vector<Run> runs;
+  std::map<std::pair<std::string, int>, std::set<int>> on_node;
+  int p = 0;
+  for (const Stage* s : members)
+    for (std::size_t k = 0; k < s->devices.size(); ++k) {
+      const std::pair<std::string, int> at{s->subcluster, s->devices[k].node};
+      on_node[at].insert(int(k) % s->tp);
+      if (rings == Rings::per_shard && int(k) % s->tp != 0) continue;
+      ++p;
+      if (runs.empty() || runs.back().at != at) runs.push_back({at, 0});
+      ++runs.back().members;
+    }
+  if (runs.size() > 1 && runs.front().at == runs.back().at)  // the ring closes on the node it started on
+    runs.front().members += runs.back().members, runs.pop_back();
+  if (runs.size() == 1) return cluster.find(runs.front().at.first)->intra_node;
   std::size_t sharers = 1;
-  for (const auto& [node, shards] : rings) sharers = std::max(sharers, shards.size());
-  if (subclusters.size() > 1) {
-    LinkSpec slowest{1e300, 0};
-    for (const auto& a : subclusters)
-      for (const auto& b : subclusters)
-        if (a < b) {
-          const LinkSpec l = cluster.link_between(a, b);
-          if (l.bandwidth < slowest.bandwidth) slowest = l;
-        }
-    return cost::shared(slowest, double(sharers));
+  if (rings == Rings::per_shard)
+    for (const auto& [node, shards] : on_node) sharers = std::max(sharers, shards.size());
+  // The ring's p hops: members - 1 inside each run's node, and one from each run to the next
+  // (a node's NIC, or the link between two subclusters, shared by the rings leaving the node
+  // at once). Its bandwidth is the slowest hop's; its latency the mean of its hops': latencies
+  // add along a chunk's journey of 2(p-1) hops around the ring (DESIGN.md §6), which crosses
+  // each hop about 2(p-1)/p times, not 2(p-1) times the slowest hop's (a ring over two
+  // subclusters pays their link's latency about twice per lap).
+  double bandwidth = 1e300, latency = 0;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const std::string& a = runs[r].at.first;
+    const std::string& b = runs[(r + 1) % runs.size()].at.first;
+    const SubclusterSpec* sa = cluster.find(a);
+    const LinkSpec hop = cost::shared(a != b ? cluster.link_between(a, b) : sa->inter_node.value_or(sa->intra_node), double(sharers));
+    bandwidth = std::min(bandwidth, hop.bandwidth), latency += hop.latency;
+    if (runs[r].members > 1)
+      bandwidth = std::min(bandwidth, sa->intra_node.bandwidth), latency += (runs[r].members - 1) * sa->intra_node.latency;
   }
-  const SubclusterSpec* sub = cluster.find(*subclusters.begin());
-  if (rings.size() == 1 || !sub->inter_node) return sub->intra_node;
-  return cost::shared(*sub->inter_node, double(sharers));
+  return {bandwidth, latency / p};
 }
 
 namespace {
@@ -166,7 +186,7 @@ std::vector<SyncBucket> sync_buckets(const Plan& plan) {
     if (ring <= 1) continue;
     std::sort(group.begin(), group.end());
     SyncBucket& b = by_group[group];
-    b.members = holders, b.order = group, b.ring = ring, b.link = sync_link(plan.cluster, stages);
+    b.members = holders, b.order = group, b.ring = ring, b.link = sync_link(plan.cluster, stages, f.sharded ? Rings::per_shard : Rings::one);
     // Per rank: a split family in F chunks (the finest TP of its holders), F / tp of them on
     // each rank, each its own ring; a whole one in one piece.
     int most = 1;
@@ -180,11 +200,11 @@ std::vector<SyncBucket> sync_buckets(const Plan& plan) {
   return out;
 }
 
-double stage_sync_s(const ModelSpec& m, double params, double whole, int tp, int replicas, const LinkSpec& link, double tied,
-                    int tied_ring, const LinkSpec& tied_link) {
+double stage_sync_s(const ModelSpec& m, double params, double whole, int tp, int replicas, const LinkSpec& link,
+                    const LinkSpec& whole_link, double tied, int tied_ring, const LinkSpec& tied_link) {
   const double split = (params - whole) / tp, rest = whole, bytes = dtype_bytes(m.dtype);
   const double own = tp == 1 ? cost::allreduce_s((split + rest) * bytes, replicas, link)
-                             : cost::allreduce_s(split * bytes, replicas, link) + cost::allreduce_s(rest * bytes, replicas * tp, link);
+                             : cost::allreduce_s(split * bytes, replicas, link) + cost::allreduce_s(rest * bytes, replicas * tp, whole_link);
   return own + (tied > 0 ? cost::allreduce_s(tied * bytes, tied_ring, tied_link) : 0);
 }
 

@@ -46,13 +46,16 @@ double whole_parameters(const ModelSpec& m, UnitKind kind);
 // and the searches' estimate) ----
 
 // The link of a stage's gradient-sync rings. The members are the stages holding the same
-// units (replicas across pipelines); each TP shard of them syncs on a ring of its own over all
-// members' replicas and context members (libexec/runtime's chunks). A ring inside one node
-// uses the intra-node links; else a node's NIC is shared by the rings with a member on it
-// (rings visit each node's members in a row, as ranks are ordered: one flow leaves a node per
-// ring), and a ring over several subclusters runs at the slowest link between them (its
-// bandwidth per node, shared the same way).
-LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& members);
+// units (replicas across pipelines). A family split over TP (Rings::per_shard) syncs on one ring
+// per TP shard over all members' replicas and context members (libexec/runtime's chunks), the
+// rings side by side; a family every shard holds whole (Rings::one: norms, gpt's biases and
+// tied embedding) on one ring over every holder. A ring inside one node uses the intra-node
+// links; else a node's NIC is shared by the rings with a member on it (rings visit each node's
+// members in a row, as ranks are ordered: one flow leaves a node per ring, so one ring alone
+// has it to itself), and a ring over several subclusters runs at the slowest link between them
+// (its bandwidth per node, shared the same way).
+enum class Rings { per_shard, one };
+LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& members, Rings rings);
 
 // The gradient sync as the runtime runs it (libexec/runtime/sync_plan.hpp and runtime.cpp):
 // every parameter is summed over the ranks that hold the same slice of it — the layers' over
@@ -76,11 +79,12 @@ std::vector<SyncBucket> sync_buckets(const Plan& plan);
 // The searches' estimate of one stage's buckets, summed (a stage of `replicas` copies over
 // data parallelism, context parallelism and identical pipelines, holding `params` parameters
 // of which `whole` every TP shard holds whole, both without gpt's tied token embedding): the
-// split ones over the replicas, the whole ones over the replicas' TP shards too (one bucket
-// with the split ones when tp is 1), and `tied` (that embedding, when the stage holds the
-// embedding or the head but not both) over `tied_ring` ranks on `tied_link`.
-double stage_sync_s(const ModelSpec& m, double params, double whole, int tp, int replicas, const LinkSpec& link, double tied,
-                    int tied_ring, const LinkSpec& tied_link);
+// split ones over the replicas on `link` (Rings::per_shard), the whole ones over the replicas'
+// TP shards too on `whole_link` (Rings::one; one bucket with the split ones when tp is 1), and
+// `tied` (that embedding, when the stage holds the embedding or the head but not both) over
+// `tied_ring` ranks on `tied_link`.
+double stage_sync_s(const ModelSpec& m, double params, double whole, int tp, int replicas, const LinkSpec& link,
+                    const LinkSpec& whole_link, double tied, int tied_ring, const LinkSpec& tied_link);
 // Seconds of one bucket: its collectives' ring all-reduce of the model's dtype.
 double bucket_sync_s(const ModelSpec& m, const SyncBucket& b);
 // Mixed-precision AdamW is memory-bound: per parameter it reads the fp32 master weight, both

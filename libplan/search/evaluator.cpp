@@ -23,7 +23,7 @@ struct Evaluator::Prepared {
   std::vector<std::vector<const Table*>> tables;      // [stage][recompute option]
   std::vector<double> hop;                            // c_i to the next stage
   std::vector<bool> cross;                            // hop leaves the subcluster
-  std::vector<LinkSpec> sync_link;                    // link of each stage's gradient all-reduce
+  std::vector<LinkSpec> sync_link, whole_link;        // link of each stage's gradient all-reduce: split, whole parameters
   int tied_ring = 0;                                  // gpt's tied embedding: the first and last stages' ranks
   LinkSpec tied_link;                                 // and their ring's link
 };
@@ -179,14 +179,28 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
     all.subcluster = sub.name;
     all.tp = sh.tp, all.cp = sh.cp, all.dp = sh.dp;
     all.devices = block(sub, cursor[sh.sub], l.pipelines * sh.devices());
-    p.sync_link.push_back(predict::sync_link(cluster_, {&all}));
+    p.sync_link.push_back(predict::sync_link(cluster_, {&all}, predict::Rings::per_shard));
+    p.whole_link.push_back(predict::sync_link(cluster_, {&all}, predict::Rings::one));
     if (S > 1 && (i == 0 || i == S - 1)) ends.push_back(all), p.tied_ring += l.pipelines * sh.devices();
     cursor[sh.sub] += l.pipelines * sh.devices();
     std::vector<const Table*> by_r;
     for (Recompute r : recompute_) by_r.push_back(&table(l, i, p.offset[i], r));
     p.tables.push_back(std::move(by_r));
   }
-  if (ends.size() == 2) p.tied_link = predict::sync_link(cluster_, {&ends[0], &ends[1]});
+  if (ends.size() == 2) {
+    // The tied ring in rank order: each pipeline's first stage, then its last.
+    std::vector<Stage> ring;
+    for (int k = 0; k < l.pipelines; ++k)
+      for (const Stage& end : ends) {
+        Stage copy = end;
+        const std::size_t g = end.devices.size() / std::size_t(l.pipelines);
+        copy.devices.assign(end.devices.begin() + std::ptrdiff_t(k * g), end.devices.begin() + std::ptrdiff_t((k + 1) * g));
+        ring.push_back(std::move(copy));
+      }
+    std::vector<const Stage*> members;
+    for (const Stage& st : ring) members.push_back(&st);
+    p.tied_link = predict::sync_link(cluster_, members, predict::Rings::one);
+  }
   for (int i = 0; i + 1 < S; ++i) {
     // The k pipelines' copies of stage i lie side by side: those on one node share its NIC.
     const int M = cluster_.subclusters[l.stages[i].sub].devices_per_node, g = l.stages[i].devices();
@@ -288,7 +302,8 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       const bool tied = model_.architecture == Architecture::gpt && S > 1 && (i == 0 || i == S - 1);
       const double wte = tied ? double(model_.vocab_size) * model_.hidden_size : 0, own_wte = k == 0 ? wte : 0;
       const double sync = predict::stage_sync_s(model_, tb.sum(tb.params, k, e) - own_wte, tb.sum(tb.whole, k, e) - own_wte,
-                                                l.stages[i].tp, replicas, p.sync_link[i], wte, p.tied_ring, p.tied_link);
+                                                l.stages[i].tp, replicas, p.sync_link[i], p.whole_link[i], wte, p.tied_ring,
+                                                p.tied_link);
       const double last_b = tb.sum(tb.backward, k, e);
       const double opt = predict::optimizer_s(compute_, model_, *tb.device, l.stages[i].tp, params,
                                               model_.training.zero_stage >= 1 ? replicas : 1);
