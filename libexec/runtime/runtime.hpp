@@ -72,7 +72,9 @@ struct Options {
   // the machine's monotonic clock, shared by all processes), with the simulator's event names
   // (F<j>, B<j>, sync, optimizer, gather) and the runtime's own: "wait F<j>" / "wait B<j>"
   // (blocked receiving a micro-batch's activations / gradients), zero_grad, loss (the loss
-  // gathered on rank 0 and the sends flushed) and "step" (the whole step, around the others).
+  // gathered on rank 0 and the sends flushed), "step" (the whole step, around the others) and,
+  // inside F<j> and B<j>, each TP or CP collective ("tp all-reduce", "cp all-gather",
+  // "cp reduce-scatter": from the end of the compute before it to its data's arrival).
   std::vector<sim::TraceEvent>* trace = nullptr;
   // The groups of the gradient sync and of tensor parallelism (NCCL or TCP, collective.hpp);
   // null: all on TCP over `peers`. Groups are asked for in (tag, ranks) order.
