@@ -9,6 +9,9 @@
 # time. The profiles are taken as the dilated ranks compute (`hetexec profile --time-dilation`:
 # each operation followed by the pause the run takes after it, X - 1 times it on the fast devices,
 # 2X - 1 on the slow ones, which --emulate-devices slows 2x more).
+# Each repetition runs every plan FIDELITY_RUNS times (default 3) and keeps the fastest run: this
+# VM's host slows it by up to 40% for seconds at a time (docs/executor.md), which makes a run
+# slower, never faster.
 #   scripts/bench-fidelity.sh [REPETITIONS] [PLAN-NAME-FILTER]
 # Writes $build/bench-fidelity/results.json (and per plan its trace, comparison and side-by-side
 # trace) and prints a markdown table and the summary.
@@ -17,6 +20,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build="${HET_BUILD_DIR:-build}"
 reps="${1:-2}"
 filter="${2:-}"
+runs="${FIDELITY_RUNS:-3}"  # runs of each plan per repetition, the fastest kept (report.py fastest)
 out="$build/bench-fidelity"
 mkdir -p "$out"
 hetexec="$build/apps/hetexec/hetexec"
@@ -26,8 +30,8 @@ x=8
 for model in tiny-gpt tiny-llama; do  # slow: times x 2, the cluster's peak ratio, as --emulate-devices slows it
   for dev in fast:1 slow:2; do
     s=${dev##*:}
-    # Two profiles, the faster kept: a profile the machine disturbed (another tenant of this
-    # VM's host) is slower, never faster.
+    # Two profiles, each row the faster of the two: a row the machine disturbed (another tenant
+    # of this VM's host) is slower, never faster.
     for k in 1 2; do
       "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-${dev%%:*}" --slowdown "$s" \
         --time-dilation $(( x * s )) --tp 1 2 --cp 1 2 --micro-batch 1 2 4 -o "$out/$model-${dev%%:*}.$k.yaml" > /dev/null
@@ -46,11 +50,16 @@ for rep in $(seq 1 "$reps"); do
     model=tiny-${name%%-*}
     ranks=$(python3 bench/fidelity/report.py ranks "$plan")
     inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
-    "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
-      --trace "$out/$name.trace.json" > "$out/$name.log"
-    "$hetplan" simulate "$plan" "${inputs[@]}" --profile "$out/$model-fast.yaml" --profile "$out/$model-slow.yaml" \
-      --time-dilation "$x" --measured "$out/$name.trace.json" --side-by-side "$out/$name.side-by-side.json" --format json \
-      > "$out/$name.compare.json"
+    compares=()
+    for k in $(seq 1 "$runs"); do
+      "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
+        --trace "$out/$name.$k.trace.json" > "$out/$name.$k.log"
+      "$hetplan" simulate "$plan" "${inputs[@]}" --profile "$out/$model-fast.yaml" --profile "$out/$model-slow.yaml" \
+        --time-dilation "$x" --measured "$out/$name.$k.trace.json" --side-by-side "$out/$name.$k.side-by-side.json" \
+        --format json > "$out/$name.$k.compare.json"
+      compares+=("$out/$name.$k.compare.json")
+    done
+    python3 bench/fidelity/report.py fastest "$out/$name.compare.json" "${compares[@]}"
     python3 bench/fidelity/report.py row "$name" "$ranks" "$x" "$rep" "$out/$name.compare.json" "$results"
   done
 done

@@ -7,13 +7,15 @@
 # --emulate-devices --emulate-links --time-dilation 8`, predict each run with `hetplan simulate
 # --time-dilation 8 --measured`, and report per cluster: every plan's predicted and measured step,
 # Kendall's tau between the predicted and the measured order, and how far the planner's first
-# choice is from the fastest measured plan.
+# choice is from the fastest measured plan. Profiles are taken twice (each row the faster of the
+# two) and each plan run FIDELITY_RUNS times (default 3, the fastest kept), as bench-fidelity.sh.
 #   scripts/bench-ranking.sh [CLUSTER-FILTER]
 # Writes $build/bench-ranking/results.json.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build="${HET_BUILD_DIR:-build}"
 filter="${1:-}"
+runs="${FIDELITY_RUNS:-3}"  # runs of each plan, the fastest kept: this VM's host disturbs runs (bench-fidelity.sh)
 out="$build/bench-ranking"
 mkdir -p "$out"
 hetexec="$build/apps/hetexec/hetexec"
@@ -32,8 +34,11 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
   profiles=()
   for dev in ${devices//,/ }; do
     d=${dev%%=*} s=${dev##*=}
-    "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-$d" --slowdown "$s" \
-      --time-dilation $(( x * s )) --tp 1 2 --cp 1 2 --micro-batch 1 2 4 8 -o "$dir/cpu-$d.yaml" > /dev/null
+    for k in 1 2; do  # two profiles, each row the faster of the two (report.py faster)
+      "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-$d" --slowdown "$s" \
+        --time-dilation $(( x * s )) --tp 1 2 --cp 1 2 --micro-batch 1 2 4 8 -o "$dir/cpu-$d.$k.yaml" > /dev/null
+    done
+    python3 bench/fidelity/report.py faster "$dir/cpu-$d.1.yaml" "$dir/cpu-$d.2.yaml" "$dir/cpu-$d.yaml"
     profiles+=(--profile "$dir/cpu-$d.yaml")
   done
   inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
@@ -42,10 +47,15 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
   for plan in "$dir"/search.[1-5].plan.json "$dir/uniform.plan.json"; do
     [[ -f $plan ]] || continue
     p=$(basename "$plan" .plan.json)
-    "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
-      --trace "$dir/$p.trace.json" > "$dir/$p.log"
-    "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" --time-dilation "$x" --measured "$dir/$p.trace.json" \
-      --format json > "$dir/$p.compare.json"
+    compares=()
+    for k in $(seq 1 "$runs"); do  # the fastest of the runs kept (report.py fastest)
+      "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
+        --trace "$dir/$p.$k.trace.json" > "$dir/$p.$k.log"
+      "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" --time-dilation "$x" --measured "$dir/$p.$k.trace.json" \
+        --format json > "$dir/$p.$k.compare.json"
+      compares+=("$dir/$p.$k.compare.json")
+    done
+    python3 bench/fidelity/report.py fastest "$dir/$p.compare.json" "${compares[@]}"
     python3 bench/fidelity/report.py ranked "$name" "$p" "$dir/$p.compare.json" "$results"
   done
 done

@@ -53,6 +53,28 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
   auto dilate = [&](double compute_s) {
     if (o.time_dilation > 1) std::this_thread::sleep_for(std::chrono::duration<double>((o.time_dilation - 1) * compute_s));
   };
+  // A dilated run also pauses inside an operation, at every TP or CP collective (the
+  // runtime's Pace settles the compute before it: a TP stage's forward is as many stretches as
+  // it has collectives), and each stretch starts as cold as after an operation's pause. The profile pauses there too, and leaves the pauses out of the operation's time
+  // (they are in it on the wall clock): `inner` holds the mark of the stretch under way and the
+  // pauses taken since the operation began.
+  struct Inner {
+    std::int64_t mark = 0, paused = 0;
+  };
+  auto inner = std::make_shared<Inner>();
+  auto begin_op = [&, inner](std::int64_t t0) { inner->mark = t0, inner->paused = 0; };
+  auto pause_inside = [&, inner] {
+    if (o.time_dilation <= 1) return;
+    const std::int64_t now = nanoseconds_now(o.clock);
+    dilate(seconds(inner->mark, now));
+    inner->mark = nanoseconds_now(o.clock);
+    inner->paused += inner->mark - now;
+  };
+  // An operation that began at t0 and ended at t1: its compute, after the last stretch's pause.
+  auto end_op = [&, inner](std::int64_t t0, std::int64_t t1) {
+    dilate(seconds(inner->mark, t1));
+    return seconds(t0, t1 - inner->paused);
+  };
   // One round of a point: a fresh stage and the run that times it.
   auto start = [&](int index) -> std::function<std::vector<double>()> {
     Point& pt = points[std::size_t(index)];
@@ -61,10 +83,13 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
     // exchanges copy its own part into every member's place (they are the cost model's).
     const int Tl = T / pt.cp;
     spec.comm.cp = pt.cp, spec.comm.cp_rank = pt.cp - 1;
-    spec.comm.cp_all_gather = [cp = pt.cp](const float* mine, float* all, std::size_t n) {
+    if (pt.tp > 1) spec.comm.tp_all_reduce = [pause_inside](float*, std::size_t) { pause_inside(); };
+    spec.comm.cp_all_gather = [cp = pt.cp, pause_inside](const float* mine, float* all, std::size_t n) {
       for (int c = 0; c < cp; ++c) std::copy_n(mine, n, all + std::size_t(c) * n);
+      pause_inside();
     };
-    spec.comm.cp_reduce_scatter = [cp = pt.cp](const float* all, float* mine, std::size_t n) {
+    spec.comm.cp_reduce_scatter = [cp = pt.cp, pause_inside](const float* all, float* mine, std::size_t n) {
+      pause_inside();
       std::copy_n(all + std::size_t(cp - 1) * n, n, mine);
     };
     std::shared_ptr<backend::Stage> stage = backend.make_stage(spec);
@@ -101,16 +126,16 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
       for (std::size_t i = 0; i < d->x.size(); ++i) d->x[i] = 0.01f * float((i + r) % 17) - 0.08f, d->dy[i] = 1e-4f * float(i % 5);
       double loss = 0;
       const std::int64_t t0 = nanoseconds_now(o.clock);
+      begin_op(t0);
       stage->forward(d->r, pt.b, d->tokens.data(), d->x.data(), d->targets.data(), &loss);
-      const std::int64_t t1 = nanoseconds_now(o.clock);
-      dilate(seconds(t0, t1));
+      const double forward = end_op(t0, nanoseconds_now(o.clock));
       if (d->r == 0) pt.activations = stage->activation_bytes();  // held from the forward to the backward; in a warm-up run
       const std::int64_t t2 = nanoseconds_now(o.clock);
+      begin_op(t2);
       stage->backward(d->r, d->dy.data(), 1.0 / (double(pt.b) * T));
-      const std::int64_t t3 = nanoseconds_now(o.clock);
-      dilate(seconds(t2, t3));
+      const double backward = end_op(t2, nanoseconds_now(o.clock));
       ++d->r;  // gradients accumulate over the runs, as over a step's micro-batches
-      return {seconds(t0, t1), seconds(t2, t3)};
+      return {forward, backward};
     };
   };
   const auto estimates = measure_in_rounds(int(points.size()), start, o.stop);

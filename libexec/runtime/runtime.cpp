@@ -302,8 +302,9 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   auto record = [&](const std::string& name, double start) {
     if (opt.trace) opt.trace->push_back({track, name, start, now_s() - start});
   };
-  // The TP and CP collectives inside a forward or backward, recorded as events within it.
-  spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) {
+  // The TP and CP collectives inside a forward or backward, recorded as events within it (at
+  // tp 1 the block's all-reduce stays a no-op: no pause, no event).
+  if (st.tp > 1) spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) {
     pace.settle();  // the compute before it, stretched
     const double start = now_s();
     check(pace.wait([&] { return tp->all_reduce_sum(data, n); }));
