@@ -13,7 +13,9 @@
 
 #include "job/placement.hpp"
 #include "node/cluster_yaml.hpp"
+#include "backend/backend.hpp"
 #include "node/measure.hpp"
+#include "profiler/profiler.hpp"
 #include "profiler/sampling.hpp"
 #include "spec/cluster.hpp"
 #include "test_util.hpp"
@@ -305,4 +307,33 @@ TEST_CASE("node: subcluster names from hostnames") {
   CHECK(node::name_from_hostname("my box") == "my-box");
   CHECK(node::name_from_hostname("") == "host");
   CHECK(node::name_from_hostname("@@") == "host");
+}
+
+// `hetexec profile --time-dilation X` pauses after every operation and inside it at every TP or
+// CP collective (as the dilated run does), and leaves every pause out of the times, on the wall
+// clock too: a tp 2 x cp 2 layer (4 collectives in its forward, 6 in its backward) profiled at
+// dilation 6 is not 6 times the undilated one. A pause does cool the caches, so the dilated times
+// may be somewhat longer; with the pauses counted they would be about 6x.
+TEST_CASE("profiler: under time dilation the pauses, after an operation and at its collectives, are left out of the times") {
+  auto model = load_model(HET_SOURCE_DIR "/configs/models/tiny-llama.yaml");
+  REQUIRE(model.ok());
+  auto backend = backend::open("cpu", 1);
+  REQUIRE(backend.ok());
+  profiler::Options o;
+  o.micro_batch_sizes = {1};
+  o.tp = {2}, o.cp = {2};
+  o.stop.max_seconds = 0.3, o.stop.min_runs = 6;
+  auto layer = [&](double dilation) {
+    o.time_dilation = dilation;
+    auto p = profiler::profile(**backend, *model, o);
+    REQUIRE(p.ok());
+    for (const auto& r : p->spec.units)
+      if (r.unit == UnitKind::layer) return std::pair{r.forward, r.backward};
+    FAIL("no layer row");
+    return std::pair{0.0, 0.0};
+  };
+  const auto plain = layer(1), dilated = layer(6);
+  INFO("layer forward " << plain.first << " s -> " << dilated.first << " s, backward " << plain.second << " s -> " << dilated.second);
+  CHECK(dilated.first < 2.5 * plain.first);
+  CHECK(dilated.second < 2.5 * plain.second);
 }

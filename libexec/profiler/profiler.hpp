@@ -36,9 +36,11 @@ struct Options {
   Clock clock = Clock::wall;  // thread_cpu only when the backend computes on the calling thread alone
   double slowdown = 1;
   // Measure as a run dilated X times computes (run-local --time-dilation X): each timed
-  // operation is followed by a pause of (X - 1) times its duration, as the run stretches it, so
-  // that what a pause costs the next operation (caches and a core gone cold) is in the times.
-  // The times are still this machine's (not X times them): simulate --time-dilation X scales.
+  // operation is followed by a pause of (X - 1) times its duration, as the run stretches it, and
+  // so is each stretch of it before a TP or CP collective (the run settles there too), so that
+  // what a pause costs the compute after it (caches and a core gone cold) is in the times. The
+  // times are still this machine's (not X times them, the pauses left out even on the wall
+  // clock): simulate --time-dilation X scales.
   double time_dilation = 1;
   std::string device = "cpu";
 };
