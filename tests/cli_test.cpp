@@ -492,3 +492,25 @@ TEST_CASE("hetplan search --write-top N writes the N best plans, best first, bes
   }
   CHECK(iteration(dir.path() + "/s.1.plan.json") == iteration(out));
 }
+
+// The ranking benchmark runs the plans --write-top writes: each must be a different plan (on the
+// fidelity benchmark's cluster the refinement reached a plan another algorithm had found, and it
+// was written twice, as the 2nd and the 4th).
+TEST_CASE("hetplan search --write-top writes distinct plans") {
+  het::test::TempDir dir;
+  const std::string out = dir.path() + "/s.plan.json";
+  auto r = run_process({HETPLAN_BIN, "search", "--model", kSrc + "/configs/models/tiny-llama.yaml", "--cluster",
+                        kSrc + "/bench/fidelity/cluster.yaml", "--time-budget", "3", "-o", out, "--write-top", "6"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::vector<nlohmann::json> seen;
+  for (int k = 1; k <= 6; ++k) {
+    std::ifstream in(dir.path() + "/s." + std::to_string(k) + ".plan.json");
+    if (!in) break;
+    auto pipelines = nlohmann::json::parse(in)["pipelines"];
+    INFO("plan " << k);
+    for (const auto& before : seen) CHECK(before != pipelines);
+    seen.push_back(std::move(pipelines));
+  }
+  CHECK(seen.size() >= 3);
+}

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <tbb/global_control.h>
@@ -195,6 +196,23 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   });
   std::vector<std::pair<double, predict::Outcome>> ranked;
   std::vector<bool> taken(plans.size(), false);
+  // A plan's decisions (schedule, pipelines, stages and their devices): two algorithms may
+  // reach the same plan by different candidates (the refinement's own plans), and the ranking
+  // lists each plan once (`--write-top` writes distinct plans to run).
+  auto decisions = [](const Plan& p) {
+    std::vector<int> key{static_cast<int>(p.schedule), static_cast<int>(p.granularity)};
+    for (const Pipeline& q : p.pipelines) {
+      key.insert(key.end(), {q.micro_batch_size, q.num_microbatches, static_cast<int>(q.stages.size())});
+      for (const Stage& st : q.stages) {
+        key.insert(key.end(), {p.cluster.index_of(st.subcluster), st.first, st.last, st.tp, st.cp, st.dp,
+                               static_cast<int>(st.recompute), st.warmup.value_or(-1),
+                               st.resharding ? static_cast<int>(*st.resharding) : -1});
+        for (const DeviceRef& d : st.devices) key.insert(key.end(), {d.node, d.device});
+      }
+    }
+    return key;
+  };
+  std::set<std::vector<int>> listed;
   std::int64_t total = 0;
   for (std::size_t i = 0; i < works.size(); ++i) {
     Work& w = *works[i];
@@ -204,7 +222,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
       if (!outcomes[j]) continue;
       const double t = outcomes[j]->plan.predicted->iteration_s;
       if (!report.iteration_s || t < *report.iteration_s) report.iteration_s = t;
-      if (!taken[j]) taken[j] = true, ranked.emplace_back(t, *outcomes[j]);
+      if (!taken[j] && listed.insert(decisions(outcomes[j]->plan)).second) ranked.emplace_back(t, *outcomes[j]);
+      taken[j] = true;
     }
     if (!report.iteration_s) report.note = w.timed_out() ? "ran out of time before finding a plan" : "found no plan that fits";
     out.algorithms.push_back(std::move(report));
