@@ -53,27 +53,24 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
   auto dilate = [&](double compute_s) {
     if (o.time_dilation > 1) std::this_thread::sleep_for(std::chrono::duration<double>((o.time_dilation - 1) * compute_s));
   };
-  // A dilated run also pauses inside an operation, at every TP or CP collective (the
-  // runtime's Pace settles the compute before it: a TP stage's forward is as many stretches as
-  // it has collectives), and each stretch starts as cold as after an operation's pause. The profile pauses there too, and leaves the pauses out of the operation's time
-  // (they are in it on the wall clock): `inner` holds the mark of the stretch under way and the
-  // pauses taken since the operation began.
-  struct Inner {
-    std::int64_t mark = 0, paused = 0;
-  };
-  auto inner = std::make_shared<Inner>();
-  auto begin_op = [&, inner](std::int64_t t0) { inner->mark = t0, inner->paused = 0; };
-  auto pause_inside = [&, inner] {
+  // A dilated run also pauses inside an operation, at every TP or CP collective (the runtime's
+  // Pace settles the compute before it: a TP stage's forward is as many stretches as it has
+  // collectives), and each stretch starts as cold as after an operation's pause. The profile
+  // pauses there too and leaves the pauses out of the operation's time (they are in it on the
+  // wall clock): the mark of the stretch under way, the pauses since the operation began.
+  std::int64_t mark = 0, paused = 0;
+  auto begin_op = [&](std::int64_t t0) { mark = t0, paused = 0; };
+  auto pause_inside = [&] {
     if (o.time_dilation <= 1) return;
     const std::int64_t now = nanoseconds_now(o.clock);
-    dilate(seconds(inner->mark, now));
-    inner->mark = nanoseconds_now(o.clock);
-    inner->paused += inner->mark - now;
+    dilate(seconds(mark, now));
+    mark = nanoseconds_now(o.clock);
+    paused += mark - now;
   };
   // An operation that began at t0 and ended at t1: its compute, after the last stretch's pause.
-  auto end_op = [&, inner](std::int64_t t0, std::int64_t t1) {
-    dilate(seconds(inner->mark, t1));
-    return seconds(t0, t1 - inner->paused);
+  auto end_op = [&](std::int64_t t0, std::int64_t t1) {
+    dilate(seconds(mark, t1));
+    return seconds(t0, t1 - paused);
   };
   // One round of a point: a fresh stage and the run that times it.
   auto start = [&](int index) -> std::function<std::vector<double>()> {
@@ -83,12 +80,12 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
     // exchanges copy its own part into every member's place (they are the cost model's).
     const int Tl = T / pt.cp;
     spec.comm.cp = pt.cp, spec.comm.cp_rank = pt.cp - 1;
-    if (pt.tp > 1) spec.comm.tp_all_reduce = [pause_inside](float*, std::size_t) { pause_inside(); };
-    spec.comm.cp_all_gather = [cp = pt.cp, pause_inside](const float* mine, float* all, std::size_t n) {
+    if (pt.tp > 1) spec.comm.tp_all_reduce = [&](float*, std::size_t) { pause_inside(); };
+    spec.comm.cp_all_gather = [cp = pt.cp, &pause_inside](const float* mine, float* all, std::size_t n) {
       for (int c = 0; c < cp; ++c) std::copy_n(mine, n, all + std::size_t(c) * n);
       pause_inside();
     };
-    spec.comm.cp_reduce_scatter = [cp = pt.cp, pause_inside](const float* all, float* mine, std::size_t n) {
+    spec.comm.cp_reduce_scatter = [cp = pt.cp, &pause_inside](const float* all, float* mine, std::size_t n) {
       pause_inside();
       std::copy_n(all + std::size_t(cp - 1) * n, n, mine);
     };

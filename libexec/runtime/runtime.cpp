@@ -302,28 +302,26 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   auto record = [&](const std::string& name, double start) {
     if (opt.trace) opt.trace->push_back({track, name, start, now_s() - start});
   };
-  // The TP and CP collectives inside a forward or backward, recorded as events within it (at
-  // tp 1 the block's all-reduce stays a no-op: no pause, no event).
-  if (st.tp > 1) spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) {
-    pace.settle();  // the compute before it, stretched
+  // The TP and CP collectives inside a forward or backward: the compute before one stretched,
+  // then the collective, recorded as an event within F or B (at tp 1 the block's all-reduce
+  // stays a no-op: no pause, no event).
+  auto collective = [&](const char* name, auto&& blocking) {
+    pace.settle();
     const double start = now_s();
-    check(pace.wait([&] { return tp->all_reduce_sum(data, n); }));
-    record("tp all-reduce", start);
+    check(pace.wait(blocking));
+    record(name, start);
+  };
+  if (st.tp > 1) spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) {
+    collective("tp all-reduce", [&] { return tp->all_reduce_sum(data, n); });
   };
   spec.comm.cp_rank = here.context, spec.comm.cp = st.cp;
   spec.comm.cp_all_gather = [&](const float* part, float* all, std::size_t n) {
     std::copy_n(part, n, all + std::size_t(here.context) * n);
-    pace.settle();  // the compute before it, stretched
-    const double start = now_s();
-    check(pace.wait([&] { return transport::all_gather(peers, cp_ring, all, n * std::size_t(st.cp), kContext); }));
-    record("cp all-gather", start);
+    collective("cp all-gather", [&] { return transport::all_gather(peers, cp_ring, all, n * std::size_t(st.cp), kContext); });
   };
   spec.comm.cp_reduce_scatter = [&](const float* all, float* part, std::size_t n) {
     std::vector<float> buf(all, all + n * std::size_t(st.cp));
-    pace.settle();  // the compute before it, stretched
-    const double start = now_s();
-    check(pace.wait([&] { return transport::reduce_scatter_sum(peers, cp_ring, buf.data(), buf.size(), kContext); }));
-    record("cp reduce-scatter", start);
+    collective("cp reduce-scatter", [&] { return transport::reduce_scatter_sum(peers, cp_ring, buf.data(), buf.size(), kContext); });
     std::copy_n(buf.data() + std::size_t(here.context) * n, n, part);
   };
   MemoryMeter meter;  // the heap's baseline: before the stage's parameters exist

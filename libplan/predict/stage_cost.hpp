@@ -52,8 +52,10 @@ double whole_parameters(const ModelSpec& m, UnitKind kind);
 // tied embedding) on one ring over every holder. A ring inside one node uses the intra-node
 // links; else a node's NIC is shared by the rings with a member on it (rings visit each node's
 // members in a row, as ranks are ordered: one flow leaves a node per ring, so one ring alone
-// has it to itself), and a ring over several subclusters runs at the slowest link between them
-// (its bandwidth per node, shared the same way).
+// has it to itself). A ring runs at its slowest hop's bandwidth (a link between subclusters is
+// per node, shared the same way), and its latency is the mean of its hops' in rank order
+// (chunks are pipelined around it: a ring over two subclusters pays their link's latency about
+// twice per lap, not at every step).
 enum class Rings { per_shard, one };
 LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& members, Rings rings);
 

@@ -195,7 +195,6 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     if (outcome && outcome->fits_memory()) outcomes[j] = std::move(*outcome);
   });
   std::vector<std::pair<double, predict::Outcome>> ranked;
-  std::vector<bool> taken(plans.size(), false);
   // A plan's decisions (schedule, pipelines, stages and their devices): two algorithms may
   // reach the same plan by different candidates (the refinement's own plans), and the ranking
   // lists each plan once (`--write-top` writes distinct plans to run).
@@ -222,8 +221,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
       if (!outcomes[j]) continue;
       const double t = outcomes[j]->plan.predicted->iteration_s;
       if (!report.iteration_s || t < *report.iteration_s) report.iteration_s = t;
-      if (!taken[j] && listed.insert(decisions(outcomes[j]->plan)).second) ranked.emplace_back(t, *outcomes[j]);
-      taken[j] = true;
+      if (listed.insert(decisions(outcomes[j]->plan)).second) ranked.emplace_back(t, *outcomes[j]);
     }
     if (!report.iteration_s) report.note = w.timed_out() ? "ran out of time before finding a plan" : "found no plan that fits";
     out.algorithms.push_back(std::move(report));
