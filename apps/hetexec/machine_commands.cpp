@@ -233,8 +233,13 @@ int MachineCommands::run_profile() {
     return 1;
   }
   if (!p) return report(p.errors());
+  const auto& parts = p->optimizer_parts;
+  const double parts_sum = parts.to_host + parts.pack + parts.adamw + parts.zero_grad;
+  auto share = [&](double x) { return percent(parts_sum > 0 ? x / parts_sum : 0); };
+  const std::string phases = "by phase: gradients to host " + share(parts.to_host) + " / pack " + share(parts.pack) + " / AdamW " +
+                             share(parts.adamw) + " / zero_grad " + share(parts.zero_grad);
   std::cout << " optimizer step per layer: " << p->spec.optimizer_step[0].time << " s, spread " << percent(p->optimizer_step.max())
-            << ", " << p->optimizer_step.runs << " runs\n";
+            << ", " << p->optimizer_step.runs << " runs (" << phases << ")\n";
   std::string tps;
   for (int tp : options_.tp) tps += (tps.empty() ? "" : ", ") + std::to_string(tp);
   char slowdown[32];
@@ -265,7 +270,7 @@ int MachineCommands::run_profile() {
   };
   comments.row = [&](const ProfileRow& r) { return spread_comment(spread.at({r.unit, r.tp, r.cp, r.micro_batch_size})); };
   comments.optimizer_step = [&](const OptimizerStep&) {
-    return "spread " + percent(p->optimizer_step.forward) + ", " + std::to_string(p->optimizer_step.runs) + " runs";
+    return "spread " + percent(p->optimizer_step.forward) + ", " + std::to_string(p->optimizer_step.runs) + " runs; " + phases;
   };
   std::ofstream out(profile_out_);
   out << write_profile(p->spec, comments);

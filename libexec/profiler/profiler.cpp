@@ -100,10 +100,15 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
       return [&, stage, bucket]() -> std::vector<double> {
         const std::int64_t t0 = nanoseconds_now(o.clock);
         stage->finish_backward();
+        const std::int64_t t1 = nanoseconds_now(o.clock);
         runtime::pack_gradients(*bucket);
+        const std::int64_t t2 = nanoseconds_now(o.clock);
         runtime::update(*bucket, model::AdamW{}, ++optimizer_steps, false);
+        const std::int64_t t3 = nanoseconds_now(o.clock);
         stage->zero_grad();
         const double t = seconds(t0, nanoseconds_now(o.clock));
+        auto& parts = out.optimizer_parts;
+        parts.to_host += seconds(t0, t1), parts.pack += seconds(t1, t2), parts.adamw += seconds(t2, t3), parts.zero_grad += t - seconds(t0, t3);
         dilate(t);
         return {t / L};
       };

@@ -59,6 +59,12 @@ struct Profile {
   ProfileSpec spec;
   std::vector<Spread> spread;  // one per spec.units row, in the same order
   Spread optimizer_step;       // of spec.optimizer_step (forward and backward both the step's)
+  // The step's time by phase, summed over its timed runs (the same order as the runtime runs
+  // them): gradients made whole on the host (finish_backward), packed, AdamW with the values
+  // back, zero_grad (a device backend uploads the values there).
+  struct OptimizerParts {
+    double to_host = 0, pack = 0, adamw = 0, zero_grad = 0;
+  } optimizer_parts;
 };
 
 // Errors: a tp that does not divide the heads, kv heads and MLP channels. on_row reports

@@ -1,5 +1,8 @@
 #include "runtime/buckets.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 
 namespace het::runtime {
@@ -8,16 +11,33 @@ namespace {
 
 using P = model::Param<float>;
 
-// The bucket's elements of every part's `of` (value or grad) to `flat`.
-void pack(Bucket& b, std::vector<float> P::*of, std::vector<float>& flat, bool weighted) {
-  for (const auto& p : b.parts) {
-    const auto& src = p.param->*of;
-    const float w = weighted ? p.chunk.weight : 1.0f;
+// Copies between every part's parameter elements (Elements: rows of `run` at `stride`) and the
+// bucket's packed buffer at p.at, in blocks of kGrain elements on oneTBB's threads (as many as
+// the process allows: the CPU backend's limit, or every core) — a parameter of one long row
+// (an embedding) is split too. to_flat: flat[p.at + i] = param[index(i)] * weight; else the
+// other way, unweighted. Every element is written by one block and computed as alone, so the
+// results are the same bits for any thread count.
+constexpr std::size_t kGrain = std::size_t(1) << 16;
+void copy_parts(Bucket& b, std::vector<float> P::*of, std::vector<float>& flat, bool to_flat, bool weighted) {
+  tbb::parallel_for(std::size_t(0), b.parts.size(), [&](std::size_t i) {
+    const Bucket::Part& p = b.parts[i];
     const Elements& e = p.chunk.elements;
-    for (std::size_t r = 0; r < e.count; ++r)
-      for (std::size_t j = 0; j < e.run; ++j) flat[p.at + r * e.run + j] = src[e.start + r * e.stride + j] * w;
-  }
+    auto& param = p.param->*of;
+    const float w = weighted ? p.chunk.weight : 1.0f;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, e.size(), kGrain), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t k = r.begin(); k < r.end();) {  // k: the element's place in the part; a row's piece at a time
+        const std::size_t j = k % e.run, n = std::min(e.run - j, r.end() - k), at = e.index(k);
+        float* f = flat.data() + p.at + k;
+        if (to_flat) for (std::size_t x = 0; x < n; ++x) f[x] = param[at + x] * w;
+        else std::copy_n(f, n, param.data() + at);
+        k += n;
+      }
+    });
+  });
 }
+
+// The bucket's elements of every part's `of` (value or grad) to `flat`.
+void pack(Bucket& b, std::vector<float> P::*of, std::vector<float>& flat, bool weighted) { copy_parts(b, of, flat, true, weighted); }
 
 // The packed buffers; the moments come with the part the bucket owns (connect(), whole_bucket()),
 // so that a ZeRO rank never holds more than its share of them.
@@ -74,22 +94,19 @@ void pack_gradients(Bucket& b) { pack(b, &P::grad, b.grad, true); }
 
 void update(Bucket& b, const model::AdamW& adamw, int step, bool zero) {
   pack(b, &P::value, b.value, false);
-  for (const auto& p : b.parts) {  // the owned part of each parameter's slice
+  tbb::parallel_for(std::size_t(0), b.parts.size(), [&](std::size_t i) {  // the owned part of each parameter's slice
+    const Bucket::Part& p = b.parts[i];
     const std::size_t lo = std::max(b.lo, p.at), hi = std::min(b.hi, p.at + p.chunk.elements.size());
-    if (lo >= hi) continue;
-    model::adamw_update(b.value.data() + lo, b.grad.data() + lo, b.m.data() + (lo - b.lo), b.v.data() + (lo - b.lo), hi - lo, adamw,
-                        step, model::decays(p.param->name));
-  }
+    if (lo >= hi) return;
+    const bool decay = model::decays(p.param->name);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(lo, hi, kGrain), [&](const tbb::blocked_range<std::size_t>& r) {
+      const std::size_t at = r.begin(), n = r.size();
+      model::adamw_update(b.value.data() + at, b.grad.data() + at, b.m.data() + (at - b.lo), b.v.data() + (at - b.lo), n, adamw, step, decay);
+    });
+  });
   if (!zero || b.group.size() <= 1) unpack_values(b);
 }
 
-void unpack_values(Bucket& b) {
-  for (const auto& p : b.parts) {
-    auto& dst = p.param->value;
-    const Elements& e = p.chunk.elements;
-    for (std::size_t r = 0; r < e.count; ++r)
-      for (std::size_t j = 0; j < e.run; ++j) dst[e.start + r * e.stride + j] = b.value[p.at + r * e.run + j];
-  }
-}
+void unpack_values(Bucket& b) { copy_parts(b, &P::value, b.value, false, false); }
 
 }  // namespace het::runtime

@@ -12,8 +12,8 @@
 //    start of every step — or at construction. Gradients accumulate on the device (fp32) over the
 //    step's backward() calls and reach the host grad vectors only in finish_backward(), which
 //    copies them all (through one pinned buffer, one synchronisation per 128 MiB); until then the
-//    host grads hold what the last zero_grad() or finish_backward() left there. zero_grad()
-//    clears both copies.
+//    host grads hold what the last finish_backward() left there. zero_grad() clears the device
+//    copy only (the host's is overwritten whole by the next finish_backward()).
 //  * Only tp = 1 and cp = 1 (no tensor or context parallelism yet) and head dimension <= 256
 //    (the flash-style attention of kernels.hpp keeps O(B·H·T) per layer, any sequence length;
 //    D > 128 needs ~138 KiB of shared memory per block in the backward: H100 and A100 have it);

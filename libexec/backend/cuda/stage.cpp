@@ -3,6 +3,8 @@
 // The fp32 master parameters live in a model::StageModel<float> used only as their holder, so
 // names, order and initial values are those of the CPU backend by construction.
 #include <cuda_runtime_api.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -151,7 +153,12 @@ class CudaStage final : public Stage {
     std::size_t used = 0;
     auto drain = [&] {
       cuda::check(cudaStreamSynchronize(stream()), "copying the gradients to the host");
-      for (const Piece& pc : pieces) std::copy_n(pinned_.get() + pc.at, pc.n, pc.q->host->grad.data() + pc.offset);
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, used, std::size_t(1) << 18), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (const Piece& pc : pieces) {  // the pieces' parts in [r.begin(), r.end()) of the pinned buffer
+          const std::size_t lo = std::max(r.begin(), pc.at), hi = std::min(r.end(), pc.at + pc.n);
+          if (lo < hi) std::copy_n(pinned_.get() + lo, hi - lo, pc.q->host->grad.data() + pc.offset + (lo - pc.at));
+        }
+      });
       pieces.clear(), used = 0;
     };
     for (const auto& q : params_)
@@ -168,10 +175,10 @@ class CudaStage final : public Stage {
 
   std::vector<model::Param<float>*> params() override { return host_.params(); }
 
-  // Zeroes the gradients (device and host) and brings the host's master values to the device.
+  // Zeroes the device gradients and brings the host's master values to the device. The host
+  // gradients are left as they are: finish_backward() overwrites every one of them.
   void zero_grad() override {
     for (auto& q : params_) {
-      std::fill(q.host->grad.begin(), q.host->grad.end(), 0.f);
       cuda::check(cudaMemsetAsync(q.grad.get(), 0, q.grad.bytes(), stream()), "clearing the gradient of " + q.host->name);
       upload_bf16(q.value.get(), q.host->value.data(), q.host->value.size());
     }

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The GPU runbook (docs/executor.md, "GPU machines"): what to run the first time hetexec meets a
+# CUDA GPU, in one command, with a log a person reads and files a script reads.
+#   scripts/gpu-runbook.sh [--bin DIR] [--out DIR] [PART...]
+# PART: tests (the `gpu` ctest label's executables: kernels, GEMMs, stages, NCCL of one member),
+# layer (bench_gpu_layer: one GPT layer's MFU, the flash-attention kernels), losses (tiny plans
+# trained with --backend cuda beside --backend cpu: the two loss curves), fidelity (this GPU as a
+# cluster, a cuda profile of bench/gpu/gpt-medium.yaml, the searched plan trained on it, and
+# hetplan simulate --measured: predicted ÷ measured). Default: all four.
+# --bin DIR holds hetexec, hetplan and, for `tests` and `layer`, het_gpu_tests, het_nccl_tests and
+# bench_gpu_layer (default: the build directory's). HET_RUNBOOK_BACKEND=cpu runs `losses` and
+# `fidelity` on the CPU backend, HET_RUNBOOK_MODEL=F profiles and trains F: the script's own check
+# on a machine without a GPU.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin=""
+out="${TMPDIR:-/tmp}/gpu-runbook"
+parts=()
+while (($#)); do
+  case "$1" in
+    --bin) bin="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    tests|layer|losses|fidelity) parts+=("$1"); shift ;;
+    *) echo "gpu-runbook: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+((${#parts[@]})) || parts=(tests layer losses fidelity)
+backend="${HET_RUNBOOK_BACKEND:-cuda}"
+find_bin() {  # the program in --bin, else where the build puts it
+  if [[ -n $bin ]]; then echo "$bin/$1"; return; fi
+  local p
+  for p in apps/hetexec apps/hetplan tests bench; do
+    [[ -x "$root/build/$p/$1" ]] && { echo "$root/build/$p/$1"; return; }
+  done
+  echo "$1"
+}
+hetexec=$(find_bin hetexec)
+hetplan=$(find_bin hetplan)
+mkdir -p "$out"
+failed=0
+step() {  # step NAME CMD...: runs CMD, says how it ended and how long it took
+  local name="$1"; shift
+  local t0=$SECONDS
+  echo "== $name: $*"
+  "$@"
+  local rc=$?
+  echo "== $name: exit $rc after $((SECONDS - t0)) s"
+  ((rc == 0)) || failed=1
+  return $rc
+}
+logged() {  # logged FILE CMD...: CMD's output to FILE (step's own lines stay on the terminal)
+  local file="$1"; shift
+  "$@" > "$file" 2>&1
+}
+
+for part in "${parts[@]}"; do
+  case "$part" in
+  tests)
+    for p in kernels gemm stage; do
+      step "gpu: $p" timeout 600 "$(find_bin het_gpu_tests)" "[$p]" -d yes
+    done
+    step "gpu: NCCL, one member" timeout 300 "$(find_bin het_nccl_tests)" --need-gpus 1 "[one-gpu]"
+    ;;
+  layer)
+    step "bench_gpu_layer" timeout 600 "$(find_bin bench_gpu_layer)"
+    ;;
+  losses)
+    # Every plan trains the same model from the same weights and data, so the cuda run's losses
+    # follow the cpu run's (bf16 activations against fp32: within a few percent).
+    for name in gpt-pipe2 gpt-dp2 llama-pipe4 gpt-recompute; do
+      model=tiny-${name%%-*}
+      plan="$root/bench/fidelity/plans/$name.plan.json"
+      args=(--model "$root/configs/models/$model.yaml" --cluster "$root/bench/fidelity/cluster.yaml" --steps 8)
+      step "losses $name cpu" logged "$out/$name.cpu.log" "$hetexec" run-local "$plan" "${args[@]}" --backend cpu --metrics-out "$out/$name.cpu.jsonl"
+      step "losses $name $backend" logged "$out/$name.$backend.log" "$hetexec" run-local "$plan" "${args[@]}" --backend "$backend" \
+        --metrics-out "$out/$name.$backend.jsonl" || tail -5 "$out/$name.$backend.log"
+      python3 - "$out/$name.cpu.jsonl" "$out/$name.$backend.jsonl" <<'PY'
+import json, sys
+def losses(f):
+    try:
+        return [json.loads(l)["loss"] for l in open(f) if '"loss"' in l]
+    except OSError:
+        return []
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("   step  cpu loss  run loss  rel diff")
+for i, (x, y) in enumerate(zip(a, b)):
+    print(f"   {i:4d}  {x:8.4f}  {y:8.4f}  {abs(y - x) / abs(x):9.4%}")
+if a and b:
+    print(f"   largest relative difference: {max(abs(y - x) / abs(x) for x, y in zip(a, b)):.4%} over {min(len(a), len(b))} steps")
+PY
+    done
+    ;;
+  fidelity)
+    model="${HET_RUNBOOK_MODEL:-$root/bench/gpu/gpt-medium.yaml}"
+    dev=(--devices cuda:0)
+    [[ $backend == cpu ]] && dev=(--devices cpu)
+    step "cluster" "$hetexec" devices --format cluster -o "$out/cluster.yaml" && cat "$out/cluster.yaml"
+    step "profile" logged "$out/profile.log" "$hetexec" profile --backend "$backend" "${dev[@]}" --model "$model" --micro-batch 1 2 4 \
+      --repeats 10 --max-seconds 2 -o "$out/profile.yaml" && grep "optimizer step" "$out/profile.log"
+    step "search" "$hetplan" search --model "$model" --cluster "$out/cluster.yaml" --profile "$out/profile.yaml" --time-budget 5 -o "$out/plan.json"
+    for k in 1 2; do
+      step "train $k" logged "$out/train.$k.log" "$hetexec" run-local "$out/plan.json" --backend "$backend" --steps 12 \
+        --trace "$out/train.$k.trace.json" --metrics-out "$out/train.$k.jsonl"
+      tail -3 "$out/train.$k.log"
+      step "simulate $k" "$hetplan" simulate "$out/plan.json" --profile "$out/profile.yaml" --measured "$out/train.$k.trace.json"
+    done
+    ;;
+  esac
+done
+echo "== runbook: $([[ $failed == 0 ]] && echo 'every step passed' || echo 'some step FAILED'); files in $out"
+exit $failed
