@@ -138,51 +138,38 @@ class CudaStage final : public Stage {
   }
 
   // The host gradients made whole (backend.hpp): the fp32 device gradients, the sum over the
-  // step's micro-batches, copied into params()' grad vectors through one pinned buffer — as
-  // many asynchronous copies as it holds, one synchronisation, then host copies out.
+  // step's micro-batches, copied into params()' grad vectors through the pinned buffer.
   void finish_backward() override {
-    std::size_t total = 0;
-    for (const auto& q : params_) total += q.grad.size();
-    const std::size_t want = std::min(total, kPinnedFloats);
-    if (pinned_.size() < want) pinned_ = cuda::PinnedBuffer<float>(want);
-    struct Piece {
-      const DeviceParam* q;
-      std::size_t offset, at, n;  // elements [offset, offset + n) of q, at pinned_[at]
-    };
-    std::vector<Piece> pieces;
-    std::size_t used = 0;
-    auto drain = [&] {
-      cuda::check(cudaStreamSynchronize(stream()), "copying the gradients to the host");
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, used, std::size_t(1) << 18), [&](const tbb::blocked_range<std::size_t>& r) {
-        for (const Piece& pc : pieces) {  // the pieces' parts in [r.begin(), r.end()) of the pinned buffer
-          const std::size_t lo = std::max(r.begin(), pc.at), hi = std::min(r.end(), pc.at + pc.n);
-          if (lo < hi) std::copy_n(pinned_.get() + lo, hi - lo, pc.q->host->grad.data() + pc.offset + (lo - pc.at));
-        }
-      });
-      pieces.clear(), used = 0;
-    };
-    for (const auto& q : params_)
-      for (std::size_t offset = 0; offset < q.grad.size();) {
-        if (used == pinned_.size()) drain();
-        const std::size_t n = std::min(q.grad.size() - offset, pinned_.size() - used);
-        cuda::check(cudaMemcpyAsync(pinned_.get() + used, q.grad.get() + offset, n * sizeof(float), cudaMemcpyDeviceToHost, stream()),
-                    "copying the gradient of " + q.host->name);
-        pieces.push_back({&q, offset, used, n});
-        used += n, offset += n;
-      }
-    drain();
+    through_pinned([](const DeviceParam& q) { return q.host->grad.data(); },
+                   [&](const Piece& pc) {
+                     cuda::check(cudaMemcpyAsync(pinned_.get() + pc.at, pc.q->grad.get() + pc.offset, pc.n * sizeof(float),
+                                                 cudaMemcpyDeviceToHost, stream()),
+                                 "copying the gradient of " + pc.q->host->name);
+                   },
+                   false);
   }
 
   std::vector<model::Param<float>*> params() override { return host_.params(); }
 
-  // Zeroes the device gradients and brings the host's master values to the device. The host
-  // gradients are left as they are: finish_backward() overwrites every one of them.
+  // Zeroes the device gradients and brings the host's master values to the device (through the
+  // pinned buffer, then to bf16 from the fp32 staging buffer). The host gradients are left as
+  // they are: finish_backward() overwrites every one of them.
   void zero_grad() override {
-    for (auto& q : params_) {
-      cuda::check(cudaMemsetAsync(q.grad.get(), 0, q.grad.bytes(), stream()), "clearing the gradient of " + q.host->name);
-      upload_bf16(q.value.get(), q.host->value.data(), q.host->value.size());
+    for (auto& q : params_) cuda::check(cudaMemsetAsync(q.grad.get(), 0, q.grad.bytes(), stream()), "clearing the gradient of " + q.host->name);
+    const std::size_t want = std::min(total_parameters(), kPinnedFloats);
+    if (staging_.size() < want) {
+      cuda::check(cudaStreamSynchronize(stream()), "growing the staging buffer");
+      staging_ = Buf<float>(ledger_, stream(), want);
     }
-    cuda::check(cudaStreamSynchronize(stream()), "uploading the parameters");
+    through_pinned([](const DeviceParam& q) { return q.host->value.data(); },
+                   [&](const Piece& pc) {
+                     cuda::check(cudaMemcpyAsync(staging_.get() + pc.at, pinned_.get() + pc.at, pc.n * sizeof(float), cudaMemcpyHostToDevice,
+                                                 stream()),
+                                 "copying the values of " + pc.q->host->name);
+                     cuda::to_bf16(pc.q->value.get() + pc.offset, staging_.get() + pc.at, std::int64_t(pc.n), stream());
+                     cuda::check_launch("to_bf16");
+                   },
+                   true);
   }
 
   std::optional<DeviceMemory> device_memory() const override { return DeviceMemory{ledger_.in_use, ledger_.peak}; }
@@ -217,6 +204,55 @@ class CudaStage final : public Stage {
   float* g(const std::string& name) const { return param(name).grad.get(); }
   // A bias when the architecture has one (gpt), else null.
   const bf16* bias(const std::string& name) const { return gpt() ? p(name) : nullptr; }
+
+  std::size_t total_parameters() const {
+    std::size_t n = 0;
+    for (const auto& q : params_) n += q.grad.size();
+    return n;
+  }
+  // Elements [offset, offset + n) of parameter q, at pinned_[at].
+  struct Piece {
+    const DeviceParam* q;
+    std::size_t offset, at, n;
+  };
+  // Moves every parameter's host vector host_of(q) [q's size] through the pinned buffer, as many
+  // pieces at a time as it holds (all, or kPinnedFloats): to the device (to_device: the host
+  // copies into pinned_ on every core, then copy(piece) for each piece; the buffer is reused
+  // only after the stream drained), or from it (copy(piece) for each piece, one
+  // synchronisation, then the host copies out on every core).
+  template <class HostOf, class Copy>
+  void through_pinned(HostOf&& host_of, Copy&& copy, bool to_device) {
+    const std::size_t want = std::min(total_parameters(), kPinnedFloats);
+    if (pinned_.size() < want) pinned_ = cuda::PinnedBuffer<float>(want);
+    std::vector<Piece> pieces;
+    std::size_t used = 0;
+    auto host_copies = [&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, used, std::size_t(1) << 18), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (const Piece& pc : pieces) {  // the pieces' parts in [r.begin(), r.end()) of the pinned buffer
+          const std::size_t lo = std::max(r.begin(), pc.at), hi = std::min(r.end(), pc.at + pc.n);
+          if (lo >= hi) continue;
+          float* host = host_of(*pc.q) + pc.offset + (lo - pc.at);
+          if (to_device) std::copy_n(host, hi - lo, pinned_.get() + lo);
+          else std::copy_n(pinned_.get() + lo, hi - lo, host);
+        }
+      });
+    };
+    auto flush = [&] {
+      if (to_device) host_copies();
+      for (const Piece& pc : pieces) copy(pc);
+      cuda::check(cudaStreamSynchronize(stream()), to_device ? "copying the parameters to the device" : "copying the gradients to the host");
+      if (!to_device) host_copies();
+      pieces.clear(), used = 0;
+    };
+    for (const auto& q : params_)
+      for (std::size_t offset = 0; offset < q.grad.size();) {
+        if (used == pinned_.size()) flush();
+        const std::size_t n = std::min(q.grad.size() - offset, pinned_.size() - used);
+        pieces.push_back({&q, offset, used, n});
+        used += n, offset += n;
+      }
+    flush();
+  }
 
   template <class T>
   Buf<T> upload(const T* host, std::size_t n) {
@@ -367,7 +403,7 @@ class CudaStage final : public Stage {
   std::unordered_map<std::string, std::size_t> index_;
   std::map<int, Acts> in_flight_;
   Buf<float> staging_;  // fp32 host <-> device staging, grown as needed
-  // finish_backward's page-locked staging: all gradients, or kPinnedFloats at a time.
+  // The page-locked staging of finish_backward and zero_grad: all parameters, or kPinnedFloats at a time.
   static constexpr std::size_t kPinnedFloats = std::size_t(32) << 20;  // 128 MiB
   cuda::PinnedBuffer<float> pinned_;
 };
