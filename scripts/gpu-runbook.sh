@@ -8,7 +8,7 @@
 # cluster, a cuda profile of bench/gpu/gpt-medium.yaml, the searched plan trained on it, and
 # hetplan simulate --measured: predicted ÷ measured). Default: all four.
 # --bin DIR holds hetexec, hetplan and, for `tests` and `layer`, het_gpu_tests, het_nccl_tests and
-# bench_gpu_layer (default: the build directory's). HET_RUNBOOK_BACKEND=cpu runs `losses` and
+# bench_gpu_layer (default: the build directory's, $HET_BUILD_DIR or build/). HET_RUNBOOK_BACKEND=cpu runs `losses` and
 # `fidelity` on the CPU backend, HET_RUNBOOK_MODEL=F profiles and trains F: the script's own check
 # on a machine without a GPU.
 set -uo pipefail
@@ -29,9 +29,9 @@ done
 backend="${HET_RUNBOOK_BACKEND:-cuda}"
 find_bin() {  # the program in --bin, else where the build puts it
   if [[ -n $bin ]]; then echo "$bin/$1"; return; fi
-  local p
+  local p build="${HET_BUILD_DIR:-$root/build}"
   for p in apps/hetexec apps/hetplan tests bench; do
-    [[ -x "$root/build/$p/$1" ]] && { echo "$root/build/$p/$1"; return; }
+    [[ -x "$build/$p/$1" ]] && { echo "$build/$p/$1"; return; }
   done
   echo "$1"
 }
