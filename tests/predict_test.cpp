@@ -140,6 +140,56 @@ links:
   CHECK(plain->plan.predicted->iteration_s >= v->plan.predicted->iteration_s);
 }
 
+TEST_CASE("on the CPU backend a stage's peak memory holds the activations the stage before sent ahead of its warm-up") {
+  // The transport reads frames as they arrive (transport/tcp.hpp): when a stage ends its warm-up
+  // of w forwards, the stage before, with a warm-up of w_before, has sent w_before − w more.
+  auto cd = test::doc(R"(name: c
+subclusters:
+  - {name: a, device: A100-80GB, nodes: 1, devices_per_node: 4}
+)",
+                      "c.yaml");
+  Plan plan = four_layers_on(cd);
+  Pipeline p;
+  p.micro_batch_size = 2;
+  p.num_microbatches = 16;
+  Stage s0, s1, s2;
+  s0.subcluster = "a", s0.first = 0, s0.last = 1, s0.devices = {{0, 0}};
+  s1.subcluster = "a", s1.first = 2, s1.last = 3, s1.devices = {{0, 1}};
+  s2.subcluster = "a", s2.first = 4, s2.last = 5, s2.devices = {{0, 2}, {0, 3}}, s2.tp = 2;
+  s1.resharding = Resharding::all_pairs;
+  p.stages = {s0, s1, s2};
+  plan.pipelines = {p};
+  cost::ComputeModel cm(plan.model, {});
+  auto bf16 = predict::predict(plan, cm, {});  // device memory: the frames are in host memory
+  REQUIRE(bf16.ok());
+  for (const auto& d : bf16->stages[0]) CHECK(d.memory.read_ahead == 0);
+
+  plan.model.dtype = DType::fp32;
+  const double frame = 2.0 * 512 * 1024 * 4;  // [b, T, C] fp32
+  auto v = predict::predict(plan, cm, {});
+  REQUIRE(v.ok());
+  const auto& st = v->stages[0];
+  REQUIRE(st[0].warmup == 3);
+  REQUIRE(st[1].warmup == 2);
+  REQUIRE(st[2].warmup == 1);
+  CHECK(st[0].memory.read_ahead == 0);  // the first stage reads tokens, not frames
+  CHECK(st[1].memory.read_ahead == Approx(1 * frame));
+  CHECK(st[2].memory.read_ahead == Approx(1 * frame));  // all-pairs: each TP shard gets the whole tensor
+  CHECK(st[2].memory.total() > st[2].memory.read_ahead);
+
+  // Gathered, sent once and scattered: the first shard takes the whole tensor off the link.
+  plan.pipelines[0].stages[1].resharding = Resharding::gather_send_scatter;
+  auto g = predict::predict(plan, cm, {});
+  REQUIRE(g.ok());
+  CHECK(g->stages[0][2].memory.read_ahead == Approx(frame));
+
+  // Sent and all-gathered: each shard takes half of it from the link.
+  plan.pipelines[0].stages[1].resharding = Resharding::send_recv_allgather;
+  auto a = predict::predict(plan, cm, {});
+  REQUIRE(a.ok());
+  CHECK(a->stages[0][2].memory.read_ahead == Approx(frame / 2));
+}
+
 TEST_CASE("resharding between stages of different (dp, tp) picks the cheapest strategy unless told") {
   auto cd = test::doc(R"(name: c
 subclusters:

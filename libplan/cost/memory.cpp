@@ -67,6 +67,7 @@ StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
   // The backward's temporaries: a layer's gradients of its activations (one set, as large as
   // what the layer keeps without recomputation), and the head's gradient of its logits.
   mem.workspace = (st.layers > 0 ? layer_all : 0) + (st.has_head ? 4 * N * double(m.vocab_size) : 0);
+  mem.read_ahead = st.read_ahead;
   return mem;
 }
 

@@ -45,7 +45,10 @@ struct StageMemory {
   double sync_buffers = 0;                           // fp32 (CPU backend): packed gradients and values
   double recompute = 0;                              // full recompute (fp32): one micro-batch's set again
   double workspace = 0;                              // fp32 (CPU backend): the backward's temporaries
-  double total() const { return weights + gradients + optimizer + sync_buffers + activations + stage_buffers + recompute + workspace; }
+  double read_ahead = 0;                             // fp32 (CPU backend): activations the transport read ahead
+  double total() const {
+    return weights + gradients + optimizer + sync_buffers + activations + stage_buffers + recompute + workspace + read_ahead;
+  }
 };
 
 struct StageShape {
@@ -58,6 +61,9 @@ struct StageShape {
   int zero_dp = 1;            // size of the data-parallel group ZeRO shards over
   double sequences = 1;       // sequences per micro-batch on one device (micro_batch_size / dp)
   int in_flight = 1;          // micro-batches held at once (warm-up count)
+  // Bytes of the previous stage's activations that reach the rank before it needs them and wait
+  // in its transport (host memory) when the rank's memory peaks: see predict::read_ahead_bytes.
+  double read_ahead = 0;
   Recompute recompute = Recompute::none;
 };
 

@@ -172,7 +172,9 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       if (subclusters.size() > 1 && replicas > 1)
         cross_bytes += 2.0 * 2.0 * (replicas - 1) / replicas * params * grad_bytes * s.tp * s.cp;
 
-      d.memory = cost::stage_memory(m, shape_of(plan, plan.pipelines[pi], s, replicas, d.warmup));
+      cost::StageShape shape = shape_of(plan, plan.pipelines[pi], s, replicas, d.warmup);
+      if (si > 0) shape.read_ahead = read_ahead_bytes(plan, plan.pipelines[pi], si, out.stages[pi][si - 1].warmup, d.warmup);
+      d.memory = cost::stage_memory(m, shape);
       const double shard = m.training.zero_stage >= 1 ? replicas : 1;
       d.optimizer_s = optimizer_s(compute, m, pl.sub->device, s.tp, params, shard);
       sin.pipelines[pi].stages[si].optimizer_s = d.optimizer_s;
@@ -227,7 +229,8 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
                            {"memory", {{"weights", d.memory.weights}, {"gradients", d.memory.gradients},
                                        {"optimizer", d.memory.optimizer}, {"sync_buffers", d.memory.sync_buffers},
                                        {"activations", d.memory.activations}, {"stage_buffers", d.memory.stage_buffers},
-                                       {"recompute", d.memory.recompute}, {"workspace", d.memory.workspace}}},
+                                       {"recompute", d.memory.recompute}, {"workspace", d.memory.workspace},
+                                       {"read_ahead", d.memory.read_ahead}}},
                            {"max_in_flight", r.max_in_flight},
                            {"source", cost::to_string(d.source)}});
     }

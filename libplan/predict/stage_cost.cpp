@@ -240,6 +240,17 @@ cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, i
   return shape;
 }
 
+double read_ahead_bytes(const Plan& plan, const Pipeline& p, int si, int warmup_before, int warmup) {
+  if (si <= 0 || warmup_before <= warmup) return 0;
+  const Stage &a = p.stages[std::size_t(si - 1)], &b = p.stages[std::size_t(si)];
+  const program::Dims dims{p.micro_batch_size, plan.model.seq_length, plan.model.hidden_size};
+  std::vector<double> received(b.devices.size(), 0.0);  // per rank of stage si: elements from stage si − 1
+  for (const auto& m : program::reshard(program::shape_of(a), program::shape_of(b), dims, program::strategy(p, si - 1)))
+    if (m.from.side == 0 && m.to.side == 1) received[std::size_t(m.to.index)] += double(m.block.elements());
+  const double most = received.empty() ? 0 : *std::max_element(received.begin(), received.end());
+  return double(warmup_before - warmup) * most * dtype_bytes(plan.model.dtype);
+}
+
 namespace {
 
 // Seconds of one direction of a hop: the messages' phases one after the other.
