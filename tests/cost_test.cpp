@@ -42,17 +42,25 @@ TEST_CASE("layer FLOPs follow DESIGN §6 and 24bsh² + 4bs²h for gpt") {
   CHECK(iteration_model_flops(big) == Approx(six_pt).epsilon(0.1));
 }
 
-TEST_CASE("activation memory is Korthikanti's sbh(34 + 5as/h), 34sbh selective, 2sbh full, /tp") {
+TEST_CASE("bf16 activation memory is the CUDA backend's layer: sbh(32 + 4a/h) + 16sb with flash attention, no lse selective, 2sbh full, /tp") {
   auto m = gpt(1, 1024, 16, 2048, 50000);
+  REQUIRE(m.ffn_hidden_size == 4 * m.hidden_size);
   const double s = 2048, b = 2, h = 1024, a = 16;
-  CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::none) == Approx(s * b * h * (34 + 5 * a * s / h)));
-  CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::selective) == Approx(34 * s * b * h));
+  const double none = s * b * h * (32 + 4 * a / h) + 16 * s * b, selective = 32 * s * b * h + 16 * s * b;
+  CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::none) == Approx(none));
+  CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::selective) == Approx(selective));
   CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::full) == Approx(2 * s * b * h));
-  CHECK(layer_activation_bytes(m, b, 4, 1, Recompute::none) == Approx(s * b * h * (34 + 5 * a * s / h) / 4));
-  CHECK(layer_activation_bytes(m, b, 2, 2, Recompute::selective) == Approx(34 * s * b * h / 4));
+  CHECK(layer_activation_bytes(m, b, 4, 1, Recompute::none) == Approx(none / 4));
+  CHECK(layer_activation_bytes(m, b, 2, 2, Recompute::selective) == Approx(selective / 4));
+  // Llama: SwiGLU keeps three N·f tensors, grouped-query attention smaller k and v.
+  ModelSpec l = m;
+  l.architecture = Architecture::llama, l.num_kv_heads = 4, l.ffn_hidden_size = 2816;
+  const double N = s * b, f = 2816;
+  CHECK(layer_activation_bytes(l, b, 1, 1, Recompute::none) ==
+        Approx(2 * (6 * N * h + 2 * N * h * 4 / a) + 6 * N * f + 16 * N + 4 * a * N));
 }
 
-TEST_CASE("model state is 16 bytes per parameter, sharded by ZeRO stage over dp") {
+TEST_CASE("model state is 18 bytes per parameter (fp32 gradients), sharded by ZeRO stage over dp") {
   auto m = gpt(1, 1024, 16, 2048, 50000);
   StageShape st;
   st.parameters = 1e9;
@@ -61,12 +69,12 @@ TEST_CASE("model state is 16 bytes per parameter, sharded by ZeRO stage over dp"
   for (int z = 0; z <= 3; ++z) {
     m.training.zero_stage = z;
     auto mem = stage_memory(m, st);
-    const double expect = (z >= 3 ? 2.0 / 8 : 2.0) + (z >= 2 ? 2.0 / 8 : 2.0) + (z >= 1 ? 12.0 / 8 : 12.0);
+    const double expect = (z >= 3 ? 2.0 / 8 : 2.0) + (z >= 2 ? 4.0 / 8 : 4.0) + (z >= 1 ? 12.0 / 8 : 12.0);
     CHECK(mem.total() == Approx(1e9 * expect));
   }
   st.tp = 4;
   m.training.zero_stage = 0;
-  CHECK(stage_memory(m, st).total() == Approx(16e9 / 4));
+  CHECK(stage_memory(m, st).total() == Approx(18e9 / 4));
 }
 
 TEST_CASE("ring collectives follow the alpha-beta formulas") {

@@ -1,8 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
 #include "predict/predict.hpp"
+#include "predict/stage_cost.hpp"
 #include "kept_plans.hpp"
 #include "test_util.hpp"
 #include "validation/inputs.hpp"
@@ -164,30 +167,45 @@ subclusters:
   REQUIRE(bf16.ok());
   for (const auto& d : bf16->stages[0]) CHECK(d.memory.read_ahead == 0);
 
+  // Untied (llama), so that no gradient sync spans the stages; the TP shards of the last stage
+  // sum the gradients of what each holds whole (norms, the head), and the first chunk of that
+  // ring reaches a shard during its last backward too.
   plan.model.dtype = DType::fp32;
+  plan.model.architecture = Architecture::llama;
   const double frame = 2.0 * 512 * 1024 * 4;  // [b, T, C] fp32
   auto v = predict::predict(plan, cm, {});
   REQUIRE(v.ok());
+  double chunk = -1;
+  for (const auto& b : predict::sync_buckets(v->plan))
+    if (chunk < 0 && b.ring > 1 && std::count(b.members.begin(), b.members.end(), std::pair{0, 2})) chunk = b.elements / b.ring * 4;
+  REQUIRE(chunk > 0);
   const auto& st = v->stages[0];
   REQUIRE(st[0].warmup == 3);
   REQUIRE(st[1].warmup == 2);
   REQUIRE(st[2].warmup == 1);
   CHECK(st[0].memory.read_ahead == 0);  // the first stage reads tokens, not frames
   CHECK(st[1].memory.read_ahead == Approx(1 * frame));
-  CHECK(st[2].memory.read_ahead == Approx(1 * frame));  // all-pairs: each TP shard gets the whole tensor
+  CHECK(st[2].memory.read_ahead == Approx(1 * frame + chunk));  // all-pairs: each TP shard gets the whole tensor
   CHECK(st[2].memory.total() > st[2].memory.read_ahead);
 
   // Gathered, sent once and scattered: the first shard takes the whole tensor off the link.
   plan.pipelines[0].stages[1].resharding = Resharding::gather_send_scatter;
   auto g = predict::predict(plan, cm, {});
   REQUIRE(g.ok());
-  CHECK(g->stages[0][2].memory.read_ahead == Approx(frame));
+  CHECK(g->stages[0][2].memory.read_ahead == Approx(frame + chunk));
 
   // Sent and all-gathered: each shard takes half of it from the link.
   plan.pipelines[0].stages[1].resharding = Resharding::send_recv_allgather;
   auto a = predict::predict(plan, cm, {});
   REQUIRE(a.ok());
-  CHECK(a->stages[0][2].memory.read_ahead == Approx(frame / 2));
+  CHECK(a->stages[0][2].memory.read_ahead == Approx(frame / 2 + chunk));
+
+  // gpt ties the head to the token embedding: the first and last stages sum its gradient, and
+  // the first chunk of that ring (|wte| / 3 ranks) reaches a stage during its last backward.
+  plan.model.architecture = Architecture::gpt;
+  auto tied = predict::predict(plan, cm, {});
+  REQUIRE(tied.ok());
+  CHECK(tied->stages[0][0].memory.read_ahead == Approx(1024.0 * 1024 / 3 * 4));
 }
 
 TEST_CASE("resharding between stages of different (dp, tp) picks the cheapest strategy unless told") {

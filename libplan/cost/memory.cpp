@@ -28,14 +28,19 @@ CpuLayout cpu_layer(const ModelSpec& m, double b, int tp, int cp, Recompute r) {
 
 double layer_activation_bytes(const ModelSpec& m, double b, int tp, int cp, Recompute r) {
   if (m.dtype == DType::fp32) return cpu_layer(m, b, tp, cp, r).layer;
+  // bf16: the CUDA backend's LayerActs (backend/cuda/stage.cpp), N = b·s tokens, 2 bytes each
+  // but the fp32 norm statistics and log-sum-exp; divided by tp·cp as with sequence parallelism.
   const double s = m.seq_length, h = m.hidden_size, f = m.ffn_hidden_size, a = m.num_attention_heads;
-  const double sbh = s * b * h;
-  if (r == Recompute::full) return 2 * sbh / (tp * cp);
-  const double mlp = m.architecture == Architecture::gpt ? 3 * sbh + 4 * s * b * f : 2 * sbh + 8 * s * b * f;
-  double bytes = 11 * sbh + 4 * sbh + mlp;  // attention (without the core), LayerNorms, MLP
-  // The core's softmax, its dropout mask and the attention over values: 5as²b (per cp
-  // rank it holds its s/cp queries against all keys, so it divides by cp like the rest).
-  if (r == Recompute::none) bytes += 5 * a * s * s * b;
+  const double g = m.num_kv_heads > 0 ? m.num_kv_heads : a;
+  const double N = s * b;
+  if (r == Recompute::full) return 2 * N * h / (tp * cp);  // the layer's input only
+  double bytes = 2 * (4 * N * h + 2 * N * h + 2 * N * h * g / a);  // x, ln1, x2, ln2; q, att_out; k, v
+  bytes += 2 * (m.architecture == Architecture::gpt ? 2 : 3) * N * f;  // fc, h (and llama's up)
+  bytes += 4 * 4 * N;                                                 // mean and rstd of both norms
+  // The attention core is flash attention (backend/cuda/flash_attention.cuh; Dao 2023): it
+  // keeps its softmax's log-sum-exp, [b, a, s] fp32, in place of Korthikanti's 5as²b
+  // (softmax, dropout mask, attention over values), and recomputes the rest in the backward.
+  if (r == Recompute::none) bytes += 4 * a * N;
   return bytes / (tp * cp);
 }
 
@@ -48,11 +53,14 @@ StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
   const int z = m.training.zero_stage;
   const double dp = st.zero_dp > 0 ? st.zero_dp : 1;
   mem.weights = params * wbytes / (z >= 3 ? dp : 1);
-  mem.gradients = params * wbytes / (z >= 2 ? dp : 1);
+  mem.gradients = params * 4 / (z >= 2 ? dp : 1);  // fp32 for every dtype (the CUDA backend's, Megatron's main_grad)
   mem.optimizer = params * opt_bytes / (z >= 1 ? dp : 1);
   mem.activations = st.in_flight * st.layers * layer_activation_bytes(m, st.sequences, st.tp, st.cp, st.recompute);
   if (!cpu) {
-    if (st.has_head) mem.stage_buffers = 4 * st.sequences * m.seq_length * double(m.vocab_size) / (st.tp * st.cp);
+    // The head (backend/cuda/stage.cpp Acts): per micro-batch in flight its input and norm output
+    // and the bf16 logits; the backward's gradient of the logits, one micro-batch's.
+    const double N = st.sequences * m.seq_length / st.cp, h = m.hidden_size, V = double(m.vocab_size) / st.tp;
+    if (st.has_head) mem.stage_buffers = st.in_flight * (2 * N * V + 4 * N * h) + 2 * N * V;
     return mem;
   }
   mem.sync_buffers = params * 8;

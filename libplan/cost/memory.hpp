@@ -1,21 +1,29 @@
 #pragma once
 // Memory per device of a stage (DESIGN.md §6).
 //
+// bf16/fp16 models are trained by the CUDA backend (libexec/backend/cuda), and the model is
+// Megatron's layout as that backend runs it:
 // Model state, per parameter on the device (the stage's parameters split over tp, but for
 // those every TP shard holds whole):
-//   weights (dtype bytes) + gradients (dtype bytes) + mixed-precision Adam state (fp32
-//   master copy, m and v: 12 bytes; for fp32 training the weights are the master copy: 8),
-//   i.e. 16 bytes per parameter for bf16/fp16. ZeRO shards over the data-parallel group:
-//   stage 1 the optimizer state, 2 also the gradients, 3 also the weights.
-// Activations per layer and micro-batch (Korthikanti et al., "Reducing Activation
-// Recomputation", with sequence parallelism so everything divides by tp; and by cp):
-//   none       sbh(34 + 5as/h) bytes for a gpt layer (attention 11sbh + 5as²b, LayerNorms
-//              4sbh, MLP 19sbh); for other MLPs the MLP term is 3sbh + 4sbf (gpt) or
-//              2sbh + 8sbf (llama SwiGLU)
-//   selective  the same without the attention core's 5as²b (recomputed in backward)
+//   weights (dtype bytes) + gradients (fp32: 4 bytes; the CUDA backend accumulates in fp32, as
+//   Megatron's main_grad does) + mixed-precision Adam state (fp32 master copy, m and v: 12
+//   bytes; for fp32 training the weights are the master copy: 8), i.e. 18 bytes per parameter
+//   for bf16/fp16 (DESIGN.md §6's 16–18). ZeRO shards over the data-parallel group: stage 1
+//   the optimizer state, 2 also the gradients, 3 also the weights. (Today the CUDA backend
+//   keeps the masters and moments in host memory, so a device holds 12 bytes per parameter
+//   less than this until the step is device-resident, issue 21.)
+// Activations per layer and micro-batch: what the CUDA backend keeps (backend/cuda/stage.cpp
+// LayerActs; Korthikanti et al.'s "Reducing Activation Recomputation" layout without dropout
+// masks, and with sequence parallelism so everything divides by tp; and by cp), N = b·s:
+//   none       bf16 x, ln1, x2, ln2 (N·h each), q, att_out (N·h), k, v (N·h·g/a), fc, h (and
+//              llama's up) N·f; fp32 mean and rstd of both norms (N each) and attention's
+//              log-sum-exp (a·N): flash attention (Dao 2023) keeps it in place of Korthikanti's
+//              5as²b. For a gpt layer with f = 4h: sbh(32 + 4a/h) + 16sb bytes.
+//   selective  the same without the log-sum-exp (the core recomputed in backward)
 //   full       2sbh (the layer's input only)
-// times the micro-batches the stage holds in flight (its warm-up count). The head keeps
-// fp32 logits, 4·b·s·V/tp bytes, for one micro-batch.
+// times the micro-batches the stage holds in flight (its warm-up count). The head keeps, per
+// micro-batch in flight, its input and norm output (N·h each) and bf16 logits N·V/tp, and its
+// backward the logits' gradient, N·V/tp, once.
 //
 // fp32 models are trained by the CPU backend (libexec/model; the CUDA backend trains bf16), and
 // for them the model is what that backend allocates (issue 17), not Megatron's layout:
@@ -45,7 +53,7 @@ struct StageMemory {
   double sync_buffers = 0;                           // fp32 (CPU backend): packed gradients and values
   double recompute = 0;                              // full recompute (fp32): one micro-batch's set again
   double workspace = 0;                              // fp32 (CPU backend): the backward's temporaries
-  double read_ahead = 0;                             // fp32 (CPU backend): activations the transport read ahead
+  double read_ahead = 0;                             // fp32 (CPU backend): frames the transport read ahead
   double total() const {
     return weights + gradients + optimizer + sync_buffers + activations + stage_buffers + recompute + workspace + read_ahead;
   }
@@ -61,8 +69,9 @@ struct StageShape {
   int zero_dp = 1;            // size of the data-parallel group ZeRO shards over
   double sequences = 1;       // sequences per micro-batch on one device (micro_batch_size / dp)
   int in_flight = 1;          // micro-batches held at once (warm-up count)
-  // Bytes of the previous stage's activations that reach the rank before it needs them and wait
-  // in its transport (host memory) when the rank's memory peaks: see predict::read_ahead_bytes.
+  // Bytes that reach the rank before it needs them and wait in its transport (host memory) when
+  // its memory peaks: the previous stage's activations (predict::read_ahead_bytes) and the
+  // first chunk of the gradient sync its ring partner sends during its last backward.
   double read_ahead = 0;
   Recompute recompute = Recompute::none;
 };

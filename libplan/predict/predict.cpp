@@ -148,7 +148,13 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
   }
 
   // The gradient sync: the runtime's buckets, in its order (stage_cost.hpp).
+  // The first chunk a stage's ring partner sends it (the first bucket it reduces): the partner
+  // that ends its backward first sends it while the stage is still in its last backward, at its
+  // peak, and the transport reads it ahead (runtime.cpp sync_and_update; transport/tcp.hpp).
+  std::map<std::pair<int, int>, double> first_chunk;  // (pipeline, stage) -> elements
   for (const SyncBucket& b : sync_buckets(plan)) {
+    if (b.ring > 1)
+      for (auto member : b.members) first_chunk.emplace(member, b.elements / b.ring);
     sim::SyncGroup g{b.members, bucket_sync_s(m, b)};
     for (auto [pi, si] : b.members) out.stages[pi][si].sync_s += g.time_s;
     if (g.time_s > 0) sin.sync_groups.push_back(std::move(g));
@@ -174,6 +180,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
 
       cost::StageShape shape = shape_of(plan, plan.pipelines[pi], s, replicas, d.warmup);
       if (si > 0) shape.read_ahead = read_ahead_bytes(plan, plan.pipelines[pi], si, out.stages[pi][si - 1].warmup, d.warmup);
+      if (auto it = first_chunk.find({pi, si}); it != first_chunk.end()) shape.read_ahead += it->second * grad_bytes;
       d.memory = cost::stage_memory(m, shape);
       const double shard = m.training.zero_stage >= 1 ? replicas : 1;
       d.optimizer_s = optimizer_s(compute, m, pl.sub->device, s.tp, params, shard);
