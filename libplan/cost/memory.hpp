@@ -70,7 +70,7 @@ struct StageShape {
   double sequences = 1;       // sequences per micro-batch on one device (micro_batch_size / dp)
   int in_flight = 1;          // micro-batches held at once (warm-up count)
   // Bytes that reach the rank before it needs them and wait in its transport (host memory) when
-  // its memory peaks: the previous stage's activations (predict::read_ahead_bytes) and the
+  // its memory peaks: the previous stage's activations (predict.cpp, Hop::most_received) and the
   // first chunk of the gradient sync its ring partner sends during its last backward.
   double read_ahead = 0;
   Recompute recompute = Recompute::none;

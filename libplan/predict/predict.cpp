@@ -77,12 +77,14 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
   sin.trace = opt.trace;
   out.stages.resize(plan.pipelines.size());
   double cross_bytes = 0;
+  std::vector<std::vector<double>> most_received;  // [pipeline][stage]: Hop::most_received from the stage before
 
   for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
     Pipeline& p = plan.pipelines[pi];
     const int S = static_cast<int>(p.stages.size());
     auto& details = out.stages[pi];
     details.resize(S);
+    most_received.emplace_back(std::size_t(S), 0.0);
     std::vector<Placement> places;
     for (const auto& s : p.stages) places.push_back(place(s, plan.cluster));
 
@@ -123,6 +125,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         d.send_backward_s = h.backward_s;
         p.stages[si].resharding = h.strategy;
         d.send_bytes = h.cross_bytes;
+        most_received[pi][si + 1] = h.most_received;
         d.crosses_subcluster = s.subcluster != next.subcluster;
         if (d.crosses_subcluster) cross_bytes += 2.0 * p.num_microbatches * h.cross_bytes;
       }
@@ -179,7 +182,11 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         cross_bytes += 2.0 * 2.0 * (replicas - 1) / replicas * params * grad_bytes * s.tp * s.cp;
 
       cost::StageShape shape = shape_of(plan, plan.pipelines[pi], s, replicas, d.warmup);
-      if (si > 0) shape.read_ahead = read_ahead_bytes(plan, plan.pipelines[pi], si, out.stages[pi][si - 1].warmup, d.warmup);
+      // When the stage ends its warm-up of w forwards (its peak), the stage before, whose
+      // warm-up w_before is longer along a 1F1B pipeline, has sent up to w_before − w
+      // micro-batches more than it took, read ahead by the transport (an upper bound: a slower
+      // stage before sends later).
+      if (si > 0) shape.read_ahead = std::max(0, out.stages[pi][si - 1].warmup - d.warmup) * most_received[pi][si];
       if (auto it = first_chunk.find({pi, si}); it != first_chunk.end()) shape.read_ahead += it->second * grad_bytes;
       d.memory = cost::stage_memory(m, shape);
       const double shard = m.training.zero_stage >= 1 ? replicas : 1;

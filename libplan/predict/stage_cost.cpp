@@ -240,17 +240,6 @@ cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, i
   return shape;
 }
 
-double read_ahead_bytes(const Plan& plan, const Pipeline& p, int si, int warmup_before, int warmup) {
-  if (si <= 0 || warmup_before <= warmup) return 0;
-  const Stage &a = p.stages[std::size_t(si - 1)], &b = p.stages[std::size_t(si)];
-  const program::Dims dims{p.micro_batch_size, plan.model.seq_length, plan.model.hidden_size};
-  std::vector<double> received(b.devices.size(), 0.0);  // per rank of stage si: elements from stage si − 1
-  for (const auto& m : program::reshard(program::shape_of(a), program::shape_of(b), dims, program::strategy(p, si - 1)))
-    if (m.from.side == 0 && m.to.side == 1) received[std::size_t(m.to.index)] += double(m.block.elements());
-  const double most = received.empty() ? 0 : *std::max_element(received.begin(), received.end());
-  return double(warmup_before - warmup) * most * dtype_bytes(plan.model.dtype);
-}
-
 namespace {
 
 // Seconds of one direction of a hop: the messages' phases one after the other.
@@ -332,9 +321,11 @@ Hop hop(const Stage& a, const Stage& b, const ModelSpec& model, int micro_batch_
     const auto forward = program::reshard(sa, sb, dims, r);
     h.forward_s = seconds(forward, a, b, cluster, element_bytes, opt, sharers);
     h.backward_s = seconds(program::reshard(sb, sa, dims, r), b, a, cluster, element_bytes, opt, sharers);
-    if (a.subcluster != b.subcluster)
-      for (const auto& m : forward)
-        if (m.from.side != m.to.side) h.cross_bytes += double(m.block.elements()) * element_bytes;
+    std::vector<double> received(b.devices.size(), 0.0);  // per rank of b: bytes from a
+    for (const auto& m : forward)
+      if (m.from.side != m.to.side) received[std::size_t(m.to.index)] += double(m.block.elements()) * element_bytes;
+    if (!received.empty()) h.most_received = *std::max_element(received.begin(), received.end());
+    if (a.subcluster != b.subcluster) h.cross_bytes = std::accumulate(received.begin(), received.end(), 0.0);
     return h;
   };
   if (opt.resharding) return make(*opt.resharding);

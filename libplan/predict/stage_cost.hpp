@@ -104,15 +104,6 @@ double optimizer_s(const cost::ComputeModel& compute, const ModelSpec& m, const 
 // The memory model's view of a stage.
 cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, int zero_dp, int in_flight);
 
-// Bytes of stage `si`'s input that wait in a rank's transport when the rank's memory peaks, at
-// the end of its warm-up of `warmup` forwards: the stage before it, whose warm-up is
-// `warmup_before` (longer along a 1F1B pipeline), has by then sent up to warmup_before − warmup
-// micro-batches more than the stage took, and the transport's reader threads read frames as
-// they arrive (transport/tcp.hpp). Per micro-batch: the most a rank of the stage receives
-// straight from the stage before (program::reshard under the pipeline's strategy). 0 for a
-// first stage. An upper bound: a slower stage before sends later.
-double read_ahead_bytes(const Plan& plan, const Pipeline& p, int si, int warmup_before, int warmup);
-
 // One unit's time per micro-batch on a stage: compute, recomputation added to the backward,
 // and (for analytic compute) the TP all-reduces and CP K/V exchanges.
 struct UnitTimes {
@@ -135,6 +126,7 @@ int source_rank(cost::Source s);  // profile 0 .. analytic 3
 struct Hop {
   double forward_s = 0, backward_s = 0;
   double cross_bytes = 0;  // bytes per direction that cross between the two stages' subclusters
+  double most_received = 0;  // forward bytes the busiest rank of the second stage takes straight off the link
   Resharding strategy = Resharding::all_pairs;
 };
 // The tensor is [micro_batch_size, seq_length, hidden] of the model's dtype.
