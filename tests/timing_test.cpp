@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -138,13 +139,32 @@ TEST_CASE("hetplan calibrate fixes a profile twice too slow from one run, for a 
   // machine's 2 cores measures the contention of the ranks on the cores' caches besides the profile
   // (on the CI machine, 3 stages ran 6% slower relative to 2), which is not what calibrate fits.
   const std::string held_out = kSrc + "/tests/data/plans/tiny-cpu-pipeline-mbs4.plan.json";  // layers 5 + 1, micro-batches of 4
+  // A run's measured step (the profile given does not change it).
+  auto measured_step = [&](const std::string& plan, const std::string& trace) {
+    auto r = run_process(with({HETPLAN_BIN, "simulate", plan}, {"--profile", d + "/cpu-fast.yaml", "--profile", d + "/cpu-slow.yaml",
+                                                               "--measured", trace, "--time-dilation", "4", "--format", "json"}));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(r.out)["measured_step_s"].get<double>();
+  };
+  // Runs `plan` into `trace` and keeps the trace only when its step is the fastest so far (the
+  // fidelity benchmarks' rule: a disturbance of this shared machine only ever adds time).
+  auto run_keep_fastest = [&](const std::string& plan, const std::string& trace, double& fastest) {
+    run(plan, d + "/try.json");
+    const double step = measured_step(plan, d + "/try.json");
+    if (fastest == 0 || step < fastest) {
+      fastest = step;
+      std::filesystem::rename(d + "/try.json", trace);
+    }
+  };
   // predicted / measured step of the held-out plan with this machine's profile, the wrong one and
   // the calibrated one.
   struct Ratios {
     double measured_profile = 0, wrong = 0, calibrated = 0;
   };
+  double fit_step = 0, held_out_step = 0;
   auto attempt = [&]() {
-    run(fitted_on, d + "/fit.json");
+    run_keep_fastest(fitted_on, d + "/fit.json", fit_step);
     auto c = run_process(with({HETPLAN_BIN, "calibrate", "--trace", d + "/fit.json", "--plan", fitted_on},
                               {"--profile", d + "/cpu-fast-x2.yaml", "--profile", d + "/cpu-slow-x2.yaml", "--time-dilation",
                                "4", "-o", d + "/calibrated", "--format", "json"}),
@@ -158,7 +178,7 @@ TEST_CASE("hetplan calibrate fixes a profile twice too slow from one run, for a 
       CHECK(dev["backward"]["factor"].get<double>() < 0.9);
       CHECK(dev["profile"] == d + "/calibrated/" + dev["device"].get<std::string>() + ".profile.yaml");
     }
-    run(held_out, d + "/held-out.json");
+    run_keep_fastest(held_out, d + "/held-out.json", held_out_step);
     auto predicted_over_measured = [&](const std::string& fast, const std::string& slow) {
       auto r = run_process(with({HETPLAN_BIN, "simulate", held_out}, {"--profile", fast, "--profile", slow, "--measured",
                                                                       d + "/held-out.json", "--time-dilation", "4", "--format", "json"}));
@@ -170,13 +190,16 @@ TEST_CASE("hetplan calibrate fixes a profile twice too slow from one run, for a 
                   predicted_over_measured(d + "/cpu-fast-x2.yaml", d + "/cpu-slow-x2.yaml"),
                   predicted_over_measured(d + "/calibrated/cpu-fast.profile.yaml", d + "/calibrated/cpu-slow.profile.yaml")};
   };
-  // Measured three times at most: on this VM a run now and then computes ~40% slower for a second
-  // or more (the thread's CPU time itself grows: the host's load on the shared core; seen as F/B
-  // of 16 or 22 ms in one trace), in the fitted run (calibrated 1.42) or the held-out one
-  // (0.89 on the CI machine); a calibration that does not work misses every time.
+  // Measured four times at most, calibrating from the fastest run of the fitted plan so far and
+  // judging on the fastest run of the held-out one: on this VM the host now and then slows a
+  // run by 30-60% for a minute or more (the thread's CPU time itself grows: the host's load on
+  // the shared core; on the CI machine one failure measured the held-out plan at 0.61-0.75 of
+  // what this machine's own profile predicts in all three tries, calibrated 1.09, 0.73, 1.06,
+  // each try's pair of runs disturbed unequally); a calibration that does not work misses every
+  // time, whatever runs it is given.
   Ratios r;
   std::string tries = "held-out plan, predicted / measured step (this machine's profile, wrong (x2), calibrated):";
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < 4; ++k) {
     r = attempt();
     tries += " " + std::to_string(r.measured_profile) + ", " + std::to_string(r.wrong) + ", " + std::to_string(r.calibrated) + ";";
     if (std::fabs(r.calibrated - 1) <= 0.05) break;
