@@ -186,6 +186,39 @@ TEST_CASE("a worker that crashes fails the job on every node, naming its node an
   CHECK(all_gone({"worker", "--seed " + seed}, 15));
 }
 
+// Issue 18: a hung worker (SIGSTOP) is found by its agent's watchdog; submit names its node and
+// rank, every node stops, and `status` shows the job stalled before that.
+TEST_CASE("a worker that hangs fails the job on every node, naming its node and rank; status shows it stalled first") {
+  het::test::TempDir dir;
+  const std::string token = dir.write("token", "tok");
+  Agents agents(token);
+  const std::string seed = "646464";
+  std::string status_while_stalled;
+  std::thread stopper([&] {
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto pids = find_processes({"worker", "--rank 2 ", "--seed " + seed});
+      if (pids.empty()) continue;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      ::kill(pids.front(), SIGSTOP);
+      // Half the bound (6 s) later the nodes call the job stalled; at the bound it fails.
+      std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+      status_while_stalled = run_process({HETEXEC_BIN, "status", "--agents", agents.list(), "--token-file", token}).out;
+      return;
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_process(submit_args(agents, token, {"--steps", "100000", "--seed", seed, "--hang-timeout", "6"}), 120);
+  stopper.join();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.out << r.err << "\nstatus while stalled:\n" << status_while_stalled);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("failed: node a100/1") && Catch::Contains("rank 2 hung") && Catch::Contains("is stopped"));
+  CHECK_THAT(status_while_stalled, Catch::Contains("stalled"));
+  CHECK(took < 60);
+  CHECK(all_gone({"worker", "--seed " + seed}, 15));
+}
+
 TEST_CASE("when the submitter dies, the agents stop the job within its lease") {
   het::test::TempDir dir;
   const std::string token = dir.write("token", "tok");

@@ -527,6 +527,36 @@ TEST_CASE("Ctrl-C stops every rank of run-local, and a killed launcher takes its
   }
 }
 
+// Issue 18: a rank that stops (SIGSTOP; in real life a stuck kernel, a wedged NIC) is a failure:
+// the watchdog names it once no rank has moved for --hang-timeout, and nothing is left behind.
+TEST_CASE("run-local names a stopped rank as hung and stops every rank") {
+  const std::string seed = "535353";
+  std::thread stopper([&] {
+    for (int i = 0; i < 400; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto pids = find_processes({"worker", "--rank 3 ", "--seed " + seed});
+      if (pids.empty()) continue;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // let it train
+      ::kill(pids.front(), SIGSTOP);
+      return;
+    }
+  });
+  auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/mixed.plan.json", "--model",
+                        kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--steps", "100000", "--seed", seed,
+                        "--hang-timeout", "3"},
+                       120);
+  stopper.join();
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("rank 3 hung: no progress for") && Catch::Contains("is stopped"));
+  bool gone = false;  // the stopped worker too: SIGKILL ends a stopped process
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = find_processes({"worker", "--seed " + seed}).empty();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(gone);
+}
+
 TEST_CASE("run-local --trace writes every rank's timeline with the simulator's event names") {
   het::test::TempDir dir;
   const std::string trace = dir.path() + "/t.json";

@@ -87,6 +87,10 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
   submit_->add_option("--time-dilation", settings_.time_dilation,
                       "run every rank's compute and every shaped link X times slower (predict it with hetplan simulate --time-dilation X)")
       ->check(CLI::Range(1.0, 1000.0));
+  submit_->add_option("--hang-timeout", settings_.hang_timeout_s,
+                      "call a rank hung and stop the job when none of a node's ranks has made progress for this many seconds "
+                      "(default: five predicted steps as the job runs them, at least 10)")
+      ->check(CLI::Range(0.0, 86400.0));
   submit_->add_option("--metrics-out", metrics_out_, "write JSON lines {step, loss, step_s, tokens_per_s}, then {memory: [each rank's peak]}");
   submit_->add_flag("--detach", detach_, "return once training runs (no lease: stop it with `hetexec abort`)");
   submit_->add_option("--rendezvous-listen", rendezvous_listen_, "HOST:PORT for the job's rendezvous (default 127.0.0.1:0)");

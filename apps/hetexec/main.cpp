@@ -15,6 +15,7 @@
 #include "job/placement.hpp"
 #include "launch/local.hpp"
 #include "launch/workers.hpp"
+#include "progress/progress.hpp"
 #include "spec/catalog.hpp"
 #include "runtime/runtime.hpp"
 #include "control/credentials.hpp"
@@ -99,6 +100,8 @@ struct JobArgs {
   std::string rendezvous;                 // a directory, or grpc://HOST:PORT/JOB
   std::optional<std::string> token_file;  // the grpc:// rendezvous's bearer token
   std::optional<std::string> rendezvous_ca;  // talk TLS to the grpc:// rendezvous, trusting this CA
+  std::optional<std::string> progress_dir;   // worker: publish progress there (progress/progress.hpp)
+  std::optional<double> hang_timeout;        // run-local: the watchdog's bound; 0: none; unset: the default
 };
 
 // The plan and the data every rank uses.
@@ -141,6 +144,15 @@ int run_worker(const JobArgs& a) {
     for (const auto& e : backend.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
   }
+  std::unique_ptr<het::progress::Reporter> progress;
+  if (a.progress_dir) {
+    auto opened = het::progress::Reporter::open(*a.progress_dir, a.rank);
+    if (!opened) {
+      for (const auto& e : opened.errors()) std::cerr << "error: " << e.to_string() << "\n";
+      return 2;
+    }
+    progress = std::move(*opened);
+  }
   het::control::ClientSecurity security;
   if (a.token_file) {
     auto token = het::control::read_token_file(*a.token_file);
@@ -179,6 +191,7 @@ int run_worker(const JobArgs& a) {
   opt.emulate_devices = a.emulate_devices;
   opt.slowdown = a.slowdown;
   opt.time_dilation = a.time_dilation;
+  opt.progress = progress.get();
   std::vector<het::runtime::MemoryPeak> memory;
   opt.memory = &memory;
   opt.compute_on_this_thread = a.backend == "cpu" && a.threads == 1;
@@ -242,6 +255,15 @@ int run_local(const JobArgs& a) {
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   lj.executable = n > 0 ? std::string(self, std::size_t(n)) : "hetexec";
   lj.world = het::program::Topology(job->plan).ranks();
+  // The watchdog's bound: five predicted steps as this run executes them (dilated, on emulated
+  // devices), at least 10 s, unless --hang-timeout says otherwise.
+  double emulated = 1;
+  if (a.emulate_devices)
+    for (const auto& sc : job->plan.cluster.subclusters)
+      for (const auto& other : job->plan.cluster.subclusters) emulated = std::max(emulated, sc.device.peak / other.device.peak);
+  lj.hang_bound_s = a.hang_timeout ? *a.hang_timeout
+                                   : het::progress::default_bound_s(job->plan.predicted ? job->plan.predicted->iteration_s : 0,
+                                                                    a.time_dilation * emulated);
   if (a.gpus > 0 && a.backend != "cuda") {
     std::cerr << "error: --gpus applies to the cuda backend, not to " << a.backend << "\n";
     return 2;
@@ -389,6 +411,10 @@ int main(int argc, char** argv) {
   local->add_option("--metrics-out", job.metrics_out, "write JSON lines {step, loss, step_s, tokens_per_s}, then {memory: [each rank's peak]}");
   local->add_option("--gpus", job.gpus, "cuda backend: spread the ranks over this many GPUs, rank r on GPU r mod N (default: all)")
       ->check(CLI::PositiveNumber);
+  local->add_option("--hang-timeout", job.hang_timeout,
+                    "call a rank hung and stop the run when no rank has made progress for this many seconds (default: "
+                    "five predicted steps as the run executes them, at least 10; 0: never)")
+      ->check(CLI::Range(0.0, 86400.0));
   local->add_option("--trace", job.trace, "write every rank's timeline as a Chrome trace (the simulator's event names)");
   local->add_option("--traffic-out", job.traffic,
                     "write every rank's bytes by kind, measured by the transport, beside the rank program's (JSON)");
@@ -404,6 +430,7 @@ int main(int argc, char** argv) {
   worker->add_option("--rendezvous-tls-ca", job.rendezvous_ca, "talk TLS to the grpc:// rendezvous, trusting this PEM CA");
   add_job(worker);
   worker->add_option("--device", job.device, "the CUDA device ordinal of this rank (cuda backend)")->check(CLI::NonNegativeNumber);
+  worker->add_option("--progress-dir", job.progress_dir, "publish this rank's progress in DIR/progress.<rank> (the watchdog's)");
   worker->add_option("--host", job.host, "IPv4 address to listen on and publish (default 127.0.0.1)");
   worker->add_option("--slowdown", job.slowdown, "stretch compute by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
   std::optional<std::string> trace_events;

@@ -20,6 +20,7 @@
 #include "hetexec.grpc.pb.h"
 #include "launch/workers.hpp"
 #include "node/node.hpp"
+#include "progress/progress.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "runtime/runtime.hpp"
 #include "validation/inputs.hpp"
@@ -78,6 +79,9 @@ struct Job {
   launch::WorkerGroup workers;
   std::thread thread;
   bool stop_requested = false;
+  // The watchdog over this node's ranks (progress/progress.hpp), from Start on.
+  double hang_bound_s = progress::kFloorS;
+  std::unique_ptr<progress::Watchdog> watchdog;
 };
 
 const char* state_name(Job::State s) {
@@ -209,7 +213,9 @@ struct Agent::State final : public pb::Agent::Service {
     for (const auto& [id, j] : jobs) {
       auto* s = response->add_jobs();
       s->set_job_id(id);
-      s->set_state(state_name(j->state));
+      const bool stalled = j->state == Job::State::running && !j->stop_requested && j->watchdog &&
+                           j->watchdog->still_s() > j->hang_bound_s / 2;
+      s->set_state(stalled ? "stalled" : state_name(j->state));
       for (const auto& r : j->ranks) s->add_ranks(std::uint32_t(r.rank));
       s->set_detail(j->detail);
       if (j->lease_s > 0 && (j->state == Job::State::prepared || j->state == Job::State::running))
@@ -235,6 +241,7 @@ struct Agent::State final : public pb::Agent::Service {
     if (!std::isfinite(st.learning_rate()) || st.learning_rate() <= 0 || st.learning_rate() > 10)
       return refuse("settings.learning_rate must be in (0, 10]");
     if (st.threads() > 1024) return refuse("settings.threads must be at most 1024");
+    if (!(st.hang_timeout_s() >= 0 && st.hang_timeout_s() <= 86400)) return refuse("settings.hang_timeout_s must be in [0, 86400]");
     if (!st.data_path().empty()) {
       std::error_code ec;
       if (st.data_path().size() > 4096 || !std::filesystem::is_regular_file(st.data_path(), ec))
@@ -290,6 +297,15 @@ struct Agent::State final : public pb::Agent::Service {
       std::ofstream(j->rendezvous_ca_file) << request->rendezvous_ca_pem();
     }
     j->settings = st;
+    double emulated = std::max(1.0, opt.emulate_slowdown) * std::max(1.0, st.time_dilation());
+    if (st.emulate_devices()) {
+      double fastest = 0, slowest = 0;
+      for (const auto& sc : loaded->plan.cluster.subclusters)
+        fastest = std::max(fastest, sc.device.peak), slowest = slowest == 0 ? sc.device.peak : std::min(slowest, sc.device.peak);
+      if (slowest > 0) emulated *= fastest / slowest;
+    }
+    j->hang_bound_s = st.hang_timeout_s() > 0 ? st.hang_timeout_s()
+                                              : progress::default_bound_s(loaded->plan.predicted ? loaded->plan.predicted->iteration_s : 0, emulated);
     j->lease_s = request->lease_seconds();
     j->lease_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(j->lease_s));
     std::lock_guard lock(mu);
@@ -319,6 +335,7 @@ struct Agent::State final : public pb::Agent::Service {
       if (!st.data_path().empty()) argv.insert(argv.end(), {"--data", st.data_path()});
       if (st.emulate_links()) argv.push_back("--emulate-links");
       if (st.emulate_devices()) argv.push_back("--emulate-devices");
+      argv.insert(argv.end(), {"--progress-dir", j.dir});
       if (st.time_dilation() > 1) argv.insert(argv.end(), {"--time-dilation", launch::exact_text(st.time_dilation())});
       // A GPU node runs its ranks on the CUDA backend, each on the plan's device of the node
       // (the offer's device i is CUDA device i: cuda:N offers the first N).
@@ -374,6 +391,9 @@ struct Agent::State final : public pb::Agent::Service {
     if (j->state != Job::State::prepared || j->stop_requested)
       return {grpc::StatusCode::FAILED_PRECONDITION, "job " + j->id + " is " + state_name(j->state) + ", not prepared"};
     j->state = Job::State::running;
+    std::vector<int> ranks;
+    for (const auto& r : j->ranks) ranks.push_back(r.rank);
+    j->watchdog = std::make_unique<progress::Watchdog>(j->dir, ranks, j->hang_bound_s, int(ranks.size()) == j->world);
     j->thread = std::thread([this, j] { supervise(j); });
     log->info("job={} event=started workers={}", j->id, j->ranks.size());
     return grpc::Status::OK;
@@ -428,15 +448,23 @@ struct Agent::State final : public pb::Agent::Service {
     }
   }
 
-  // Ends jobs whose lease ran out.
+  // Ends jobs whose lease ran out, and jobs with a hung rank: at once when the rank to blame
+  // runs here; when this node's ranks wait for one on another node, after half the bound
+  // more, so that the node that runs it names it first (and submit's heartbeats find a node
+  // that stopped answering).
   void watch_leases() {
     std::unique_lock lock(mu);
     while (!stopping) {
       stopped_cv.wait_for(lock, std::chrono::milliseconds(200));
       const auto now = Clock::now();
-      for (auto& [id, j] : jobs)
+      for (auto& [id, j] : jobs) {
         if (j->lease_s > 0 && now > j->lease_deadline && (j->state == Job::State::prepared || j->state == Job::State::running))
           end_job(*j, "the submitter's lease expired: no heartbeat for " + std::to_string(int(j->lease_s)) + " s");
+        if (j->state != Job::State::running || j->stop_requested || !j->watchdog) continue;
+        if (auto stall = j->watchdog->check()) {
+          if (!stall->remote || j->watchdog->still_s() >= 1.5 * j->hang_bound_s) end_job(*j, stall->why);
+        }
+      }
     }
   }
 };

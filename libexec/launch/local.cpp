@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "launch/workers.hpp"
+#include "progress/progress.hpp"
 #include "transport/tcp.hpp"
 
 namespace het::launch {
@@ -46,6 +47,7 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
                                      "--rendezvous", dir};
     argv.insert(argv.end(), job.worker_args.begin(), job.worker_args.end());
     if (std::size_t(r) < job.devices.size()) argv.insert(argv.end(), {"--device", std::to_string(job.devices[std::size_t(r)])});
+    if (job.hang_bound_s > 0) argv.insert(argv.end(), {"--progress-dir", dir});
     commands.push_back({r, std::move(argv)});
     logs[std::size_t(r)].open(dir + "/rank-" + std::to_string(r) + ".log");
   }
@@ -65,10 +67,24 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
   std::atomic<bool> finished{false};
   std::atomic<int> interrupted_by{0};
   std::chrono::steady_clock::time_point stop_at = std::chrono::steady_clock::time_point::max();
-  // Watches for Ctrl-C, and stops the others a moment after the first failure (so that the
-  // root cause, if it is still on its way out, ends by itself and is recognised).
+  std::vector<int> ranks(std::size_t(job.world));
+  for (int r = 0; r < job.world; ++r) ranks[std::size_t(r)] = r;
+  progress::Watchdog watchdog(dir, ranks, job.hang_bound_s, true);
+  auto next_check = std::chrono::steady_clock::now();
+  // Watches for Ctrl-C and hung ranks, and stops the others a moment after the first failure
+  // (so that the root cause, if it is still on its way out, ends by itself and is recognised).
   std::thread watcher([&] {
     while (!finished) {
+      if (job.hang_bound_s > 0 && std::chrono::steady_clock::now() >= next_check) {
+        next_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
+        if (auto stall = watchdog.check()) {
+          std::lock_guard lock(mu);
+          if (failed.empty() && !interrupted_by) {
+            failed.push_back({stall->rank, stall->why, 4});
+            group.stop(2);  // SIGTERM, then SIGKILL: a stopped process ends by the second
+          }
+        }
+      }
       pollfd pfd{sig_fd, POLLIN, 0};
       if (poll(&pfd, 1, 50) > 0 && (pfd.revents & POLLIN)) {
         signalfd_siginfo info{};
@@ -118,7 +134,7 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
     const Failed* root = &failed.front();
     for (const auto& f : failed)
       if (f.score > root->score) root = &f;
-    failure = "rank " + std::to_string(root->rank) + " failed: " + root->why + " (logs in " + dir + ")";
+    failure = (root->score == 4 ? root->why : "rank " + std::to_string(root->rank) + " failed: " + root->why) + " (logs in " + dir + ")";
   }
   if (!failure.empty()) return Diagnostic{"", 0, 0, "", failure};
   std::error_code ec;

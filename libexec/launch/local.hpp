@@ -3,7 +3,8 @@
 // worker a node agent spawns), talking over loopback TCP. Rank 0's per-step reports are
 // relayed; when any rank fails, the others are stopped and the failure is named. SIGINT or
 // SIGTERM to the launcher (Ctrl-C) stops every rank and ends the run as interrupted; a worker
-// whose launcher dies is stopped by the kernel (the worker asks for PR_SET_PDEATHSIG).
+// whose launcher dies is stopped by the kernel (the worker asks for PR_SET_PDEATHSIG). A rank
+// that hangs (stopped, stuck) is found by the watchdog and named, and the run stops.
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +19,9 @@ struct LocalJob {
   int world = 1;
   // The CUDA device of each rank (`--device N` to its worker); empty: none given.
   std::vector<int> devices;
+  // The watchdog (progress/progress.hpp): every worker publishes its progress, and when no rank
+  // has moved for this long the run stops and the hung rank is named. 0: no watchdog.
+  double hang_bound_s = 0;
 };
 
 // The GPUs of `world` ranks on a machine with `gpus` of them: rank r on GPU r mod gpus, so

@@ -70,6 +70,13 @@ std::vector<float> assemble(const std::vector<Piece>& held, const program::Block
   return out;
 }
 
+// The rank a hop's receiver waits for first: the sender of its first incoming message; -1 if none.
+int first_sender(const program::HopPart& hop) {
+  for (std::size_t i = 0; i < hop.messages.size(); ++i)
+    if (hop.messages[i].to == hop.me) return hop.from_rank[i];
+  return -1;
+}
+
 // This rank's part of one hop, phase by phase: first what it sends (from what it held before
 // the phase; sends never block), then what it receives, which it holds from then on.
 void run_hop(transport::Peers& peers, std::uint32_t tag, const program::HopPart& hop, std::vector<Piece>& held) {
@@ -93,8 +100,10 @@ void run_hop(transport::Peers& peers, std::uint32_t tag, const program::HopPart&
 // After the step's last backward: every bucket's gradients summed over its group (buckets.hpp),
 // AdamW on the owned part of every bucket, and with ZeRO the updated parts all-gathered.
 // `record(name, start)` traces the three phases.
-template <class Record>
-void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW& adamw, int step, Pace& pace, Record&& record) {
+// `at(activity, what)` tells the watchdog where the rank is.
+template <class Record, class At>
+void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW& adamw, int step, Pace& pace, Record&& record, At&& at) {
+  at(progress::Activity::collective, "sync");
   double start = now_s();
   for (auto& b : buckets) {
     pack_gradients(b);
@@ -102,11 +111,13 @@ void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW
       check(pace.wait([&] { return zero ? b.comm->reduce_scatter_sum(b.grad.data(), b.size) : b.comm->all_reduce_sum(b.grad.data(), b.size); }));
   }
   record("sync", start);
+  at(progress::Activity::computing, "optimizer");
   start = now_s();
   for (auto& b : buckets) update(b, adamw, step + 1, zero);
   pace.settle();
   record("optimizer", start);
   if (!zero) return;
+  at(progress::Activity::collective, "gather");
   start = now_s();
   for (auto& b : buckets) {
     if (b.group.size() <= 1) continue;
@@ -305,11 +316,18 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   // The TP and CP collectives inside a forward or backward: the compute before one stretched,
   // then the collective, recorded as an event within F or B (at tp 1 the block's all-reduce
   // stays a no-op: no pause, no event).
+  int step = -1;
+  // Where the rank is, for its supervisor's watchdog.
+  auto at = [&](progress::Activity activity, const std::string& what, int peer = -1) {
+    if (opt.progress) opt.progress->at(step, activity, what, peer);
+  };
   auto collective = [&](const char* name, auto&& blocking) {
+    at(progress::Activity::collective, name);
     pace.settle();
     const double start = now_s();
     check(pace.wait(blocking));
     record(name, start);
+    at(progress::Activity::computing, name);
   };
   if (st.tp > 1) spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) {
     collective("tp all-reduce", [&] { return tp->all_reduce_sum(data, n); });
@@ -355,6 +373,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   if (opt.emulate_links) shape_links(plan, topo, peers, opt.time_dilation);
   // Runs a compute step, stretched to the emulated device's speed, and records it.
   auto emulate = [&](const std::string& name, auto&& compute) {
+    at(progress::Activity::computing, name);
     const double start = now_s();
     compute();
     pace.settle();
@@ -364,6 +383,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   // The time it waits for the data is recorded as "wait F<j>" / "wait B<j>".
   auto receive = [&](const program::HopPart& hop, std::uint32_t tag, const std::string& name) {
     std::vector<Piece> held;
+    at(progress::Activity::receiving, name, first_sender(hop));
     const double start = now_s();
     pace.wait([&] { run_hop(peers, tag, hop, held); });
     record(name, start);
@@ -378,7 +398,8 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   std::vector<StepReport> reports;
   try {
     std::vector<int> in(std::size_t(b) * Tl), tg(in.size()), seq_in(static_cast<std::size_t>(Tn)), seq_tg(seq_in.size());
-    for (int step = 0; step < opt.steps; ++step) {
+    for (step = 0; step < opt.steps; ++step) {
+      at(progress::Activity::computing, "zero_grad");
       const double step_start = now_s();
       model->zero_grad();
       pace.settle();
@@ -409,7 +430,8 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
         }
       }
       model->finish_backward();
-      sync_and_update(sync, zero, opt.optimizer, step, pace, record);
+      sync_and_update(sync, zero, opt.optimizer, step, pace, record, at);
+      at(progress::Activity::collective, "loss");
       sample_memory();
       const double start = now_s();
       StepReport report{step, pace.wait([&] { return gather_loss(peers, topo, loss_sum, kLoss); }) * scale, 0, optimizer_state};
@@ -421,6 +443,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       if (on_step) on_step(report);
     }
     if (opt.memory) gather_memory(peers, meter.peak(), *opt.memory);
+    at(progress::Activity::finished, "done");
   } catch (const Failure& f) {
     return Diagnostic{"", 0, 0, "rank " + std::to_string(me), f.what()};
   }

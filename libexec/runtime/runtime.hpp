@@ -26,6 +26,7 @@
 #include "model/params.hpp"
 #include "plan/plan.hpp"
 #include "program/program.hpp"
+#include "progress/progress.hpp"
 #include "runtime/memory.hpp"
 #include "sim/sim.hpp"
 #include "transport/tcp.hpp"
@@ -83,6 +84,9 @@ struct Options {
   // step, gathered on rank 0: there it holds every rank's peak by rank, elsewhere the rank's own
   // (one entry). Every rank of a job must set it or none (the gather is a message to rank 0).
   std::vector<MemoryPeak>* memory = nullptr;
+  // When set, the rank publishes where it is (step, operation, computing or waiting for whom)
+  // before every operation, for its supervisor's watchdog (progress/progress.hpp).
+  progress::Reporter* progress = nullptr;
 };
 
 struct StepReport {

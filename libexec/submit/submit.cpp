@@ -131,7 +131,7 @@ job::Offer offer_of(const pb::DescribeResponse& d) {
 // How likely a failure is the root cause of the others.
 int score(const std::string& why) {
   if (transport::lost_peer(why) || why.find("stopping") != std::string::npos) return 1;
-  if (why.find("signal") != std::string::npos) return 3;
+  if (why.find("signal") != std::string::npos || why.find(" hung: ") != std::string::npos) return 3;
   return 2;
 }
 
@@ -219,6 +219,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     s->set_data_path(o.settings.data_path), s->set_emulate_links(o.settings.emulate_links);
     s->set_emulate_devices(o.settings.emulate_devices), s->set_threads(std::uint32_t(std::max(0, o.settings.threads)));
     s->set_time_dilation(o.settings.time_dilation);
+    s->set_hang_timeout_s(o.settings.hang_timeout_s);
     req.set_rendezvous_address(advertised);
     req.set_lease_seconds(std::uint32_t(std::ceil(lease)));
     req.set_rendezvous_ca_pem(ca_pem);

@@ -36,6 +36,7 @@ struct Settings {
   bool emulate_links = false, emulate_devices = false;
   int threads = 0;
   double time_dilation = 1;  // runtime::Options::time_dilation
+  double hang_timeout_s = 0;  // the agents' watchdog bound; 0: their default (progress/progress.hpp)
 };
 
 struct Options {
