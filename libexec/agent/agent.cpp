@@ -60,6 +60,7 @@ using Clock = std::chrono::steady_clock;
 namespace pb = het::v1;
 
 constexpr std::size_t kMaxEvents = 200000;  // per job; worker lines beyond are dropped (counted)
+constexpr std::size_t kMaxDetail = 1024;    // bytes of a job's status detail (its last line of output)
 
 struct Job {
   std::string id;
@@ -354,7 +355,7 @@ struct Agent::State final : public pb::Agent::Service {
       pb::Event out;
       if (e.kind == launch::WorkerEvent::Kind::line) {
         if (e.from_stderr) last_err[e.rank] = e.text, log->info("job={} rank={} stderr=\"{}\"", j->id, e.rank, e.text);
-        if (!e.from_stderr && !e.text.empty()) j->detail = e.text;
+        if (!e.from_stderr && !e.text.empty()) j->detail = launch::valid_utf8(std::string_view(e.text).substr(0, kMaxDetail));
         auto* l = out.mutable_line();
         l->set_rank(std::uint32_t(e.rank)), l->set_from_stderr(e.from_stderr), l->set_text(e.text);
         post(*j, std::move(out));

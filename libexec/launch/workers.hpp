@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "diag/diag.hpp"
@@ -17,6 +18,12 @@ namespace het::launch {
 // (1e-07, 1.23456e-05), never rounded as std::to_string rounds it.
 std::string exact_text(double value);
 
+// `text` as valid UTF-8 that prints on one line: every byte that does not start a valid
+// sequence (RFC 3629: no overlong forms, surrogates or code points above U+10FFFF), and every
+// control character but tab, becomes U+FFFD. What workers print reaches statuses, logs and
+// protobuf strings (which must be UTF-8) through this.
+std::string valid_utf8(std::string_view text);
+
 struct WorkerCommand {
   int rank = 0;
   std::vector<std::string> argv;  // argv[0] is the executable's path
@@ -25,7 +32,8 @@ struct WorkerCommand {
 struct WorkerEvent {
   enum class Kind { line, exited } kind = Kind::line;
   int rank = 0;
-  // line: what the worker printed (without the newline; at most 64 KiB, longer lines cut)
+  // line: what the worker printed (without the newline; at most 64 KiB of it, longer lines
+  // cut; made valid_utf8)
   bool from_stderr = false;
   std::string text;
   // exited: the exit status, or the signal that ended it (then exit_code is -1)
