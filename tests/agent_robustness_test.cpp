@@ -206,6 +206,12 @@ TEST_CASE("an agent survives 1,000+ malformed and hostile requests and then runs
     a.set_api_version(control::api_version()), a.set_job_id(winner);
     pb::AbortResponse ar;
     CHECK(ok.stub->Abort(ok.ctx().get(), a, &ar).ok());
+    // Abort forgets the job (the proto's word): its id and devices are free again.
+    auto [st, pr] = prepare(winner, plan_json, {0, 1, 2, 3});
+    CHECK(st.ok());
+    CHECK(pr.ok());
+    INFO(pr.error());
+    CHECK(ok.stub->Abort(ok.ctx().get(), a, &ar).ok());
   }
   INFO(requests << " hostile requests");
   CHECK(requests >= 1000);

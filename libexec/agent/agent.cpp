@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -182,6 +183,17 @@ struct Agent::State final : public pb::Agent::Service {
       jobs.erase(it);
     }
   }
+  // Drops the record of job `id` if it has ended (its thread has posted its last event and
+  // only returns), with its directory.
+  void forget_ended(const std::string& id) {
+    auto it = jobs.find(id);
+    if (it == jobs.end() || (it->second->state != Job::State::finished && it->second->state != Job::State::failed)) return;
+    if (it->second->thread.joinable()) it->second->thread.join();
+    std::error_code ec;
+    std::filesystem::remove_all(it->second->dir, ec);
+    finished_order.erase(std::remove(finished_order.begin(), finished_order.end(), id), finished_order.end());
+    jobs.erase(it);
+  }
   std::set<int> busy_devices() const {
     std::set<int> busy;
     for (const auto& [id, j] : jobs)
@@ -254,6 +266,7 @@ struct Agent::State final : public pb::Agent::Service {
     {
       std::lock_guard lock(mu);
       if (stopping) return {grpc::StatusCode::UNAVAILABLE, "the agent is stopping"};
+      forget_ended(request->job_id());  // an aborted or finished job's id is free again (Abort "forgets the job")
       if (jobs.count(request->job_id())) return refuse("job " + request->job_id() + " exists already on this node");
     }
     // The plan: written to the job's directory, read and validated like any plan file.
