@@ -188,7 +188,7 @@ TEST_CASE("a worker that crashes fails the job on every node, naming its node an
 
 // Issue 18: a hung worker (SIGSTOP) is found by its agent's watchdog; submit names its node and
 // rank, every node stops, and `status` shows the job stalled before that.
-TEST_CASE("a worker that hangs fails the job on every node, naming its node and rank; status shows it stalled first") {
+TEST_CASE("a worker that hangs fails the job on every node, naming its node and rank, and status shows it stalled first") {
   het::test::TempDir dir;
   const std::string token = dir.write("token", "tok");
   Agents agents(token);
