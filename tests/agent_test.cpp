@@ -192,7 +192,7 @@ TEST_CASE("a worker that hangs fails the job on every node, naming its node and 
   het::test::TempDir dir;
   const std::string token = dir.write("token", "tok");
   Agents agents(token);
-  const std::string seed = "646464";
+  const std::string seed = "686868";  // unique among the tests: ctest runs them side by side
   std::string status_while_stalled;
   std::thread stopper([&] {
     for (int i = 0; i < 600; ++i) {
