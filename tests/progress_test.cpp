@@ -52,6 +52,12 @@ TEST_CASE("the watchdog blames the rank at the end of the chain of waits, once n
   Watchdog dog(dir.path(), {0, 1, 2}, 5, true, t0);
   CHECK_FALSE(dog.check(t0));
   CHECK_FALSE(dog.check(later(4)));
+  // A watchdog that first reads the files as they are now, then 6 s later (past its bound).
+  auto verdict = [&](bool all) {
+    Watchdog fresh(dir.path(), {0, 1, 2}, 5, all, t0);
+    CHECK_FALSE(fresh.check(t0));
+    return fresh.check(later(6));
+  };
   SECTION("a rank inside a computation") {
     auto stall = dog.check(later(6));
     REQUIRE(stall);
@@ -69,43 +75,33 @@ TEST_CASE("the watchdog blames the rank at the end of the chain of waits, once n
   }
   SECTION("a chain that ends in a collective") {
     r2->at(3, Activity::collective, "tp all-reduce");
-    Watchdog fresh(dir.path(), {0, 1, 2}, 5, true, t0);
-    CHECK_FALSE(fresh.check(t0));
-    auto stall = fresh.check(later(6));
+    auto stall = verdict(true);
     REQUIRE(stall);
     CHECK(stall->rank == 2);
     CHECK_THAT(stall->why, Catch::Contains("the ranks waiting for it wait in vain; it is in a collective"));
   }
   SECTION("a node agent, which sees some of the ranks, does not blame its own rank in a collective") {
     r2->at(3, Activity::collective, "sync");
-    Watchdog partial(dir.path(), {0, 1, 2}, 5, false, t0);
-    CHECK_FALSE(partial.check(t0));
-    auto stall = partial.check(later(6));
+    auto stall = verdict(false);
     REQUIRE(stall);
     CHECK(stall->remote);
     CHECK(stall->rank == -1);
     CHECK_THAT(stall->why, Catch::Contains("rank 2 made no progress") && Catch::Contains("with ranks on other nodes"));
     r2->at(3, Activity::computing, "optimizer");  // but a computation is its own
-    Watchdog computing(dir.path(), {0, 1, 2}, 5, false, t0);
-    CHECK_FALSE(computing.check(t0));
-    stall = computing.check(later(6));
+    stall = verdict(false);
     REQUIRE(stall);
     CHECK_FALSE(stall->remote);
     CHECK(stall->rank == 2);
   }
   SECTION("a cycle of waits is a deadlock") {
     r2->at(3, Activity::receiving, "wait B0", 0);
-    Watchdog fresh(dir.path(), {0, 1, 2}, 5, true, t0);
-    CHECK_FALSE(fresh.check(t0));
-    auto stall = fresh.check(later(6));
+    auto stall = verdict(true);
     REQUIRE(stall);
     CHECK_THAT(stall->why, Catch::Contains("in a cycle (a deadlock)"));
   }
   SECTION("a chain that leaves this node names the remote rank") {
     r2->at(3, Activity::receiving, "wait F1", 9);
-    Watchdog fresh(dir.path(), {0, 1, 2}, 5, true, t0);
-    CHECK_FALSE(fresh.check(t0));
-    auto stall = fresh.check(later(6));
+    auto stall = verdict(true);
     REQUIRE(stall);
     CHECK(stall->rank == 9);
     CHECK(stall->remote);

@@ -257,13 +257,7 @@ int run_local(const JobArgs& a) {
   lj.world = het::program::Topology(job->plan).ranks();
   // The watchdog's bound: five predicted steps as this run executes them (dilated, on emulated
   // devices), at least 10 s, unless --hang-timeout says otherwise.
-  double emulated = 1;
-  if (a.emulate_devices)
-    for (const auto& sc : job->plan.cluster.subclusters)
-      for (const auto& other : job->plan.cluster.subclusters) emulated = std::max(emulated, sc.device.peak / other.device.peak);
-  lj.hang_bound_s = a.hang_timeout ? *a.hang_timeout
-                                   : het::progress::default_bound_s(job->plan.predicted ? job->plan.predicted->iteration_s : 0,
-                                                                    a.time_dilation * emulated);
+  lj.hang_bound_s = a.hang_timeout ? *a.hang_timeout : het::progress::default_bound_s(job->plan, a.time_dilation, a.emulate_devices);
   if (a.gpus > 0 && a.backend != "cuda") {
     std::cerr << "error: --gpus applies to the cuda backend, not to " << a.backend << "\n";
     return 2;

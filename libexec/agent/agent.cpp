@@ -172,26 +172,25 @@ struct Agent::State final : public pb::Agent::Service {
     while (int(finished_order.size()) > opt.max_finished_jobs) {
       auto it = jobs.find(finished_order.front());
       finished_order.erase(finished_order.begin());
-      if (it == jobs.end()) continue;
-      // Its thread has posted its last event and only returns now (or is this thread).
-      if (it->second->thread.joinable()) {
-        if (it->second->thread.get_id() == std::this_thread::get_id()) it->second->thread.detach();
-        else it->second->thread.join();
-      }
-      std::error_code ec;
-      std::filesystem::remove_all(it->second->dir, ec);
-      jobs.erase(it);
+      if (it != jobs.end()) drop(it);
     }
   }
-  // Drops the record of job `id` if it has ended (its thread has posted its last event and
-  // only returns), with its directory.
+  // Drops the record of job `id` if it has ended, so that its id is free again.
   void forget_ended(const std::string& id) {
     auto it = jobs.find(id);
     if (it == jobs.end() || (it->second->state != Job::State::finished && it->second->state != Job::State::failed)) return;
-    if (it->second->thread.joinable()) it->second->thread.join();
+    finished_order.erase(std::remove(finished_order.begin(), finished_order.end(), id), finished_order.end());
+    drop(it);
+  }
+  // Forgets an ended job and removes its directory. Its thread has posted its last event and
+  // only returns now (or is this thread).
+  void drop(std::map<std::string, std::shared_ptr<Job>>::iterator it) {
+    if (it->second->thread.joinable()) {
+      if (it->second->thread.get_id() == std::this_thread::get_id()) it->second->thread.detach();
+      else it->second->thread.join();
+    }
     std::error_code ec;
     std::filesystem::remove_all(it->second->dir, ec);
-    finished_order.erase(std::remove(finished_order.begin(), finished_order.end(), id), finished_order.end());
     jobs.erase(it);
   }
   std::set<int> busy_devices() const {
@@ -311,15 +310,10 @@ struct Agent::State final : public pb::Agent::Service {
       std::ofstream(j->rendezvous_ca_file) << request->rendezvous_ca_pem();
     }
     j->settings = st;
-    double emulated = std::max(1.0, opt.emulate_slowdown) * std::max(1.0, st.time_dilation());
-    if (st.emulate_devices()) {
-      double fastest = 0, slowest = 0;
-      for (const auto& sc : loaded->plan.cluster.subclusters)
-        fastest = std::max(fastest, sc.device.peak), slowest = slowest == 0 ? sc.device.peak : std::min(slowest, sc.device.peak);
-      if (slowest > 0) emulated *= fastest / slowest;
-    }
     j->hang_bound_s = st.hang_timeout_s() > 0 ? st.hang_timeout_s()
-                                              : progress::default_bound_s(loaded->plan.predicted ? loaded->plan.predicted->iteration_s : 0, emulated);
+                                              : progress::default_bound_s(loaded->plan, std::max(1.0, opt.emulate_slowdown) *
+                                                                                            std::max(1.0, st.time_dilation()),
+                                                                          st.emulate_devices());
     j->lease_s = request->lease_seconds();
     j->lease_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(j->lease_s));
     std::lock_guard lock(mu);

@@ -85,7 +85,7 @@ Reporter::~Reporter() {
   if (map_) munmap(map_, kSize);
 }
 
-void Reporter::at(int step, Activity activity, const std::string& what, int peer) {
+void Reporter::at(int step, Activity activity, std::string_view what, int peer) {
   auto* slot = static_cast<Slot*>(map_);
   const std::uint64_t seq = slot->seq.load(std::memory_order_relaxed);
   slot->seq.store(seq + 1, std::memory_order_relaxed);
@@ -130,6 +130,16 @@ std::optional<Snapshot> read(const std::string& dir, int rank) {
 
 double default_bound_s(double predicted_step_s, double slowdown) {
   return std::max(kFloorS, 5 * std::max(0.0, predicted_step_s) * std::max(1.0, slowdown));
+}
+
+double default_bound_s(const Plan& plan, double slowdown, bool emulate_devices) {
+  if (emulate_devices) {
+    double fastest = 0, slowest = 0;
+    for (const auto& sc : plan.cluster.subclusters)
+      fastest = std::max(fastest, sc.device.peak), slowest = slowest == 0 ? sc.device.peak : std::min(slowest, sc.device.peak);
+    if (slowest > 0) slowdown *= fastest / slowest;
+  }
+  return default_bound_s(plan.predicted ? plan.predicted->iteration_s : 0, slowdown);
 }
 
 Watchdog::Watchdog(std::string dir, std::vector<int> ranks, double bound_s, bool all, Clock::time_point start)

@@ -25,9 +25,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "diag/diag.hpp"
+#include "plan/plan.hpp"
 
 namespace het::progress {
 
@@ -59,7 +61,7 @@ class Reporter {
   Reporter(const Reporter&) = delete;
   Reporter& operator=(const Reporter&) = delete;
   // `what` is cut to 23 bytes.
-  void at(int step, Activity activity, const std::string& what, int peer = -1);
+  void at(int step, Activity activity, std::string_view what, int peer = -1);
 
  private:
   Reporter() = default;
@@ -71,9 +73,11 @@ std::optional<Snapshot> read(const std::string& dir, int rank);
 
 // The default bound: a floor (10 s: above any step of the shipped configs' plans run dilated,
 // and low enough that a hang stops the job within 15 s) or five predicted steps as the run
-// executes them (the plan's predicted iteration times the run's slowdown: time dilation and
-// emulated devices), whichever is larger.
+// executes them (the plan's predicted iteration times the run's slowdown: `slowdown` (time
+// dilation, an agent's emulated slowdown) and, with emulated devices, the slowest device's
+// (fastest peak / slowest peak)), whichever is larger. A plan without a prediction: the floor.
 double default_bound_s(double predicted_step_s, double slowdown);
+double default_bound_s(const Plan& plan, double slowdown, bool emulate_devices);
 constexpr double kFloorS = 10;
 
 struct Stall {

@@ -318,7 +318,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   // stays a no-op: no pause, no event).
   int step = -1;
   // Where the rank is, for its supervisor's watchdog.
-  auto at = [&](progress::Activity activity, const std::string& what, int peer = -1) {
+  auto at = [&](progress::Activity activity, std::string_view what, int peer = -1) {
     if (opt.progress) opt.progress->at(step, activity, what, peer);
   };
   auto collective = [&](const char* name, auto&& blocking) {
