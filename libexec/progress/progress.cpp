@@ -173,6 +173,8 @@ std::optional<Stall> Watchdog::check(Clock::time_point now) {
     least_still = least_still < 0 ? still : std::min(least_still, still);
   }
   if (least_still < bound_s_) return std::nullopt;
+  bool starting = false;  // a rank still connecting (or not yet started) has kStartS
+  for (const auto& s : last_) starting = starting || s.activity == Activity::starting;
 
   auto index_of = [&](int rank) -> int {
     for (std::size_t i = 0; i < ranks_.size(); ++i)
@@ -189,6 +191,7 @@ std::optional<Stall> Watchdog::check(Clock::time_point now) {
     const char state = process_state(last_[i].pid);
     if (state == 'T' || state == 't') return blame(i, "its process (pid " + std::to_string(last_[i].pid) + ") is stopped (SIGSTOP or a debugger)");
   }
+  if (starting && least_still < std::max(bound_s_, kStartS)) return std::nullopt;
   // 2. A rank inside a computation.
   for (std::size_t i = 0; i < ranks_.size(); ++i)
     if (last_[i].activity == Activity::computing) return blame(i, "it is inside a computation that does not end (the others wait for it)");

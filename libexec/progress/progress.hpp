@@ -15,6 +15,7 @@
 //   3. the rank at the end of the chain "waits for" (a rank receiving from rank r waits for r);
 //      a chain that leaves the ranks this supervisor sees names that rank as remote;
 //   4. else (everyone inside collectives) the rank that moved last longest ago.
+// While any rank is still starting, only 1 is judged before kStartS.
 // A supervisor that sees only some of the job's ranks (a node agent) trusts only 1, 2 and a
 // chain that leaves its ranks: otherwise its ranks may be waiting, inside a collective, for a
 // rank elsewhere, and the Stall is `remote` with rank -1.
@@ -79,6 +80,12 @@ std::optional<Snapshot> read(const std::string& dir, int rank);
 double default_bound_s(double predicted_step_s, double slowdown);
 double default_bound_s(const Plan& plan, double slowdown, bool emulate_devices);
 constexpr double kFloorS = 10;
+// While a rank is still starting (opening its device, connecting to its peers: CUDA and NCCL
+// initialisation can take tens of seconds on a loaded node) the bound is at least this: the
+// 120 s a worker gives its peers to connect (Peers::connect and the seats' exchange in
+// apps/hetexec/main.cpp), which report a peer that never comes themselves. A stopped process
+// is blamed at the plain bound in any phase.
+constexpr double kStartS = 120;
 
 struct Stall {
   int rank = 0;
