@@ -61,8 +61,10 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
   auto wake = [&](int s) {
     if (!queued[s]) queued[s] = 1, work.push_back(s);
   };
-  auto emit = [&](const std::string& track, std::string name, double start, double dur) {
-    if (trace) events.push_back({"p" + std::to_string(index) + " " + track, std::move(name), start, dur});
+  // The event's names are built only when tracing: a search simulates every candidate's
+  // micro-batches without a trace, and the strings were most of that time.
+  auto emit = [&](auto track, auto name, double start, double dur) {
+    if (trace) events.push_back({"p" + std::to_string(index) + " " + track(), name(), start, dur});
   };
 
   while (!work.empty()) {
@@ -82,13 +84,14 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
         r.compute_s += c.forward_s;
         if (near_cross(s)) busy[s].push_back({start, end});
         r.max_in_flight = std::max(r.max_in_flight, ++in_flight[s]);
-        emit("s" + std::to_string(s) + " compute", "F" + std::to_string(i), start, c.forward_s);
+        emit([&] { return "s" + std::to_string(s) + " compute"; }, [&] { return "F" + std::to_string(i); }, start, c.forward_s);
         if (s + 1 < S) {
           const double cs = std::max(end, link_f_free[s]);
           cf_arrive[at(s, i)] = link_f_free[s] = cs + c.send_forward_s;
           if (c.cross_to_next) sends_f[s].push_back({cs, cs + c.send_forward_s});
           r.send_busy_s += c.send_forward_s;
-          emit("s" + std::to_string(s) + "->s" + std::to_string(s + 1), "C^F " + std::to_string(i), cs, c.send_forward_s);
+          emit([&] { return "s" + std::to_string(s) + "->s" + std::to_string(s + 1); }, [&] { return "C^F " + std::to_string(i); }, cs,
+               c.send_forward_s);
           wake(s + 1);
         }
       } else {
@@ -100,14 +103,14 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
         if (near_cross(s)) busy[s].push_back({start, end});
         --in_flight[s];
         r.last_backward_end_s = end;
-        emit("s" + std::to_string(s) + " compute", "B" + std::to_string(i), start, c.backward_s);
+        emit([&] { return "s" + std::to_string(s) + " compute"; }, [&] { return "B" + std::to_string(i); }, start, c.backward_s);
         if (s > 0) {
           const StageCosts& prev = p.stages[s - 1];
           const double cs = std::max(end, link_b_free[s - 1]);
           cb_arrive[at(s - 1, i)] = link_b_free[s - 1] = cs + prev.send_backward_s;
           if (prev.cross_to_next) sends_b[s - 1].push_back({cs, cs + prev.send_backward_s});
           report.stages[s - 1].send_busy_s += prev.send_backward_s;
-          emit("s" + std::to_string(s) + "->s" + std::to_string(s - 1), "C^B " + std::to_string(i), cs,
+          emit([&] { return "s" + std::to_string(s) + "->s" + std::to_string(s - 1); }, [&] { return "C^B " + std::to_string(i); }, cs,
                prev.send_backward_s);
           wake(s - 1);
         }
