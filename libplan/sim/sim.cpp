@@ -29,9 +29,22 @@ struct CrossTotals {
   double transfer = 0, hidden = 0;
 };
 
+// What a pipeline adds to the CrossTotals, transfer by transfer: (its time, the part hidden).
+using CrossSteps = std::vector<std::pair<double, double>>;
+
+// What run_pipeline's result depends on (not the stages' names): pipelines with equal keys
+// have equal reports.
+std::vector<double> schedule_key(const PipelineInput& p) {
+  std::vector<double> key = {double(p.num_microbatches), double(p.stages.size())};
+  key.insert(key.end(), p.warmup.begin(), p.warmup.end());
+  for (const StageCosts& c : p.stages)
+    key.insert(key.end(), {c.forward_s, c.backward_s, c.send_forward_s, c.send_backward_s, c.cross_to_next ? 1.0 : 0.0});
+  return key;
+}
+
 // Simulates one pipeline's DAG; appends trace events when asked.
 Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trace, std::vector<TraceEvent>& events,
-                                    CrossTotals& cross) {
+                                    CrossSteps& cross) {
   const int S = static_cast<int>(p.stages.size());
   const int m = p.num_microbatches;
   const std::string where = "pipelines[" + std::to_string(index) + "]";
@@ -139,9 +152,9 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
   for (int s = 0; s + 1 < S; ++s) {
     if (!p.stages[s].cross_to_next) continue;
     std::size_t k = 0;
-    for (auto [a, b] : sends_f[s]) cross.transfer += b - a, cross.hidden += covered(busy[s + 1], k, a, b);
+    for (auto [a, b] : sends_f[s]) cross.push_back({b - a, covered(busy[s + 1], k, a, b)});
     k = 0;
-    for (auto [a, b] : sends_b[s]) cross.transfer += b - a, cross.hidden += covered(busy[s], k, a, b);
+    for (auto [a, b] : sends_b[s]) cross.push_back({b - a, covered(busy[s], k, a, b)});
   }
   return report;
 }
@@ -151,10 +164,22 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
 Result<SimResult> simulate(const SimInput& in) {
   SimResult out;
   CrossTotals cross;
+  // A pipeline equal to an earlier one (a plan's data-parallel replicas) is simulated once
+  // when there is no trace: its report and its cross-subcluster steps are the earlier one's,
+  // added again in the same order, so every total is that of simulating it again.
+  std::map<std::vector<double>, std::size_t> first_of;  // schedule_key -> the first pipeline with it
+  std::vector<CrossSteps> steps(in.pipelines.size());
   for (std::size_t k = 0; k < in.pipelines.size(); ++k) {
-    auto r = run_pipeline(in.pipelines[k], static_cast<int>(k), in.trace, out.trace, cross);
-    if (!r) return r.errors();
-    out.pipelines.push_back(std::move(*r));
+    const std::size_t from = in.trace ? k : first_of.emplace(schedule_key(in.pipelines[k]), k).first->second;
+    if (from == k) {
+      auto r = run_pipeline(in.pipelines[k], static_cast<int>(k), in.trace, out.trace, steps[k]);
+      if (!r) return r.errors();
+      out.pipelines.push_back(std::move(*r));
+    } else {
+      PipelineReport same = out.pipelines[from];
+      out.pipelines.push_back(std::move(same));
+    }
+    for (auto [transfer, hidden] : steps[from]) cross.transfer += transfer, cross.hidden += hidden;
   }
 
   // Gradient sync per group, then optimizer steps.
