@@ -32,7 +32,8 @@ inline constexpr input::Limit kVocabSize{4'194'304, "the vocabulary"};
 inline constexpr input::Limit kSeqLength{4'194'304, "the sequence length"};
 // 4x the largest LLM batch published (15,360 sequences: DeepSeek-V3), and LAMB's 65,536 for
 // BERT. The simulator runs every micro-batch of every candidate, so the search's time grows
-// with it: at this limit a 1 s search of HetAuto's exp3 takes ~2 s (docs/search.md).
+// with it: at this limit a 1 s search of HetAuto's exp3 took 1.5 s (9.9 s before the simulator
+// stopped naming trace events it did not record).
 inline constexpr input::Limit kGlobalBatchSize{65'536, "sequences in the global batch"};
 // 16x the largest batch in tokens published (63M: DeepSeek-V3's 15,360 x 4,096); keeps the
 // tokens of an iteration (global batch x sequence length) within a 32-bit int.
