@@ -2,6 +2,8 @@
 // and checks exit status 2, no crash, and a message naming the file, line and field.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <map>
 
 #include "process.hpp"
@@ -291,4 +293,132 @@ TEST_CASE("bad input: plan without its format") {
 }
 TEST_CASE("bad input: plan without model or cluster anywhere") {
   expect_invalid({{"plan", kPlan}}, {"plan.json:1:1: model: missing: a plan embeds its model, or give one with --model"});
+}
+
+// ---- limits (libplan/spec/limits.hpp) -------------------------------------------------
+
+TEST_CASE("bad input: a node count past the limit, or nodes x devices_per_node past the cluster's, is refused naming the field") {
+  // 536870912 nodes of 4 devices wrapped to -2147483648 devices in an int.
+  expect_invalid({{"cluster", replace(kCluster, "nodes: 1", "nodes: 536870912\n    inter_node: {bandwidth: 5GB/s, latency: 20us}")}},
+                 {"cluster.yaml:5:12: subclusters[0].nodes: expected a whole number at most 1048576 (the limit on nodes in a subcluster), "
+                  "got '536870912'"});
+  expect_invalid({{"cluster", replace(kCluster, "nodes: 1", "nodes: 1000000\n    inter_node: {bandwidth: 5GB/s, latency: 20us}")}},
+                 {"cluster.yaml:5:12: subclusters[0].nodes: nodes x devices_per_node = 1000000 x 4 devices, more than the limit of "
+                  "1048576 devices in a cluster"});
+  // Each subcluster within the limit, the cluster past it.
+  expect_invalid({{"cluster", replace(replace(kCluster, "nodes: 2", "nodes: 300000"), "nodes: 1",
+                                      "nodes: 200000\n    inter_node: {bandwidth: 5GB/s, latency: 20us}")}},
+                 {"subclusters[1].nodes: nodes x devices_per_node = 300000 x 2 devices (1400000 with the subclusters before), more than "
+                  "the limit of 1048576 devices in a cluster"});
+}
+
+TEST_CASE("bad input: a count or a list past its limit is refused naming the field") {
+  expect_invalid({{"model", replace(kModel, "num_layers: 24", "num_layers: 100000")}},
+                 {"model.yaml:3:13: num_layers: expected a whole number at most 1024 (the limit on layers), got '100000'"});
+  expect_invalid({{"model", replace(kModel, "num_layers: 24", "num_layers: 99999999999999999999999")}},
+                 {"model.yaml:3:13: num_layers: expected a whole number at most 1024 (the limit on layers)"});
+  expect_invalid({{"model", replace(kModel, "global_batch_size: 64", "global_batch_size: 1048576")}},
+                 {"training.global_batch_size: expected a whole number at most 65536 (the limit on sequences in the global batch)"});
+  expect_invalid({{"model", replace(replace(kModel, "seq_length: 2048", "seq_length: 4194304"), "global_batch_size: 64", "global_batch_size: 512")}},
+                 {"model.yaml:7:13: seq_length: training.global_batch_size x seq_length = 512 x 4194304 tokens per iteration, more than "
+                  "the limit of 1073741824"});
+  // 65 micro-batch sizes: every one valid, the list too long.
+  std::string sizes;
+  for (int b = 1; b <= 65; ++b) sizes += (sizes.empty() ? "" : ", ") + std::to_string(b);
+  expect_invalid({{"model", replace(kModel, "[1, 2, 4]", "[" + sizes + "]")}},
+                 {"model.yaml:10:22: training.micro_batch_sizes: expected at most 64 entries (the limit on micro-batch sizes), got 65"});
+  // 65 subclusters.
+  std::string cluster = "name: c\ndefault_link: {bandwidth: 1GB/s, latency: 1ms}\nsubclusters:\n";
+  for (int i = 0; i < 65; ++i) cluster += "  - {name: s" + std::to_string(i) + ", device: A100-40GB, nodes: 1, devices_per_node: 1}\n";
+  expect_invalid({{"cluster", cluster}}, {"cluster.yaml:4:3: subclusters: expected at most 64 entries (the limit on subclusters), got 65"});
+}
+
+TEST_CASE("bad input: a plan whose stages x micro-batches are past what the simulator steps through is refused") {
+  // 70 stages of 65,536 micro-batches: 4,587,520 steps (24 bytes each), past 2^22.
+  std::string stages;
+  for (int k = 0; k < 70; ++k) {
+    const std::string units = k < 69 ? std::to_string(k) + ", " + std::to_string(k) : "69, 101";
+    stages += std::string(k ? ",\n" : "") + "{\"subcluster\": \"a\", \"layers\": [" + units + "], \"devices\": [{\"node\": " +
+              std::to_string(k / 8) + ", \"device\": " + std::to_string(k % 8) + "}]}";
+  }
+  const std::string plan = "{\"format\": \"hetplan.plan/v1\", \"schedule\": {\"kind\": \"1f1b\"},\n\"pipelines\": [\n"
+                           "{\"micro_batch_size\": 1, \"num_microbatches\": 65536, \"stages\": [\n" + stages + "]}]}\n";
+  const std::string model = replace(replace(kModel, "num_layers: 24", "num_layers: 100"), "global_batch_size: 64", "global_batch_size: 65536");
+  const std::string cluster = "name: c\nsubclusters:\n  - {name: a, device: A100-40GB, nodes: 9, devices_per_node: 8, "
+                              "inter_node: {bandwidth: 25GB/s, latency: 10us}}\n";
+  expect_invalid({{"plan", plan}, {"model", model}, {"cluster", cluster}},
+                 {"plan.json:3: pipelines: stages x num_microbatches summed over the pipelines is 4587520, more than the limit of "
+                  "4194304 (the simulator steps through each)"});
+}
+
+// ---- files that are not regular files ---------------------------------------------------
+
+TEST_CASE("bad input: /dev/zero and a FIFO are refused at once by hetplan, not read forever or waited on") {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/model.yaml";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string cluster = kSrc + "/configs/clusters/tiny-cpu.yaml";
+  for (const auto& [file, kind] : {std::pair<std::string, std::string>{"/dev/zero", "a character device"}, {fifo, "a FIFO"}}) {
+    for (const auto& args : {std::vector<std::string>{HETPLAN_BIN, "search", "--model", file, "--cluster", cluster, "--time-budget", "1"},
+                             std::vector<std::string>{HETPLAN_BIN, "validate", "--cluster", file},
+                             std::vector<std::string>{HETPLAN_BIN, "show", file}}) {
+      auto r = run_process(args, 30);
+      INFO(args[1] << " " << file << "\nstdout:\n" << r.out << "stderr:\n" << r.err);
+      CHECK(r.signal == 0);  // not killed at the timeout
+      CHECK(r.exit_code == 2);
+      CHECK_THAT(r.err, Catch::Contains(file + ": cannot read the file: it is not a regular file (" + kind + ")"));
+    }
+  }
+}
+
+TEST_CASE("bad input: hetexec refuses a FIFO or /dev/zero as its data, token or text file at once") {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string plan = kSrc + "/tests/data/plans/pipeline.plan.json", model = kSrc + "/configs/models/tiny-gpt.yaml",
+                    cluster = kSrc + "/configs/clusters/demo-1x4a100-1x4v100.yaml";
+  for (const std::string& file : {fifo, std::string("/dev/zero")}) {
+    for (const auto& args : {std::vector<std::string>{HETEXEC_BIN, "run-local", plan, "--model", model, "--cluster", cluster, "--data", file},
+                             std::vector<std::string>{HETEXEC_BIN, "status", "--agents", "a100/0=127.0.0.1:1", "--token-file", file},
+                             std::vector<std::string>{HETEXEC_BIN, "prepare-data", file, "-o", dir.path() + "/tokens.bin"}}) {
+      auto r = run_process(args, 30);
+      INFO(args[1] << " " << file << "\nstdout:\n" << r.out << "stderr:\n" << r.err);
+      CHECK(r.signal == 0);  // not killed at the timeout
+      CHECK(r.exit_code == 2);
+      CHECK_THAT(r.err, Catch::Contains(file + ": ") && Catch::Contains("is not a regular file"));
+      CHECK_THAT(r.out, !Catch::Contains("running"));  // no rank started
+    }
+  }
+}
+
+// ---- host:port --------------------------------------------------------------------------
+
+TEST_CASE("bad input: a port outside 1..65535 is refused by agent --listen (0: any free port) and by --agents") {
+  TempDir dir;
+  for (const std::string port : {"99999", "65536", "-1", "http", "", "99999999999999999999"}) {
+    auto r = run_process({HETEXEC_BIN, "agent", "--listen", "127.0.0.1:" + port, "--node", "a100/0", "--devices", "cpu:1", "--workdir",
+                          dir.path() + "/work"},
+                         30);
+    INFO("port '" << port << "'\nstdout:\n" << r.out << "stderr:\n" << r.err);
+    CHECK(r.signal == 0);  // it did not listen (on main, 99999 listened on port 34463)
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("listen: '127.0.0.1:" + port + "': "));
+    CHECK_THAT(r.err, Catch::Contains("between 0 (any free port) and 65535") || Catch::Contains("no port"));
+    CHECK_THAT(r.out, !Catch::Contains("listening"));
+  }
+  {  // port 0: a free port, which it names
+    het::test::Background agent({HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", "a100/0", "--devices", "cpu:1", "--workdir",
+                                 dir.path() + "/work"});
+    CHECK(agent.wait_for_output("listening on 127.0.0.1:", 30));
+  }
+  for (const std::string port : {"0", "70000", "x"}) {
+    auto r = run_process({HETEXEC_BIN, "status", "--agents", "a100/0=127.0.0.1:" + port}, 30);
+    INFO("port '" << port << "'\nstdout:\n" << r.out << "stderr:\n" << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("agents: '127.0.0.1:" + port + "': the port must be") && Catch::Contains("between 1 and 65535"));
+  }
+  const std::string inventory = dir.write("inventory.yaml", "agents:\n  - {node: a100/0, address: 127.0.0.1:65536}\n");
+  auto r = run_process({HETEXEC_BIN, "status", "--inventory", inventory}, 30);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("inventory.yaml:2:29: agents[0].address: '127.0.0.1:65536': the port must be between 1 and 65535"));
 }

@@ -1,7 +1,14 @@
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "input/address.hpp"
 #include "input/input.hpp"
 #include "process.hpp"
+#include "spec/limits.hpp"
 
 using namespace het;
 using input::Need;
@@ -69,7 +76,7 @@ TEST_CASE("typed getters report missing, mistyped and out-of-range values") {
   CHECK_FALSE(f.integer("n", Need::required));
   CHECK_FALSE(f.integer("m", Need::required));
   CHECK_FALSE(f.quantity("q", units::Dimension::bandwidth, Need::required));
-  CHECK_FALSE(f.list("l", Need::required));
+  CHECK_FALSE(f.list("l", Need::required, {8, "things"}));
   CHECK_FALSE(f.integer("x", Need::required));
   CHECK_FALSE(f.string("empty", Need::required));
   CHECK_FALSE(f.integer("missing", Need::required));
@@ -116,4 +123,88 @@ k: {nested: -3}
     CHECK(back->root[key].Scalar() == d->root[key].Scalar());
   CHECK(back->root["f"].IsNull());
   CHECK(back->root["j"][1].Scalar() == "2.25");
+}
+
+TEST_CASE("read_file reads regular files only, and no more than its cap") {
+  test::TempDir dir;
+  const std::string fifo = dir.path() + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  for (const auto& [path, why] : {std::pair<std::string, std::string>{fifo, "it is not a regular file (a FIFO)"},
+                                  {"/dev/zero", "it is not a regular file (a character device)"},
+                                  {dir.path(), "it is a directory"},
+                                  {dir.path() + "/none", "cannot open the file: No such file or directory"}}) {
+    INFO(path);
+    auto text = input::read_file(path);  // a FIFO without a writer: refused, not waited on
+    REQUIRE_FALSE(text.ok());
+    CHECK(text.errors()[0].file == path);
+    CHECK_THAT(text.errors()[0].message, Catch::Contains(why));
+    CHECK_FALSE(input::open_file(path, 1 << 20).ok());
+    CHECK_FALSE(input::load(path).ok());
+  }
+  const std::string file = dir.write("f.yaml", "a: 1\n");
+  auto small = input::read_file(file, 4);
+  REQUIRE_FALSE(small.ok());
+  CHECK(small.errors()[0].message == "cannot read the file: it is larger than 4 bytes");
+  auto exact = input::read_file(file, 5);
+  REQUIRE(exact.ok());
+  CHECK(*exact == "a: 1\n");
+  auto opened = input::open_file(file, 5);
+  REQUIRE(opened.ok());
+  CHECK(opened->size() == 5);
+  char buf[16] = {};
+  auto got = opened->read(buf, sizeof buf);
+  REQUIRE(got.ok());
+  CHECK(*got == 5);
+  CHECK(std::string(buf, 5) == "a: 1\n");
+  // /proc files say they are empty: read, to the cap.
+  auto proc = input::read_file("/proc/self/status", 1 << 20);
+  REQUIRE(proc.ok());
+  CHECK_THAT(*proc, Catch::Contains("Name:"));
+  CHECK_FALSE(input::read_file("/proc/self/status", 8).ok());
+}
+
+TEST_CASE("counts and lists past their limit are reported with the limit, the field and the line") {
+  auto d = input::parse("n: 5000\nhuge: 99999999999999999999\nneg: -1\nok: 1024\nl: [1, 2, 3]\n", "f.yaml");
+  REQUIRE(d.ok());
+  Diagnostics errors;
+  input::Context ctx{"f.yaml", &errors};
+  input::Fields f(ctx, d->root, "", {"n", "huge", "neg", "ok", "l"});
+  CHECK_FALSE(f.integer("n", Need::required, 1, limits::kDevicesPerNode));
+  CHECK_FALSE(f.integer("huge", Need::required, 1, limits::kDevicesPerNode));
+  CHECK_FALSE(f.integer("neg", Need::required, 1, limits::kDevicesPerNode));
+  CHECK(f.integer("ok", Need::required, 1, limits::kDevicesPerNode) == 1024);
+  CHECK_FALSE(f.list("l", Need::required, {2, "things"}));
+  CHECK(f.list("l", Need::required, {3, "things"}));
+  REQUIRE(errors.size() == 4);
+  CHECK(errors[0].to_string() == "f.yaml:1:4: n: expected a whole number at most 1024 (the limit on devices per node), got '5000'");
+  CHECK(errors[1].to_string() ==
+        "f.yaml:2:7: huge: expected a whole number at most 1024 (the limit on devices per node), got '99999999999999999999'");
+  CHECK(errors[2].to_string() == "f.yaml:3:6: neg: expected a whole number at least 1, got '-1'");
+  CHECK(errors[3].to_string() == "f.yaml:5:4: l: expected at most 2 entries (the limit on things), got 3");
+
+  CHECK(limits::checked_product({1 << 20, 1024}) == std::int64_t{1} << 30);
+  CHECK_FALSE(limits::checked_product({std::numeric_limits<std::int64_t>::max() / 2, 3}));
+}
+
+TEST_CASE("host:port: one parser, ports 1..65535 (0 where any free port is meant)") {
+  auto ok = input::parse_host_port("10.0.0.1:7000", "agents");
+  REQUIRE(ok.ok());
+  CHECK(ok->host == "10.0.0.1");
+  CHECK(ok->port == 7000);
+  CHECK(input::parse_host_port("node-3.example.org:65535", "x").ok());
+  CHECK(input::parse_host_port("[::1]:1", "x").ok());
+  CHECK(input::parse_host_port("localhost:0", "listen", input::AnyPort::allowed)->port == 0);
+  CHECK_FALSE(input::parse_host_port("localhost:0", "agents").ok());
+  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:+80", "127.0.0.1:0x50", "127.0.0.1:",
+                          "127.0.0.1", ":80", "a b:80", "::1:80", "127.0.0.1:99999999999999999999999"}) {
+    INFO(bad);
+    auto r = input::parse_host_port(bad, "listen", input::AnyPort::allowed);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.errors()[0].path == "listen");
+    CHECK_THAT(r.errors()[0].message, Catch::StartsWith("'" + std::string(bad) + "': ") && Catch::EndsWith("(expected HOST:PORT)"));
+  }
+  CHECK(input::parse_host_port("h:99999", "listen", input::AnyPort::allowed).errors()[0].to_string() ==
+        "listen: 'h:99999': the port must be between 0 (any free port) and 65535 (expected HOST:PORT)");
+  CHECK(input::parse_host_port("h:0", "agents").errors()[0].to_string() ==
+        "agents: 'h:0': the port must be between 1 and 65535 (expected HOST:PORT)");
 }

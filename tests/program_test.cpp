@@ -136,3 +136,37 @@ TEST_CASE("a rank's traffic per step is its messages times the micro-batches") {
   CHECK(t3.gradients.sent == 0);  // shard 1 of stage 1 sends no gradients (shard 0 does)
   CHECK(program::step_traffic(plan, topo, 2).gradients.sent == 3 * 128);
 }
+
+TEST_CASE("all-pairs resharding lists exactly the overlapping sender blocks of a scan over all senders, in its order") {
+  // from_senders visits only the replicas and members whose rows and time steps meet the
+  // receiver's (a hop between stages of dp 65,536 was dp x dp intersections); the messages
+  // must be those of the scan, in the same order.
+  for (const Dims& dims : {Dims{8, 12, 6}, Dims{16, 8, 4}, Dims{4, 6, 8}, Dims{3, 5, 7}})
+    for (const Shape& A : {Shape{1, 1, 1}, Shape{2, 1, 2}, Shape{4, 2, 1}, Shape{8, 3, 2}, Shape{16, 1, 1}, Shape{3, 5, 1}})
+      for (const Shape& B : {Shape{1, 1, 1}, Shape{4, 1, 2}, Shape{2, 2, 2}, Shape{8, 4, 1}, Shape{16, 2, 1}, Shape{1, 6, 3}})
+        for (Resharding r : {Resharding::all_pairs, Resharding::send_recv_allgather}) {
+          INFO("A " << A.dp << "/" << A.cp << "/" << A.tp << ", B " << B.dp << "/" << B.cp << "/" << B.tp << ", dims " << dims.rows
+                    << "x" << dims.time << "x" << dims.channels << ", " << to_string(r));
+          std::vector<program::Message> scan;
+          for (int i = 0; i < B.ranks(); ++i) {
+            const int t = i % B.tp;
+            Block want = program::block_of(B, dims, i);
+            if (r == Resharding::send_recv_allgather) want = want & program::channel_slice(dims, t, B.tp);
+            for (int d = 0; d < A.dp; ++d)
+              for (int c = 0; c < A.cp; ++c) {
+                const int from = (d * A.cp + c) * A.tp + t % A.tp;
+                if (Block b = want & program::block_of(A, dims, from); !b.empty()) scan.push_back({{0, from}, {1, i}, b, 0});
+              }
+          }
+          auto msgs = program::reshard(A, B, dims, r);
+          std::vector<program::Message> first_phase;
+          for (const auto& m : msgs)
+            if (m.phase == 0) first_phase.push_back(m);
+          REQUIRE(first_phase.size() == scan.size());
+          for (std::size_t k = 0; k < scan.size(); ++k) {
+            CHECK(first_phase[k].from == scan[k].from);
+            CHECK(first_phase[k].to == scan[k].to);
+            CHECK(first_phase[k].block == scan[k].block);
+          }
+        }
+}

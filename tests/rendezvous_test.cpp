@@ -262,7 +262,7 @@ TEST_CASE("open_rendezvous: grpc://HOST:PORT/JOB or a directory") {
   CHECK(ok->target == "10.0.0.1:7000");
   CHECK(ok->job == "job-42");
   for (const char* bad : {"grpc://10.0.0.1:7000", "grpc://10.0.0.1/job", "grpc://host:port/job", "grpc://h:1/bad job",
-                          "http://h:1/job"}) {
+                          "grpc://h:99999/job", "grpc://h:0/job", "http://h:1/job"}) {
     INFO(bad);
     CHECK_FALSE(het::rendezvous::parse_grpc_address(bad).ok());
   }

@@ -242,3 +242,43 @@ TEST_CASE("the Chrome trace names every event with its track") {
   CHECK(complete == 2 * 2 * 2 + 2 + 2);  // F and B per stage and micro-batch, C^F and C^B per micro-batch
   CHECK_THAT(text, Catch::Contains("p0 s0 compute") && Catch::Contains("p0 s0->s1"));
 }
+
+TEST_CASE("equal pipelines are simulated once without a trace, with the very results of simulating each") {
+  // Data-parallel replicas give equal pipelines; the simulator reuses the first one's report
+  // and cross-subcluster steps. With a trace it simulates each; both must agree exactly.
+  PipelineInput a = pipeline(3, 16, 1.0, 2.0, 0.4, warmups(ScheduleKind::h_1f1b, 3, 16, 3.0, 0.4));
+  a.stages[0].cross_to_next = true;
+  a.stages[1].forward_s = 1.3;
+  PipelineInput b = pipeline(2, 16, 1.5, 2.5, 0.7, warmups(ScheduleKind::one_f_one_b, 2, 16, 4.0, 0.7));
+  b.stages[0].cross_to_next = true;
+  SimInput in;
+  in.pipelines = {a, b, a, a, b};
+  for (std::size_t k = 0; k < in.pipelines.size(); ++k)  // names differ per pipeline; they do not count
+    for (auto& st : in.pipelines[k].stages) st.name = "p" + std::to_string(k);
+  in.sync_groups = {{{{0, 0}, {1, 0}, {2, 0}, {3, 0}, {4, 0}}, 0.5}, {{{0, 2}, {2, 2}, {3, 2}}, 0.25}};
+  auto once = simulate(in);
+  in.trace = true;
+  auto each = simulate(in);
+  REQUIRE(once.ok());
+  REQUIRE(each.ok());
+  CHECK(once->iteration_s == each->iteration_s);
+  CHECK(once->bubble_fraction == each->bubble_fraction);
+  CHECK(once->exposed_sync_s == each->exposed_sync_s);
+  CHECK(once->cross_overlap == each->cross_overlap);
+  CHECK(once->cross_overlap < 1);  // the cross-subcluster steps counted
+  REQUIRE(once->pipelines.size() == each->pipelines.size());
+  for (std::size_t k = 0; k < once->pipelines.size(); ++k) {
+    CHECK(once->pipelines[k].makespan_s == each->pipelines[k].makespan_s);
+    REQUIRE(once->pipelines[k].stages.size() == each->pipelines[k].stages.size());
+    for (std::size_t s = 0; s < once->pipelines[k].stages.size(); ++s) {
+      const StageReport &x = once->pipelines[k].stages[s], &y = each->pipelines[k].stages[s];
+      CHECK(x.compute_s == y.compute_s);
+      CHECK(x.send_busy_s == y.send_busy_s);
+      CHECK(x.last_backward_end_s == y.last_backward_end_s);
+      CHECK(x.sync_end_s == y.sync_end_s);
+      CHECK(x.finish_s == y.finish_s);
+      CHECK(x.idle_s == y.idle_s);
+      CHECK(x.max_in_flight == y.max_in_flight);
+    }
+  }
+}

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.hpp"
+#include "input/address.hpp"
 #include "progress.hpp"
 #include "memory_prediction.hpp"
 #include "plan/plan_io.hpp"
@@ -123,6 +124,8 @@ int ControlCommands::run() {
 
 int ControlCommands::run_agent() {
   agent::Options o;
+  // Before anything is created (the work directory): Agent::start checks it again.
+  if (auto listen = input::parse_host_port(listen_, "listen", input::AnyPort::allowed); !listen) return report(listen.errors());
   o.listen = listen_;
   auto node = job::parse_node_id(node_);
   if (!node) return report(node.errors());
@@ -178,6 +181,8 @@ int ControlCommands::run_submit() {
   if (!loaded) return report(loaded.errors());
   auto agents = agents_of(agents_, inventory_);
   if (!agents) return report(agents.errors());
+  if (auto listen = input::parse_host_port(rendezvous_listen_, "rendezvous-listen", input::AnyPort::allowed); !listen)
+    return report(listen.errors());
   auto security = client_security(client_token_file_, client_tls_ca_);
   if (!security) return report(security.errors());
   submit::Options o;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "data/data.hpp"
+#include "input/input.hpp"
 #include "collective/collective.hpp"
 #include "job/placement.hpp"
 #include "launch/local.hpp"
@@ -61,14 +62,12 @@ std::string version_text() {
 }
 
 int run_prepare_data(const std::string& text_file, const std::string& output) {
-  std::ifstream in(text_file, std::ios::binary);
-  if (!in) {
-    std::cerr << "error: " << text_file << ": cannot open the file\n";
+  auto text = het::input::read_file(text_file, het::data::kMaxTextBytes);
+  if (!text) {
+    std::cerr << "error: " << text.errors().front().to_string() << "\n";
     return 2;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto tokens = het::data::byte_tokens(text.str());
+  const auto tokens = het::data::byte_tokens(*text);
   if (tokens.size() < 2) {
     std::cerr << "error: " << text_file << ": needs at least two bytes of text\n";
     return 2;
@@ -328,9 +327,14 @@ int run_local(const JobArgs& a) {
   if (a.trace) {  // every rank's events in one Chrome trace, from the first event on
     std::vector<het::sim::TraceEvent> all;
     for (int r = 0; r < lj.world; ++r) {
-      std::ifstream in(trace_dir + "/rank." + std::to_string(r));
-      if (!in) continue;
-      for (const auto& e : nlohmann::json::parse(in))
+      const std::string file = trace_dir + "/rank." + std::to_string(r);
+      auto in = het::input::read_file(file);
+      if (!in) {  // a rank that wrote nothing; or too much (a cap as for every input)
+        if (std::filesystem::exists(file))
+          std::cerr << "warning: " << in.errors().front().to_string() << ": rank " << r << "'s events are left out\n";
+        continue;
+      }
+      for (const auto& e : nlohmann::json::parse(*in))
         all.push_back({e[0].get<std::string>(), e[1].get<std::string>(), e[2].get<double>(), e[3].get<double>()});
     }
     double t0 = all.empty() ? 0 : all.front().start_s;
@@ -343,9 +347,9 @@ int run_local(const JobArgs& a) {
     nlohmann::json ranks = nlohmann::json::array();
     std::uint64_t measured = 0, program = 0;
     for (int r = 0; r < lj.world; ++r) {
-      std::ifstream in(trace_dir + "/traffic." + std::to_string(r));
+      auto in = het::input::read_file(trace_dir + "/traffic." + std::to_string(r));
       if (!in) continue;
-      ranks.push_back(nlohmann::json::parse(in));
+      ranks.push_back(nlohmann::json::parse(*in));
       for (const char* kind : {"activations", "gradients"}) {
         measured += ranks.back()["measured"][kind]["sent"].get<std::uint64_t>();
         program += ranks.back()["program"][kind]["sent"].get<std::uint64_t>();

@@ -19,6 +19,7 @@
 
 #include "control/admission.hpp"
 #include "hetexec.grpc.pb.h"
+#include "input/address.hpp"
 #include "launch/workers.hpp"
 #include "node/node.hpp"
 #include "progress/progress.hpp"
@@ -97,17 +98,7 @@ const char* state_name(Job::State s) {
 }
 
 // host:port with a port in range and a host of name characters.
-bool valid_address(const std::string& a) {
-  const auto colon = a.rfind(':');
-  if (colon == std::string::npos || colon == 0 || a.size() > 255) return false;
-  const std::string port = a.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
-  const int p = std::stoi(port);
-  if (p < 1 || p > 65535) return false;
-  for (char c : a.substr(0, colon))
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_' && c != '[' && c != ']' && c != ':') return false;
-  return true;
-}
+bool valid_address(const std::string& a) { return input::parse_host_port(a, "rendezvous_address").ok(); }
 
 }  // namespace
 
@@ -487,11 +478,10 @@ Result<std::unique_ptr<Agent>> Agent::start(const Options& options) {
   if (ec) return Diagnostic{"", 0, 0, "workdir", "cannot create " + options.workdir + ": " + ec.message()};
   auto credentials = control::server_credentials(options.security);
   if (!credentials) return credentials.errors();
-  const auto colon = options.listen.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    return Diagnostic{"", 0, 0, "listen", "cannot listen on '" + options.listen + "': expected HOST:PORT"};
+  auto listen = input::parse_host_port(options.listen, "listen", input::AnyPort::allowed);
+  if (!listen) return listen.errors();
   auto state = std::make_unique<State>(options);
-  state->host = options.listen.substr(0, colon);
+  state->host = listen->host;
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // the port is this agent's alone
   builder.AddListeningPort(options.listen, *credentials, &state->port);

@@ -4,25 +4,22 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
-#include <fstream>
-#include <sstream>
+#include "input/input.hpp"
 
 namespace het::control {
 
 namespace {
 
-constexpr std::size_t kMaxFileBytes = 1 << 20;  // certificates, keys and tokens are far smaller
-
 Result<std::string> read_file(const std::string& path, const char* what) {
   if (path.empty()) return Diagnostic{"", 0, 0, "", std::string("no file given for the ") + what};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Diagnostic{path, 0, 0, "", std::string("cannot read the ") + what + " file"};
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Diagnostic{path, 0, 0, "", std::string("cannot read the ") + what + " file"};
-  if (text.str().size() > kMaxFileBytes)
-    return Diagnostic{path, 0, 0, "", std::string("the ") + what + " file is larger than 1 MiB"};
-  return text.str();
+  auto text = input::read_file(path, kMaxCredentialBytes);
+  if (!text) {  // "cannot read the token file: it is not a regular file (a FIFO)"
+    std::string why = text.errors().front().message;
+    for (const char* prefix : {"cannot open the file: ", "cannot read the file: "})
+      if (why.rfind(prefix, 0) == 0) why = why.substr(std::string(prefix).size());
+    return Diagnostic{path, 0, 0, "", std::string("cannot read the ") + what + " file: " + why};
+  }
+  return text;
 }
 
 // A PEM file: read, and at least one "-----BEGIN" block in it.

@@ -11,6 +11,7 @@
 //
 // Every function reads the files it is given and reports a missing, unreadable or malformed
 // one as a Diagnostic naming the file.
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,8 +47,12 @@ struct ClientSecurity {
   std::string token;             // non-empty: sent with every call
 };
 
+// The most bytes read from a token, certificate, key or CA file: they are far smaller.
+inline constexpr std::uint64_t kMaxCredentialBytes = 1 << 20;
+
 // The token in `path`: the file's text without leading and trailing whitespace. Refuses an
-// unreadable or empty file and a token with other characters than printable ASCII (no spaces).
+// unreadable, empty or oversized file (input::read_file: regular files only) and a token with
+// other characters than printable ASCII (no spaces).
 Result<std::string> read_token_file(const std::string& path);
 
 // Whether `token` is usable: non-empty printable ASCII without spaces (what metadata carries).

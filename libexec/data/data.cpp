@@ -4,20 +4,28 @@
 #include <cstring>
 #include <fstream>
 
+#include "input/input.hpp"
+
 namespace het::data {
 
 Result<std::vector<std::uint16_t>> read_tokens(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Diagnostic{path, 0, 0, "", std::string("cannot open the file: ") + std::strerror(errno)};
+  auto in = input::open_file(path, kMaxTokenFileBytes);
+  if (!in) return in.errors();
   std::int32_t header[256] = {};
-  if (!in.read(reinterpret_cast<char*>(header), sizeof header))
-    return Diagnostic{path, 0, 0, "", "too short for an llm.c token file (it needs a 1024-byte header)"};
+  auto got = in->read(header, sizeof header);
+  if (!got) return got.errors();
+  if (*got < sizeof header) return Diagnostic{path, 0, 0, "", "too short for an llm.c token file (it needs a 1024-byte header)"};
   if (header[0] != kMagic)
     return Diagnostic{path, 0, 0, "header[0]", "magic " + std::to_string(header[0]) + ", expected 20240520 (llm.c tokens)"};
   if (header[1] != 1) return Diagnostic{path, 0, 0, "header[1]", "version " + std::to_string(header[1]) + ", expected 1"};
   if (header[2] < 0) return Diagnostic{path, 0, 0, "header[2]", "negative token count"};
+  // The file's size first: a header promising more tokens than the file holds allocates nothing.
+  if (in->size() < sizeof header + 2 * std::uint64_t(header[2]))
+    return Diagnostic{path, 0, 0, "", "the header promises " + std::to_string(header[2]) + " tokens; the file holds fewer"};
   std::vector<std::uint16_t> tokens(static_cast<std::size_t>(header[2]));
-  if (!in.read(reinterpret_cast<char*>(tokens.data()), std::streamsize(tokens.size() * 2)))
+  got = in->read(tokens.data(), tokens.size() * 2);
+  if (!got) return got.errors();
+  if (*got < tokens.size() * 2)
     return Diagnostic{path, 0, 0, "", "the header promises " + std::to_string(header[2]) + " tokens; the file holds fewer"};
   return tokens;
 }

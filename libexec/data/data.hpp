@@ -13,6 +13,14 @@ namespace het::data {
 
 inline constexpr std::int32_t kMagic = 20240520;
 
+// The largest token file read: the format's own, a 1024-byte header whose token count is an
+// int32 (4 GiB of tokens). Every rank holds its data in memory.
+inline constexpr std::uint64_t kMaxTokenFileBytes = 1024 + 2 * std::uint64_t{INT32_MAX};
+// The largest text prepare-data tokenises: it holds the text and its tokens (3 bytes a
+// byte) in memory; 1 GiB of text is 3 GiB.
+inline constexpr std::uint64_t kMaxTextBytes = std::uint64_t{1} << 30;
+
+// Reads an llm.c token file (a regular file, at most kMaxTokenFileBytes; input::open_file).
 Result<std::vector<std::uint16_t>> read_tokens(const std::string& path);
 // Errors as a sentence (empty on success).
 std::string write_tokens(const std::string& path, const std::vector<std::uint16_t>& tokens);

@@ -9,6 +9,9 @@
 #include <sstream>
 #include <thread>
 
+#include "input/input.hpp"
+#include "rendezvous/store.hpp"
+
 namespace het::rendezvous {
 
 namespace {
@@ -43,10 +46,11 @@ Result<std::string> DirectoryRendezvous::wait(const std::string& key, double tim
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   const fs::path file = fs::path(dir_) / key;
   for (;;) {
-    if (std::ifstream in{file, std::ios::binary}) {
-      std::ostringstream value;
-      value << in.rdbuf();
-      return value.str();
+    std::error_code ec;
+    if (fs::exists(file, ec)) {  // whole: publish() renames it into place
+      auto value = input::read_file(file.string(), Limits{}.max_value_bytes);
+      if (!value) return problem(dir_, "'" + key + "': " + value.errors().front().to_string());
+      return value;
     }
     if (std::chrono::steady_clock::now() >= deadline)
       return problem(dir_, "'" + key + "' was not published within " + seconds(timeout_s) + " s");

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "input/address.hpp"
 #include "rendezvous/client.hpp"
 #include "rendezvous/directory.hpp"
 
@@ -22,7 +23,7 @@ Result<GrpcAddress> parse_grpc_address(const std::string& address) {
   GrpcAddress a{rest.substr(0, slash), rest.substr(slash + 1)};
   const auto colon = a.target.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == a.target.size()) return bad("no HOST:PORT");
-  if (a.target.find_first_not_of("0123456789", colon + 1) != std::string::npos) return bad("the port is not a number");
+  if (auto why = input::host_port_problem(a.target); !why.empty()) return bad(why);
   if (!valid_key(a.job)) return bad("the job id must be 1 to 128 characters of [A-Za-z0-9._-], not starting with '.'");
   return a;
 }

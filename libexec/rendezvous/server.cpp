@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "control/admission.hpp"
+#include "input/address.hpp"
 #include "hetexec.grpc.pb.h"
 
 namespace het::rendezvous {
@@ -70,11 +71,10 @@ Result<std::unique_ptr<RendezvousServer>> RendezvousServer::start(const ServerOp
     return Diagnostic{"", 0, 0, "", "the rendezvous token must be one word of printable ASCII characters"};
   auto credentials = control::server_credentials(options.security);
   if (!credentials) return credentials.errors();
-  const auto colon = options.listen.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    return Diagnostic{"", 0, 0, "", "cannot listen on '" + options.listen + "': expected HOST:PORT"};
+  auto listen = input::parse_host_port(options.listen, "listen", input::AnyPort::allowed);
+  if (!listen) return listen.errors();
   auto state = std::make_unique<State>(options);
-  state->host = options.listen.substr(0, colon);
+  state->host = listen->host;
   grpc::ServerBuilder builder;
   // gRPC binds with SO_REUSEPORT by default, which would let a second server (anyone's) share
   // the port and receive some of the job's calls; a port is this server's alone.

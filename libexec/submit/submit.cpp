@@ -15,9 +15,11 @@
 #include "control/admission.hpp"
 #include "control/status.hpp"
 #include "hetexec.grpc.pb.h"
+#include "input/address.hpp"
 #include "input/input.hpp"
 #include "runtime/runtime.hpp"
 #include "rendezvous/server.hpp"
+#include "spec/limits.hpp"
 #include "transport/tcp.hpp"
 
 namespace het::submit {
@@ -40,6 +42,10 @@ Result<std::vector<AgentAddress>> parse_agents(const std::string& list) {
       errors.push_back({"", 0, 0, "agents", node.errors().front().message});
       continue;
     }
+    if (auto address = input::parse_host_port(item.substr(eq + 1), "agents"); !address) {
+      errors.push_back(address.errors().front());
+      continue;
+    }
     out.push_back({*node, item.substr(eq + 1)});
   }
   if (out.empty() && errors.empty()) errors.push_back({"", 0, 0, "agents", "no agents given"});
@@ -58,14 +64,16 @@ Result<std::vector<AgentAddress>> read_inventory(const std::string& file) {
   input::Fields top(ctx, doc->root, "", {"agents"});
   std::vector<AgentAddress> out;
   std::set<job::NodeId> seen;
-  if (auto list = top.list("agents", input::Need::required)) {
+  if (auto list = top.list("agents", input::Need::required, limits::kNodes)) {
     for (std::size_t i = 0; i < list->size(); ++i) {
       input::Fields f(ctx, (*list)[i], input::index("agents", i), {"node", "address"});
       auto node = f.string("node", input::Need::required);
       auto address = f.string("address", input::Need::required);
       if (!node || !address) continue;
       auto id = job::parse_node_id(*node);
+      auto where = input::parse_host_port(*address, "");
       if (!id) f.error("node", id.errors().front().message);
+      else if (!where) f.error("address", where.errors().front().message);
       else if (!seen.insert(*id).second) f.error("node", "node " + *node + " is listed twice");
       else out.push_back({*id, *address});
     }
@@ -186,9 +194,9 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
   if (!o.rendezvous_tls_cert.empty()) {
     ro.security.tls = control::ServerTls{o.rendezvous_tls_cert, o.rendezvous_tls_key, ""};
     const std::string ca = o.rendezvous_tls_ca.empty() ? o.rendezvous_tls_cert : o.rendezvous_tls_ca;
-    std::ifstream in(ca);
-    ca_pem.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (ca_pem.empty()) return refuse("cannot read the rendezvous CA " + ca);
+    auto pem = input::read_file(ca, control::kMaxCredentialBytes);
+    if (!pem || pem->empty()) return refuse("cannot read the rendezvous CA " + (pem ? ca + ": the file is empty" : pem.errors().front().to_string()));
+    ca_pem = std::move(*pem);
   }
   auto rdv = rendezvous::RendezvousServer::start(ro);
   if (!rdv) return refuse("cannot start the rendezvous: " + to_string(rdv.errors()));

@@ -1,6 +1,7 @@
 #include "transport/tcp.hpp"
 
 #include "clock/clock.hpp"
+#include "input/address.hpp"
 
 #include <zlib.h>
 
@@ -87,18 +88,12 @@ namespace {
 
 // "host:port" → an IPv4 address; false when the text is not one.
 bool parse_endpoint(const std::string& text, sockaddr_in& to) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon + 1 >= text.size() || text.size() - colon > 6) return false;
-  int port = 0;
-  for (std::size_t i = colon + 1; i < text.size(); ++i) {
-    if (text[i] < '0' || text[i] > '9') return false;
-    port = port * 10 + (text[i] - '0');
-  }
-  if (port <= 0 || port > 65535) return false;
+  auto endpoint = input::parse_host_port(text, "endpoint");
+  if (!endpoint) return false;
   to = sockaddr_in{};
   to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<std::uint16_t>(port));
-  return ::inet_pton(AF_INET, text.substr(0, colon).c_str(), &to.sin_addr) == 1;
+  to.sin_port = htons(static_cast<std::uint16_t>(endpoint->port));
+  return ::inet_pton(AF_INET, endpoint->host.c_str(), &to.sin_addr) == 1;
 }
 
 std::string endpoint_key(int rank) { return "rank-" + std::to_string(rank) + ".endpoint"; }

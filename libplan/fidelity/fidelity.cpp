@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <sstream>
+
+#include "input/input.hpp"
 
 namespace het::fidelity {
 
@@ -43,9 +44,9 @@ void emulated_run(Plan& plan, std::vector<ProfileSpec>& profiles, double x) {
 }
 
 Result<std::vector<sim::TraceEvent>> read_chrome_trace(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) return Diagnostic{file, 0, 0, "", "cannot read the trace"};
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  auto text = input::read_file(file);
+  if (!text) return text.errors();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   const nlohmann::json* list = j.is_array() ? &j : j.is_object() && j.contains("traceEvents") ? &j["traceEvents"] : nullptr;
   if (j.is_discarded() || !list || !list->is_array())
     return Diagnostic{file, 0, 0, "", "not a Chrome trace (JSON with traceEvents), as hetexec run-local --trace writes"};

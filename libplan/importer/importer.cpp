@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <regex>
 
 #include <nlohmann/json.hpp>
+
+#include "input/input.hpp"
 
 namespace het::importer {
 
@@ -37,10 +38,10 @@ const char* kMetisSplit =
     "1:2 is the analytic model's split";
 
 Result<nlohmann::json> read_json(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) return Diagnostic{file.string(), 0, 0, "", "cannot open the file"};
+  auto text = input::read_file(file.string());
+  if (!text) return text.errors();
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
     return Diagnostic{file.string(), 0, 0, "", std::string("not valid JSON: ") + e.what()};
   }

@@ -6,11 +6,13 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace het::input {
 namespace {
@@ -93,16 +95,87 @@ Result<Document> parse(std::string_view text, const std::string& name) {
   return Document{name, root};
 }
 
-Result<std::string> read_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return Diagnostic{path, 0, 0, "", "cannot read the file: it is a directory"};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Diagnostic{path, 0, 0, "", std::string("cannot open the file: ") + std::strerror(errno)};
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) return Diagnostic{path, 0, 0, "", "cannot read the file (is it a directory?)"};
-  return buf.str();
+namespace {
+
+// Why a file of this mode is not read, or "" for a regular file.
+std::string not_regular(mode_t mode) {
+  if (S_ISREG(mode)) return "";
+  if (S_ISDIR(mode)) return "cannot read the file: it is a directory";
+  const char* kind = S_ISFIFO(mode)  ? "a FIFO"
+                     : S_ISCHR(mode) ? "a character device"
+                     : S_ISBLK(mode) ? "a block device"
+                     : S_ISSOCK(mode) ? "a socket"
+                                      : "not a file";
+  return std::string("cannot read the file: it is not a regular file (") + kind + ")";
+}
+
+Diagnostic too_large(const std::string& path, std::uint64_t max_bytes) {
+  return Diagnostic{path, 0, 0, "", "cannot read the file: it is larger than " + std::to_string(max_bytes) + " bytes"};
+}
+
+}  // namespace
+
+InputFile::InputFile(InputFile&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+
+InputFile& InputFile::operator=(InputFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_), fd_ = std::exchange(other.fd_, -1), size_ = other.size_;
+  }
+  return *this;
+}
+
+InputFile::~InputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<std::size_t> InputFile::read(void* into, std::size_t n) {
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::read(fd_, static_cast<char*>(into) + done, std::min<std::size_t>(n - done, std::size_t{1} << 30));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return Diagnostic{path_, 0, 0, "", std::string("cannot read the file: ") + std::strerror(errno)};
+    if (got == 0) break;
+    done += static_cast<std::size_t>(got);
+  }
+  return done;
+}
+
+Result<InputFile> open_file(const std::string& path, std::uint64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return Diagnostic{path, 0, 0, "", std::string("cannot open the file: ") + std::strerror(errno)};
+  if (auto why = not_regular(st.st_mode); !why.empty()) return Diagnostic{path, 0, 0, "", why};
+  // O_NONBLOCK: should the path have become a FIFO since the stat, the open returns at once
+  // (and the fstat below refuses it) instead of waiting for a writer. A regular file ignores it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return Diagnostic{path, 0, 0, "", std::string("cannot open the file: ") + std::strerror(errno)};
+  InputFile file(path, fd, 0);
+  if (::fstat(fd, &st) != 0) return Diagnostic{path, 0, 0, "", std::string("cannot open the file: ") + std::strerror(errno)};
+  if (auto why = not_regular(st.st_mode); !why.empty()) return Diagnostic{path, 0, 0, "", why};
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return too_large(path, max_bytes);
+  file.size_ = static_cast<std::uint64_t>(st.st_size);
+  return file;
+}
+
+Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes) {
+  auto file = open_file(path, max_bytes);
+  if (!file) return file.errors();
+  // Up to the size it had when opened, then one byte more: a file that grew past the cap
+  // (or one whose size stat does not tell, as in /proc) is refused, not read on.
+  std::string text;
+  std::size_t want = static_cast<std::size_t>(file->size()) + 1;
+  for (;;) {
+    const std::size_t at = text.size();
+    text.resize(at + want);
+    auto got = file->read(text.data() + at, want);
+    if (!got) return got.errors();
+    text.resize(at + *got);
+    if (text.size() > max_bytes) return too_large(path, max_bytes);
+    if (*got < want) return text;
+    want = std::max<std::size_t>(want, 1 << 16);
+  }
 }
 
 Result<Document> load(const std::string& path) {
@@ -177,6 +250,30 @@ std::optional<std::int64_t> as_integer(const Context& ctx, const YAML::Node& nod
                             ? "at least " + std::to_string(min)
                             : "between " + std::to_string(min) + " and " + std::to_string(max);
     ctx.error(node, path, "expected a whole number " + range + ", got " + describe(node));
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<std::int64_t> as_integer(const Context& ctx, const YAML::Node& node, const std::string& path,
+                                       std::int64_t min, Limit limit) {
+  if (!node.IsScalar() || !is_plain_integer(node.Scalar())) {
+    ctx.error(node, path, "expected a whole number, got " + describe(node));
+    return std::nullopt;
+  }
+  std::string_view s = node.Scalar();
+  if (s.front() == '+') s.remove_prefix(1);
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  const bool negative = s.front() == '-';
+  if (ec == std::errc::result_out_of_range) v = negative ? std::numeric_limits<std::int64_t>::min() : std::numeric_limits<std::int64_t>::max();
+  if (v < min) {
+    ctx.error(node, path, "expected a whole number at least " + std::to_string(min) + ", got " + describe(node));
+    return std::nullopt;
+  }
+  if (v > limit.max) {
+    ctx.error(node, path, "expected a whole number at most " + std::to_string(limit.max) + " (the limit on " + limit.what +
+                              "), got " + describe(node));
     return std::nullopt;
   }
   return v;
@@ -286,6 +383,11 @@ std::optional<std::int64_t> Fields::integer(std::string_view key, Need need, std
   return as_integer(ctx_, get(key), path_of(key), min, max);
 }
 
+std::optional<std::int64_t> Fields::integer(std::string_view key, Need need, std::int64_t min, Limit limit) const {
+  if (!present(key, need)) return std::nullopt;
+  return as_integer(ctx_, get(key), path_of(key), min, limit);
+}
+
 std::optional<double> Fields::number(std::string_view key, Need need, double min, double max) const {
   if (!present(key, need)) return std::nullopt;
   return as_number(ctx_, get(key), path_of(key), min, max);
@@ -305,11 +407,18 @@ std::optional<Fields> Fields::map(std::string_view key, Need need,
   return child;
 }
 
-std::optional<YAML::Node> Fields::list(std::string_view key, Need need) const {
+std::optional<YAML::Node> Fields::list(std::string_view key, Need need, Limit limit) const {
   if (!present(key, need)) return std::nullopt;
   YAML::Node n = get(key);
   if (!n.IsSequence()) {
     ctx_.error(n, path_of(key), "expected a list, got " + describe(n), node_);
+    return std::nullopt;
+  }
+  if (static_cast<std::int64_t>(n.size()) > limit.max) {
+    ctx_.error(n, path_of(key),
+               "expected at most " + std::to_string(limit.max) + " entries (the limit on " + limit.what + "), got " +
+                   std::to_string(n.size()),
+               node_);
     return std::nullopt;
   }
   return n;

@@ -29,10 +29,47 @@ struct Document {
   YAML::Node root;   // a map; load() and parse() reject anything else
 };
 
-// Reads and parses a file. The root must be a map.
+// The most bytes read from a YAML or JSON input (model, cluster, profile, plan, catalog,
+// inventory, trace, peer profiles). A plan for the most devices a cluster may have
+// (spec/limits.hpp) is ~40 MiB; yaml-cpp holds ~85 bytes per byte of such dense input, so a
+// document at this cap takes ~5.5 GiB to parse, and nothing larger is read.
+inline constexpr std::uint64_t kMaxDocumentBytes = std::uint64_t{64} << 20;
+
+// An input file open for reading: a regular file, never a FIFO (whose open would wait for a
+// writer), a device (/dev/zero never ends), a socket or a directory. Move-only; closes itself.
+class InputFile {
+ public:
+  InputFile(InputFile&& other) noexcept;
+  InputFile& operator=(InputFile&& other) noexcept;
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  ~InputFile();
+
+  const std::string& path() const { return path_; }
+  std::uint64_t size() const { return size_; }  // when it was opened
+  // Reads up to n bytes into `into`: fewer only at the end of the file. Errors name the file.
+  Result<std::size_t> read(void* into, std::size_t n);
+
+ private:
+  friend Result<InputFile> open_file(const std::string& path, std::uint64_t max_bytes);
+  InputFile(std::string path, int fd, std::uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {}
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+// Opens `path` for reading: stat first, refusing what is not a regular file; opened without
+// blocking (a FIFO swapped in after the stat cannot hang it) and checked again on the open
+// descriptor; refused when larger than max_bytes. Errors: "cannot open the file: ...",
+// "cannot read the file: it is a directory", "... it is not a regular file (a FIFO)",
+// "... it is larger than N bytes".
+Result<InputFile> open_file(const std::string& path, std::uint64_t max_bytes);
+
+// The bytes of a file, read through open_file() (a file that grows past max_bytes while
+// being read is refused too). Every input of hetplan and hetexec is read through these two.
+Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes = kMaxDocumentBytes);
+// Reads and parses a file (read_file() with kMaxDocumentBytes). The root must be a map.
 Result<Document> load(const std::string& path);
-// The bytes of a file, or why it cannot be read (missing, a directory), as load() says it.
-Result<std::string> read_file(const std::string& path);
 // Parses text already in memory; `name` stands for the file in diagnostics.
 Result<Document> parse(std::string_view text, const std::string& name);
 
@@ -54,10 +91,21 @@ enum class Need { required, optional };
 // The name of a YAML node's kind for messages: "a map", "a list", "a string '…'", "nothing".
 std::string describe(const YAML::Node& node);
 
+// The largest value a count may take and what it counts, for the message when it is exceeded:
+// "expected a whole number at most 1024 (the limit on devices per node), got '5000'", or for
+// a list "expected at most 64 entries (the limit on subclusters), got 70" (spec/limits.hpp).
+struct Limit {
+  std::int64_t max;
+  const char* what;
+};
+
 // Typed conversions of one node; on failure they report and return nullopt.
 std::optional<std::string> as_string(const Context& ctx, const YAML::Node& node, const std::string& path);
 std::optional<std::int64_t> as_integer(const Context& ctx, const YAML::Node& node, const std::string& path,
                                        std::int64_t min, std::int64_t max);
+// A count of at least `min` and at most limit.max.
+std::optional<std::int64_t> as_integer(const Context& ctx, const YAML::Node& node, const std::string& path,
+                                       std::int64_t min, Limit limit);
 std::optional<double> as_number(const Context& ctx, const YAML::Node& node, const std::string& path,
                                 double min, double max);
 // A quantity with a unit; `allow_zero` admits 0 (latencies), otherwise it must be > 0.
@@ -100,6 +148,7 @@ class Fields {
   std::optional<std::string> string(std::string_view key, Need need) const;
   std::optional<std::int64_t> integer(std::string_view key, Need need, std::int64_t min = 1,
                                       std::int64_t max = INT32_MAX) const;
+  std::optional<std::int64_t> integer(std::string_view key, Need need, std::int64_t min, Limit limit) const;
   std::optional<double> number(std::string_view key, Need need, double min, double max) const;
   std::optional<double> quantity(std::string_view key, units::Dimension dimension, Need need,
                                  bool allow_zero = false) const;
@@ -111,8 +160,9 @@ class Fields {
   // A nested map; nullopt when absent (reported if required) or not a map (reported).
   std::optional<Fields> map(std::string_view key, Need need,
                             std::initializer_list<std::string_view> allowed) const;
-  // A list; nullopt when absent (reported if required) or not a list (reported).
-  std::optional<YAML::Node> list(std::string_view key, Need need) const;
+  // A list; nullopt when absent (reported if required), not a list or longer than
+  // limit.max entries (reported).
+  std::optional<YAML::Node> list(std::string_view key, Need need, Limit limit) const;
 
   // Reports a problem about `key` (at its line, or the map's line when it is absent).
   void error(std::string_view key, std::string message) const;

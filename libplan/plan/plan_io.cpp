@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "jsontext/jsontext.hpp"
+#include "spec/limits.hpp"
 
 namespace het {
 
@@ -67,32 +68,36 @@ std::optional<Stage> read_stage(const input::Context& ctx, const YAML::Node& nod
   Stage s;
   s.line = f.line();
   s.subcluster = f.string("subcluster", Need::required).value_or("");
-  if (auto layers = f.list("layers", Need::required)) {
+  if (auto layers = f.list("layers", Need::required, limits::kStages)) {
     if (layers->size() != 2) {
       f.error("layers", "expected [first, last], an inclusive range of units, got " +
                             std::to_string(layers->size()) + " values");
     } else {
-      s.first = static_cast<int>(input::as_integer(ctx, (*layers)[0], input::index(f.path_of("layers"), 0), 0, INT32_MAX).value_or(0));
-      s.last = static_cast<int>(input::as_integer(ctx, (*layers)[1], input::index(f.path_of("layers"), 1), 0, INT32_MAX).value_or(0));
+      s.first = static_cast<int>(input::as_integer(ctx, (*layers)[0], input::index(f.path_of("layers"), 0), 0, limits::kUnitIndex).value_or(0));
+      s.last = static_cast<int>(input::as_integer(ctx, (*layers)[1], input::index(f.path_of("layers"), 1), 0, limits::kUnitIndex).value_or(0));
       if (s.last < s.first)
         f.error("layers", "last unit " + std::to_string(s.last) + " comes before first unit " + std::to_string(s.first));
     }
   }
-  s.tp = static_cast<int>(f.integer("tp", Need::optional).value_or(1));
-  s.cp = static_cast<int>(f.integer("cp", Need::optional).value_or(1));
-  s.dp = static_cast<int>(f.integer("dp", Need::optional).value_or(1));
+  s.tp = static_cast<int>(f.integer("tp", Need::optional, 1, limits::kAttentionHeads).value_or(1));
+  s.cp = static_cast<int>(f.integer("cp", Need::optional, 1, limits::kSeqLength).value_or(1));
+  s.dp = static_cast<int>(f.integer("dp", Need::optional, 1, limits::kGlobalBatchSize).value_or(1));
+  // dp x cp x tp devices: in 64 bits, at most a cluster's (validate_plan() counts them in a long long).
+  if (auto n = limits::checked_product({s.dp, s.cp, s.tp}); !n || *n > limits::kDevices.max)
+    f.error("dp", "dp x cp x tp = " + std::to_string(s.dp) + " x " + std::to_string(s.cp) + " x " + std::to_string(s.tp) +
+                      " devices, more than the limit of " + std::to_string(limits::kDevices.max) + " " + limits::kDevices.what);
   s.recompute = f.choice<Recompute>("recompute", Need::optional,
                                     {{"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}})
                     .value_or(Recompute::none);
-  if (auto devices = f.list("devices", Need::required)) {
+  if (auto devices = f.list("devices", Need::required, limits::kDevices)) {
     for (std::size_t i = 0; i < devices->size(); ++i) {
       input::Fields d(ctx, (*devices)[i], input::index(f.path_of("devices"), i), {"node", "device"});
       if (!d.is_map()) continue;
-      s.devices.push_back({static_cast<int>(d.integer("node", Need::required, 0).value_or(0)),
-                           static_cast<int>(d.integer("device", Need::required, 0).value_or(0))});
+      s.devices.push_back({static_cast<int>(d.integer("node", Need::required, 0, limits::kNodes).value_or(0)),
+                           static_cast<int>(d.integer("device", Need::required, 0, limits::kDevicesPerNode).value_or(0))});
     }
   }
-  if (f.has("warmup")) s.warmup = static_cast<int>(f.integer("warmup", Need::optional, 0).value_or(0));
+  if (f.has("warmup")) s.warmup = static_cast<int>(f.integer("warmup", Need::optional, 0, limits::kGlobalBatchSize).value_or(0));
   s.resharding = f.choice<Resharding>("resharding", Need::optional,
                                       {{"all-pairs", Resharding::all_pairs},
                                        {"gather-send-scatter", Resharding::gather_send_scatter},
@@ -109,9 +114,9 @@ std::optional<Pipeline> read_pipeline(const input::Context& ctx, const YAML::Nod
   if (!f.is_map()) return std::nullopt;
   Pipeline p;
   p.line = f.line();
-  p.micro_batch_size = static_cast<int>(f.integer("micro_batch_size", Need::required).value_or(1));
-  p.num_microbatches = static_cast<int>(f.integer("num_microbatches", Need::required).value_or(1));
-  if (auto stages = f.list("stages", Need::required)) {
+  p.micro_batch_size = static_cast<int>(f.integer("micro_batch_size", Need::required, 1, limits::kGlobalBatchSize).value_or(1));
+  p.num_microbatches = static_cast<int>(f.integer("num_microbatches", Need::required, 1, limits::kGlobalBatchSize).value_or(1));
+  if (auto stages = f.list("stages", Need::required, limits::kStages)) {
     if (stages->size() == 0) f.error("stages", "expected at least one stage");
     for (std::size_t i = 0; i < stages->size(); ++i)
       if (auto s = read_stage(ctx, (*stages)[i], input::index(f.path_of("stages"), i))) p.stages.push_back(std::move(*s));
@@ -196,7 +201,7 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
     top.error("cluster", "missing: a plan embeds its cluster, or give one with --cluster");
   }
 
-  if (auto list = top.list("profiles", Need::optional)) {
+  if (auto list = top.list("profiles", Need::optional, limits::kPlanProfiles)) {
     for (std::size_t i = 0; i < list->size(); ++i)
       if (auto p = read_plan_profile(ctx, (*list)[i], input::index("profiles", i), plan.profiles))
         plan.profiles.push_back(std::move(*p));
@@ -209,7 +214,7 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
     info.candidates_evaluated = a->integer("candidates_evaluated", Need::optional, 0, INT64_MAX).value_or(0);
     info.lower_bound_s = number(*a, "lower_bound_s", Need::optional);
     info.gap = a->number("gap", Need::optional, -1, 1e300).value_or(0);
-    if (auto list = a->list("results", Need::optional)) {
+    if (auto list = a->list("results", Need::optional, limits::kAlgorithmResults)) {
       for (std::size_t i = 0; i < list->size(); ++i) {
         input::Fields r(ctx, (*list)[i], input::index("algorithm.results", i),
                         {"name", "iteration_s", "seconds", "candidates_evaluated"});
@@ -226,7 +231,7 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
   plan.granularity = top.choice<Granularity>("granularity", Need::optional,
                                              {{"layer", Granularity::layer}, {"sublayer", Granularity::sublayer}})
                          .value_or(Granularity::layer);
-  if (auto list = top.list("pipelines", Need::required)) {
+  if (auto list = top.list("pipelines", Need::required, limits::kPipelines)) {
     if (list->size() == 0) top.error("pipelines", "expected at least one pipeline");
     for (std::size_t i = 0; i < list->size(); ++i)
       if (auto p = read_pipeline(ctx, (*list)[i], input::index("pipelines", i))) plan.pipelines.push_back(std::move(*p));
@@ -242,7 +247,7 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
     pr.load_balance_eta = number(*p, "load_balance_eta", Need::optional);
     pr.cross_cluster_bytes = number(*p, "cross_cluster_bytes", Need::optional);
     pr.cross_overlap = p->number("cross_overlap", Need::optional, 0, 1).value_or(1);
-    if (auto ps = p->list("per_stage", Need::optional)) pr.per_stage = input::to_json(*ps);
+    if (auto ps = p->list("per_stage", Need::optional, limits::kDevices)) pr.per_stage = input::to_json(*ps);  // a device per stage at least
     plan.predicted = std::move(pr);
   }
   if (!errors.empty()) return errors;

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "input/input.hpp"
+#include "spec/limits.hpp"
 
 namespace het {
 
@@ -14,6 +15,23 @@ std::string stage_path(std::size_t p, std::size_t s) {
 }
 
 }  // namespace
+
+std::int64_t schedule_steps(const Plan& plan) {
+  std::int64_t steps = 0;
+  for (const Pipeline& p : plan.pipelines) {
+    // Each factor is at most a limit of its own (kStages, kGlobalBatchSize): no overflow.
+    steps += static_cast<std::int64_t>(p.stages.size()) * p.num_microbatches;
+  }
+  return steps;
+}
+
+std::optional<Diagnostic> too_many_schedule_steps(const Plan& plan, const std::string& file) {
+  const std::int64_t steps = schedule_steps(plan);
+  if (steps <= limits::kScheduleSteps.max) return std::nullopt;
+  return Diagnostic{file, plan.pipelines.empty() ? 0 : plan.pipelines.front().line, 0, "pipelines",
+                    "stages x num_microbatches summed over the pipelines is " + std::to_string(steps) + ", more than the limit of " +
+                        std::to_string(limits::kScheduleSteps.max) + " (the simulator steps through each)"};
+}
 
 Diagnostics validate_plan(const Plan& plan, const std::string& file) {
   Diagnostics errors;
@@ -125,6 +143,7 @@ Diagnostics validate_plan(const Plan& plan, const std::string& file) {
                 std::to_string(units - 1) + " (" + last_unit + ")");
   }
 
+  if (auto steps = too_many_schedule_steps(plan, file)) errors.push_back(std::move(*steps));
   if (!plan.pipelines.empty() && batch != model.training.global_batch_size) {
     std::string terms;
     for (const auto& p : plan.pipelines)

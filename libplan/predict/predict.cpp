@@ -9,12 +9,14 @@
 
 #include "cost/comm.hpp"
 #include "cost/flops.hpp"
+#include "plan/validate.hpp"
 #include "predict/stage_cost.hpp"
 #include "schedule/schedule.hpp"
 
 namespace het::predict {
 
 Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& compute, const Options& opt) {
+  if (auto steps = too_many_schedule_steps(input_plan, "")) return *steps;  // a search's candidate: skipped
   Outcome out;
   out.plan = input_plan;
   Plan& plan = out.plan;

@@ -85,6 +85,9 @@ class HaptDp {
     // Cells in order of decreasing k; within a k any order (transitions lower k).
     for (int k = U_; k > 0; --k) {
       for (std::size_t q = 0; q < order_.size(); ++q) {
+        // One solve of many subclusters of many devices takes seconds: the deadline ends it
+        // (no pipeline; the callers stop when the time is up).
+        if (w_.expired()) return {};
         for (int used = 0; used <= capacity_[q]; ++used) {
           const Cell& from = cell[id(k, q, used)];
           if (from.cost == kInf) continue;

@@ -29,9 +29,22 @@ struct CrossTotals {
   double transfer = 0, hidden = 0;
 };
 
+// What a pipeline adds to the CrossTotals, transfer by transfer: (its time, the part hidden).
+using CrossSteps = std::vector<std::pair<double, double>>;
+
+// What run_pipeline's result depends on (not the stages' names): pipelines with equal keys
+// have equal reports.
+std::vector<double> schedule_key(const PipelineInput& p) {
+  std::vector<double> key = {double(p.num_microbatches), double(p.stages.size())};
+  key.insert(key.end(), p.warmup.begin(), p.warmup.end());
+  for (const StageCosts& c : p.stages)
+    key.insert(key.end(), {c.forward_s, c.backward_s, c.send_forward_s, c.send_backward_s, c.cross_to_next ? 1.0 : 0.0});
+  return key;
+}
+
 // Simulates one pipeline's DAG; appends trace events when asked.
 Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trace, std::vector<TraceEvent>& events,
-                                    CrossTotals& cross) {
+                                    CrossSteps& cross) {
   const int S = static_cast<int>(p.stages.size());
   const int m = p.num_microbatches;
   const std::string where = "pipelines[" + std::to_string(index) + "]";
@@ -61,8 +74,10 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
   auto wake = [&](int s) {
     if (!queued[s]) queued[s] = 1, work.push_back(s);
   };
-  auto emit = [&](const std::string& track, std::string name, double start, double dur) {
-    if (trace) events.push_back({"p" + std::to_string(index) + " " + track, std::move(name), start, dur});
+  // The event's names are built only when tracing: a search simulates every candidate's
+  // micro-batches without a trace, and the strings were most of that time.
+  auto emit = [&](auto track, auto name, double start, double dur) {
+    if (trace) events.push_back({"p" + std::to_string(index) + " " + track(), name(), start, dur});
   };
 
   while (!work.empty()) {
@@ -82,13 +97,14 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
         r.compute_s += c.forward_s;
         if (near_cross(s)) busy[s].push_back({start, end});
         r.max_in_flight = std::max(r.max_in_flight, ++in_flight[s]);
-        emit("s" + std::to_string(s) + " compute", "F" + std::to_string(i), start, c.forward_s);
+        emit([&] { return "s" + std::to_string(s) + " compute"; }, [&] { return "F" + std::to_string(i); }, start, c.forward_s);
         if (s + 1 < S) {
           const double cs = std::max(end, link_f_free[s]);
           cf_arrive[at(s, i)] = link_f_free[s] = cs + c.send_forward_s;
           if (c.cross_to_next) sends_f[s].push_back({cs, cs + c.send_forward_s});
           r.send_busy_s += c.send_forward_s;
-          emit("s" + std::to_string(s) + "->s" + std::to_string(s + 1), "C^F " + std::to_string(i), cs, c.send_forward_s);
+          emit([&] { return "s" + std::to_string(s) + "->s" + std::to_string(s + 1); }, [&] { return "C^F " + std::to_string(i); }, cs,
+               c.send_forward_s);
           wake(s + 1);
         }
       } else {
@@ -100,14 +116,14 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
         if (near_cross(s)) busy[s].push_back({start, end});
         --in_flight[s];
         r.last_backward_end_s = end;
-        emit("s" + std::to_string(s) + " compute", "B" + std::to_string(i), start, c.backward_s);
+        emit([&] { return "s" + std::to_string(s) + " compute"; }, [&] { return "B" + std::to_string(i); }, start, c.backward_s);
         if (s > 0) {
           const StageCosts& prev = p.stages[s - 1];
           const double cs = std::max(end, link_b_free[s - 1]);
           cb_arrive[at(s - 1, i)] = link_b_free[s - 1] = cs + prev.send_backward_s;
           if (prev.cross_to_next) sends_b[s - 1].push_back({cs, cs + prev.send_backward_s});
           report.stages[s - 1].send_busy_s += prev.send_backward_s;
-          emit("s" + std::to_string(s) + "->s" + std::to_string(s - 1), "C^B " + std::to_string(i), cs,
+          emit([&] { return "s" + std::to_string(s) + "->s" + std::to_string(s - 1); }, [&] { return "C^B " + std::to_string(i); }, cs,
                prev.send_backward_s);
           wake(s - 1);
         }
@@ -136,9 +152,9 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
   for (int s = 0; s + 1 < S; ++s) {
     if (!p.stages[s].cross_to_next) continue;
     std::size_t k = 0;
-    for (auto [a, b] : sends_f[s]) cross.transfer += b - a, cross.hidden += covered(busy[s + 1], k, a, b);
+    for (auto [a, b] : sends_f[s]) cross.push_back({b - a, covered(busy[s + 1], k, a, b)});
     k = 0;
-    for (auto [a, b] : sends_b[s]) cross.transfer += b - a, cross.hidden += covered(busy[s], k, a, b);
+    for (auto [a, b] : sends_b[s]) cross.push_back({b - a, covered(busy[s], k, a, b)});
   }
   return report;
 }
@@ -148,10 +164,22 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
 Result<SimResult> simulate(const SimInput& in) {
   SimResult out;
   CrossTotals cross;
+  // A pipeline equal to an earlier one (a plan's data-parallel replicas) is simulated once
+  // when there is no trace: its report and its cross-subcluster steps are the earlier one's,
+  // added again in the same order, so every total is that of simulating it again.
+  std::map<std::vector<double>, std::size_t> first_of;  // schedule_key -> the first pipeline with it
+  std::vector<CrossSteps> steps(in.pipelines.size());
   for (std::size_t k = 0; k < in.pipelines.size(); ++k) {
-    auto r = run_pipeline(in.pipelines[k], static_cast<int>(k), in.trace, out.trace, cross);
-    if (!r) return r.errors();
-    out.pipelines.push_back(std::move(*r));
+    const std::size_t from = in.trace ? k : first_of.emplace(schedule_key(in.pipelines[k]), k).first->second;
+    if (from == k) {
+      auto r = run_pipeline(in.pipelines[k], static_cast<int>(k), in.trace, out.trace, steps[k]);
+      if (!r) return r.errors();
+      out.pipelines.push_back(std::move(*r));
+    } else {
+      PipelineReport same = out.pipelines[from];
+      out.pipelines.push_back(std::move(same));
+    }
+    for (auto [transfer, hidden] : steps[from]) cross.transfer += transfer, cross.hidden += hidden;
   }
 
   // Gradient sync per group, then optimizer steps.

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "spec/catalog_text.hpp"
+#include "spec/limits.hpp"
 
 namespace het {
 
@@ -33,7 +34,7 @@ Result<DeviceCatalog> read_catalog(const input::Document& doc) {
   DeviceCatalog catalog;
   std::set<std::string> names;
   const double reserve = top.quantity("reserve", Dimension::bytes, Need::optional).value_or(0);  // every entry's default
-  if (auto list = top.list("devices", Need::required)) {
+  if (auto list = top.list("devices", Need::required, limits::kCatalogDevices)) {
     for (std::size_t i = 0; i < list->size(); ++i) {
       input::Fields f(ctx, (*list)[i], input::index("devices", i),
                       {"name", "memory", "peak", "mem_bandwidth", "reserve", "intra_node", "source"});

@@ -3,6 +3,8 @@
 #include <map>
 #include <set>
 
+#include "spec/limits.hpp"
+
 namespace het {
 
 using input::Need;
@@ -92,7 +94,8 @@ Result<ClusterSpec> read_cluster(const std::string& file, const YAML::Node& node
   ClusterSpec c;
   c.name = top.string("name", Need::required).value_or("");
   std::map<std::string, YAML::Node> sub_nodes;  // name -> its node, for duplicate reports
-  if (auto list = top.list("subclusters", Need::required)) {
+  std::int64_t devices = 0;  // in the subclusters before this one
+  if (auto list = top.list("subclusters", Need::required, limits::kSubclusters)) {
     if (list->size() == 0) top.error("subclusters", "expected at least one subcluster");
     for (std::size_t i = 0; i < list->size(); ++i) {
       std::string p = input::index(top.path_of("subclusters"), i);
@@ -103,8 +106,21 @@ Result<ClusterSpec> read_cluster(const std::string& file, const YAML::Node& node
       s.name = f.string("name", Need::required).value_or("");
       const CatalogDevice* from_catalog = nullptr;
       if (auto d = read_device(f, catalog, &from_catalog)) s.device = *d;
-      s.nodes = static_cast<int>(f.integer("nodes", Need::required).value_or(0));
-      s.devices_per_node = static_cast<int>(f.integer("devices_per_node", Need::required).value_or(0));
+      s.nodes = static_cast<int>(f.integer("nodes", Need::required, 1, limits::kNodes).value_or(0));
+      s.devices_per_node = static_cast<int>(f.integer("devices_per_node", Need::required, 1, limits::kDevicesPerNode).value_or(0));
+      // The devices, counted in 64 bits and held to the cluster's limit (num_devices() is an int).
+      if (s.nodes > 0 && s.devices_per_node > 0) {
+        const auto product = limits::checked_product({s.nodes, s.devices_per_node});
+        const std::int64_t total = product ? devices + *product : limits::kDevices.max + 1;
+        if (!product || total > limits::kDevices.max) {
+          f.error("nodes", "nodes x devices_per_node = " + std::to_string(s.nodes) + " x " + std::to_string(s.devices_per_node) +
+                               " devices" + (devices > 0 ? " (" + std::to_string(total) + " with the subclusters before)" : "") +
+                               ", more than the limit of " + std::to_string(limits::kDevices.max) + " " +
+                               limits::kDevices.what);
+        } else {
+          devices = total;
+        }
+      }
       auto intra = read_link(f, "intra_node", from_catalog ? Need::optional : Need::required);
       if (intra) s.intra_node = *intra;
       else if (from_catalog && !f.has("intra_node")) s.intra_node = from_catalog->intra_node;
@@ -123,7 +139,7 @@ Result<ClusterSpec> read_cluster(const std::string& file, const YAML::Node& node
   }
 
   std::set<std::pair<std::string, std::string>> linked;
-  if (auto list = top.list("links", Need::optional)) {
+  if (auto list = top.list("links", Need::optional, limits::kLinks)) {
     for (std::size_t i = 0; i < list->size(); ++i) {
       std::string p = input::index(top.path_of("links"), i);
       input::Fields f(ctx, (*list)[i], p, {"between", "bandwidth", "latency"});
@@ -131,7 +147,7 @@ Result<ClusterSpec> read_cluster(const std::string& file, const YAML::Node& node
       SubclusterLink l;
       auto bw = f.quantity("bandwidth", Dimension::bandwidth, Need::required);
       auto lat = f.quantity("latency", Dimension::time, Need::required, true);
-      auto between = f.list("between", Need::required);
+      auto between = f.list("between", Need::required, limits::kSubclusters);
       if (between && between->size() != 2) {
         f.error("between", "expected two subcluster names, got " + std::to_string(between->size()));
         continue;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "spec/limits.hpp"
+
 namespace het {
 
 using input::Need;
@@ -32,14 +34,14 @@ static const input::Choices<Recompute> kRecomputeChoices = {
 static TrainingSpec read_training(const input::Fields& t) {
   const auto& ctx = t.context();
   TrainingSpec training;
-  auto gbs = t.integer("global_batch_size", Need::required);
+  auto gbs = t.integer("global_batch_size", Need::required, 1, limits::kGlobalBatchSize);
   training.global_batch_size = static_cast<int>(gbs.value_or(0));
 
-  if (auto list = t.list("micro_batch_sizes", Need::optional)) {
+  if (auto list = t.list("micro_batch_sizes", Need::optional, limits::kMicroBatchChoices)) {
     if (list->size() == 0) t.error("micro_batch_sizes", "expected at least one micro-batch size");
     std::set<int> seen;
     for (std::size_t i = 0; i < list->size(); ++i) {
-      auto v = input::as_integer(ctx, (*list)[i], input::index(t.path_of("micro_batch_sizes"), i), 1, INT32_MAX);
+      auto v = input::as_integer(ctx, (*list)[i], input::index(t.path_of("micro_batch_sizes"), i), 1, limits::kGlobalBatchSize);
       if (!v) continue;
       if (!seen.insert(static_cast<int>(*v)).second)
         ctx.error((*list)[i], input::index(t.path_of("micro_batch_sizes"), i), "micro-batch size listed twice");
@@ -58,7 +60,7 @@ static TrainingSpec read_training(const input::Fields& t) {
 
   t.choice<std::string>("optimizer", Need::optional, {{"adamw", "adamw"}});
   training.zero_stage = static_cast<int>(t.integer("zero_stage", Need::optional, 0, 3).value_or(1));
-  if (auto list = t.list("recompute", Need::optional)) {
+  if (auto list = t.list("recompute", Need::optional, limits::kRecomputeChoices)) {
     if (list->size() == 0) t.error("recompute", "expected at least one of none, selective, full");
     for (std::size_t i = 0; i < list->size(); ++i) {
       std::string p = input::index(t.path_of("recompute"), i);
@@ -82,18 +84,20 @@ Result<ModelSpec> read_model(const std::string& file, const YAML::Node& node, co
                    "ffn_hidden_size", "vocab_size", "seq_length", "dtype", "training"});
   if (!f.is_map()) return errors;
   ModelSpec m;
-  auto need_int = [&](const char* key, Need need) { return static_cast<int>(f.integer(key, need).value_or(0)); };
+  auto need_int = [&](const char* key, Need need, input::Limit limit) {
+    return static_cast<int>(f.integer(key, need, 1, limit).value_or(0));
+  };
   m.name = f.string("name", Need::required).value_or("");
   auto arch = f.choice<Architecture>("architecture", Need::required,
                                      {{"gpt", Architecture::gpt}, {"llama", Architecture::llama}});
   m.architecture = arch.value_or(Architecture::gpt);
-  m.num_layers = need_int("num_layers", Need::required);
-  m.hidden_size = need_int("hidden_size", Need::required);
-  m.num_attention_heads = need_int("num_attention_heads", Need::required);
-  m.num_kv_heads = need_int("num_kv_heads", Need::optional);
-  m.ffn_hidden_size = need_int("ffn_hidden_size", Need::optional);
-  m.vocab_size = need_int("vocab_size", Need::required);
-  m.seq_length = need_int("seq_length", Need::required);
+  m.num_layers = need_int("num_layers", Need::required, limits::kLayers);
+  m.hidden_size = need_int("hidden_size", Need::required, limits::kHiddenSize);
+  m.num_attention_heads = need_int("num_attention_heads", Need::required, limits::kAttentionHeads);
+  m.num_kv_heads = need_int("num_kv_heads", Need::optional, limits::kAttentionHeads);
+  m.ffn_hidden_size = need_int("ffn_hidden_size", Need::optional, limits::kFfnHiddenSize);
+  m.vocab_size = need_int("vocab_size", Need::required, limits::kVocabSize);
+  m.seq_length = need_int("seq_length", Need::required, limits::kSeqLength);
   auto dtype = f.choice<DType>("dtype", Need::optional,
                                {{"bf16", DType::bf16}, {"fp16", DType::fp16}, {"fp32", DType::fp32}});
   m.dtype = dtype.value_or(DType::bf16);
@@ -110,6 +114,12 @@ Result<ModelSpec> read_model(const std::string& file, const YAML::Node& node, co
                             : (8 * m.hidden_size / 3 + 255) / 256 * 256;
 
   // Semantic checks.
+  // Tokens per iteration: the runtime and the cost model count them in an int.
+  if (auto tokens = limits::checked_product({m.training.global_batch_size, m.seq_length});
+      !tokens || *tokens > limits::kTokensPerIteration)
+    f.error("seq_length", "training.global_batch_size x seq_length = " + std::to_string(m.training.global_batch_size) + " x " +
+                              std::to_string(m.seq_length) + " tokens per iteration, more than the limit of " +
+                              std::to_string(limits::kTokensPerIteration));
   if (m.hidden_size % m.num_attention_heads != 0)
     f.error("num_attention_heads", "hidden_size " + std::to_string(m.hidden_size) +
                                        " is not divisible by num_attention_heads " +

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "spec/limits.hpp"
+
 namespace het {
 
 using input::Need;
@@ -52,14 +54,19 @@ void read_optimizer_step(const input::Fields& top, ProfileSpec& p) {
   }
   const input::Context& ctx = top.context();
   std::map<std::pair<int, int>, int> seen;  // (tp, micro-batch or 0) -> line
+  if (static_cast<std::int64_t>(node.size()) > limits::kProfileRows.max) {
+    top.error("optimizer_step", "expected at most " + std::to_string(limits::kProfileRows.max) + " entries (the limit on " +
+                                    limits::kProfileRows.what + "), got " + std::to_string(node.size()));
+    return;
+  }
   for (std::size_t i = 0; i < node.size(); ++i) {
     const std::string path = input::index("optimizer_step", i);
     input::Fields f(ctx, node[i], path, {"tp", "micro_batch_size", "time"});
     if (!f.is_map()) continue;
     OptimizerStep s;
-    s.tp = static_cast<int>(f.integer("tp", Need::required).value_or(1));
+    s.tp = static_cast<int>(f.integer("tp", Need::required, 1, limits::kAttentionHeads).value_or(1));
     if (f.has("micro_batch_size"))
-      s.micro_batch_size = static_cast<int>(f.integer("micro_batch_size", Need::required).value_or(1));
+      s.micro_batch_size = static_cast<int>(f.integer("micro_batch_size", Need::required, 1, limits::kGlobalBatchSize).value_or(1));
     s.time = f.quantity("time", Dimension::time, Need::required, true).value_or(0);
     if (auto [it, fresh] = seen.emplace(std::pair{*s.tp, s.micro_batch_size.value_or(0)}, f.line()); !fresh)
       ctx.error(node[i], path,
@@ -100,17 +107,18 @@ Result<ProfileSpec> read_profile(const input::Document& doc) {
     p.model.architecture = m->choice<Architecture>("architecture", Need::required,
                                                    {{"gpt", Architecture::gpt}, {"llama", Architecture::llama}})
                                .value_or(Architecture::gpt);
-    p.model.hidden_size = static_cast<int>(m->integer("hidden_size", Need::required).value_or(0));
-    p.model.num_attention_heads = static_cast<int>(m->integer("num_attention_heads", Need::required).value_or(0));
-    p.model.seq_length = static_cast<int>(m->integer("seq_length", Need::required).value_or(0));
-    for (auto [key, field] : {std::pair{"num_kv_heads", &p.model.num_kv_heads},
-                              std::pair{"ffn_hidden_size", &p.model.ffn_hidden_size},
-                              std::pair{"vocab_size", &p.model.vocab_size}})
-      if (auto v = m->integer(key, Need::optional)) *field = static_cast<int>(*v);
+    p.model.hidden_size = static_cast<int>(m->integer("hidden_size", Need::required, 1, limits::kHiddenSize).value_or(0));
+    p.model.num_attention_heads =
+        static_cast<int>(m->integer("num_attention_heads", Need::required, 1, limits::kAttentionHeads).value_or(0));
+    p.model.seq_length = static_cast<int>(m->integer("seq_length", Need::required, 1, limits::kSeqLength).value_or(0));
+    for (auto [key, field, limit] : {std::tuple{"num_kv_heads", &p.model.num_kv_heads, limits::kAttentionHeads},
+                                     std::tuple{"ffn_hidden_size", &p.model.ffn_hidden_size, limits::kFfnHiddenSize},
+                                     std::tuple{"vocab_size", &p.model.vocab_size, limits::kVocabSize}})
+      if (auto v = m->integer(key, Need::optional, 1, limit)) *field = static_cast<int>(*v);
   }
   using Shape = std::tuple<UnitKind, int, int, int, int>;
   std::map<Shape, int> shapes;  // -> line of the first row with that shape
-  if (auto list = top.list("units", Need::required)) {
+  if (auto list = top.list("units", Need::required, limits::kProfileRows)) {
     if (list->size() == 0) top.error("units", "expected at least one measured unit");
     for (std::size_t i = 0; i < list->size(); ++i) {
       input::Fields f(ctx, (*list)[i], input::index("units", i),
@@ -126,10 +134,10 @@ Result<ProfileSpec> read_profile(const input::Document& doc) {
                                    {"mlp", UnitKind::mlp},
                                    {"head", UnitKind::head}})
                    .value_or(UnitKind::layer);
-      r.tp = static_cast<int>(f.integer("tp", Need::optional).value_or(1));
-      r.cp = static_cast<int>(f.integer("cp", Need::optional).value_or(1));
-      r.micro_batch_size = static_cast<int>(f.integer("micro_batch_size", Need::required).value_or(1));
-      r.seq_length = static_cast<int>(f.integer("seq_length", Need::optional).value_or(p.model.seq_length));
+      r.tp = static_cast<int>(f.integer("tp", Need::optional, 1, limits::kAttentionHeads).value_or(1));
+      r.cp = static_cast<int>(f.integer("cp", Need::optional, 1, limits::kSeqLength).value_or(1));
+      r.micro_batch_size = static_cast<int>(f.integer("micro_batch_size", Need::required, 1, limits::kGlobalBatchSize).value_or(1));
+      r.seq_length = static_cast<int>(f.integer("seq_length", Need::optional, 1, limits::kSeqLength).value_or(p.model.seq_length));
       // Zero is a measurement below the timer's resolution (e.g. an embedding's backward).
       r.forward = f.quantity("forward", Dimension::time, Need::required, true).value_or(0);
       r.backward = f.quantity("backward", Dimension::time, Need::required, true).value_or(0);
@@ -152,7 +160,7 @@ Result<ProfileSpec> read_profile(const input::Document& doc) {
     p.collectives_included = *c != "excluded";
   }
   p.transport = read_link(top, "transport", Need::optional);
-  if (auto list = top.list("assumptions", Need::optional))
+  if (auto list = top.list("assumptions", Need::optional, limits::kAssumptions))
     for (std::size_t i = 0; i < list->size(); ++i)
       if (auto s = input::as_string(ctx, (*list)[i], input::index("assumptions", i))) p.assumptions.push_back(*s);
   if (auto links = top.map("links", Need::optional, {"intra_node", "inter_node", "cross_subcluster"})) {
