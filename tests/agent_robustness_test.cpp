@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "agent/agent.hpp"
 #include "control/admission.hpp"
 #include "hetexec.grpc.pb.h"
+#include "launch/worker_job.hpp"
 #include "plan/plan_io.hpp"
 #include "kept_plans.hpp"
 #include "process.hpp"
@@ -230,4 +232,78 @@ TEST_CASE("an agent survives 1,000+ malformed and hostile requests and then runs
   int steps = 0;
   for (const auto& l : lines) steps += l.find("\"step\"") != std::string::npos;
   CHECK(steps == 3);
+}
+
+// Issue 18: a data path with an embedded NUL was accepted (the check saw the part before it),
+// and any file the agent could read could be named.
+TEST_CASE("an agent reads only the data files it may: no NUL, regular files, under its --data-root, and its workers get the job as data") {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/data");
+  const std::string tokens = dir.write("data/tokens.bin", "not read at prepare");
+  dir.write("outside.bin", "secret");
+  std::filesystem::create_symlink(dir.path() + "/outside.bin", dir.path() + "/data/escape.bin");
+  agent::Options o;
+  o.node = *job::parse_node_id("v100/0");
+  o.offer = *agent::parse_devices("cpu:1");
+  o.workdir = dir.path() + "/work";
+  o.data_root = dir.path() + "/data";
+  o.worker_executable = HETEXEC_BIN;
+  o.version = "test";
+  o.log = std::make_shared<spdlog::logger>("quiet");
+  auto a = agent::Agent::start(o);
+  REQUIRE(a.ok());
+  Client c((*a)->address(), "");
+  const std::string plan_json = write_plan(test::mixed_plan());
+  auto prepare = [&](const std::string& id, const std::string& data) {
+    pb::PrepareRequest p;
+    p.set_api_version(control::api_version()), p.set_job_id(id), p.set_plan_json(plan_json);
+    p.add_ranks(4);  // the mixed plan's rank on v100/0
+    p.mutable_settings()->set_steps(3), p.mutable_settings()->set_learning_rate(1.23456e-5);
+    p.mutable_settings()->set_data_path(data);
+    p.set_rendezvous_address("127.0.0.1:1");
+    pb::PrepareResponse pr;
+    REQUIRE(c.stub->Prepare(c.ctx(30).get(), p, &pr).ok());
+    if (pr.ok()) {  // free the device for the next
+      pb::AbortRequest ab;
+      ab.set_api_version(control::api_version()), ab.set_job_id(id);
+      pb::AbortResponse ar;
+      CHECK(c.stub->Abort(c.ctx().get(), ab, &ar).ok());
+    }
+    return pr;
+  };
+  for (const std::string& path : {tokens, std::string("tokens.bin")}) {
+    INFO(path);
+    const auto pr = prepare("ok", path);
+    INFO(pr.error());
+    CHECK(pr.ok());
+  }
+  struct Refused {
+    std::string path, why;
+  };
+  for (const auto& [path, why] : {Refused{tokens + std::string("\0/../../outside.bin", 19), "contains a NUL byte"},
+                                  Refused{dir.path() + "/outside.bin", "is not under node v100/0's data root"},
+                                  Refused{"../outside.bin", "is not under node v100/0's data root"},
+                                  Refused{"escape.bin", "is not under node v100/0's data root"},  // a symlink out of it
+                                  Refused{"/dev/zero", "no such file on node v100/0"},
+                                  Refused{"missing.bin", "no such file on node v100/0"}}) {
+    INFO(path);
+    const auto pr = prepare("refused", path);
+    CHECK_FALSE(pr.ok());
+    CHECK_THAT(pr.error(), Catch::Contains(why));
+  }
+  // What the workers of a prepared job are told: the data file resolved, the rate bit for bit.
+  pb::PrepareRequest p;
+  p.set_api_version(control::api_version()), p.set_job_id("kept"), p.set_plan_json(plan_json), p.add_ranks(4);
+  p.mutable_settings()->set_steps(3), p.mutable_settings()->set_learning_rate(1.23456e-5);
+  p.mutable_settings()->set_data_path("tokens.bin");
+  p.set_rendezvous_address("127.0.0.1:1");
+  pb::PrepareResponse pr;
+  REQUIRE(c.stub->Prepare(c.ctx(30).get(), p, &pr).ok());
+  REQUIRE(pr.ok());
+  auto w = launch::read_worker_job(dir.path() + "/work/kept/job.json");
+  REQUIRE(w);
+  CHECK(w->lr == 1.23456e-5);
+  CHECK(w->data == std::filesystem::canonical(tokens).string());
+  CHECK(w->world == 5);
+  CHECK(w->rendezvous == "grpc://127.0.0.1:1/kept");
 }

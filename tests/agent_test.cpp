@@ -26,14 +26,17 @@ const std::string kCluster = kSrc + "/tests/data/agents/cluster.yaml";
 const std::string kModel = kSrc + "/configs/models/tiny-gpt.yaml";
 
 // The four agents of tests/data/agents/cluster.yaml (v100 nodes emulated 2x slower), each a
-// `hetexec agent` process on a port of its choosing.
+// `hetexec agent` process on a port of its choosing, with its work directory under root():
+// the command line of every worker they start names its job file there, so root() tells this
+// test's workers from those of tests running beside it.
 class Agents {
  public:
   explicit Agents(const std::string& token_file, const std::vector<std::string>& devices = {"cpu:2", "cpu:2", "cpu:1", "cpu:1"}) {
     const char* nodes[] = {"a100/0", "a100/1", "v100/0", "v100/1"};
     for (int i = 0; i < 4; ++i) {
       std::vector<std::string> argv = {HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", nodes[i], "--devices",
-                                       devices[std::size_t(i)], "--token-file", token_file};
+                                       devices[std::size_t(i)], "--token-file", token_file, "--workdir",
+                                       work_.path() + "/agent-" + std::to_string(i)};
       if (i >= 2) argv.insert(argv.end(), {"--emulate-slowdown", "2"});
       agents_.push_back(std::make_unique<Background>(argv));
     }
@@ -45,9 +48,11 @@ class Agents {
     }
   }
   const std::string& list() const { return list_; }
+  const std::string& root() const { return work_.path(); }
   Background& operator[](int i) { return *agents_[std::size_t(i)]; }
 
  private:
+  het::test::TempDir work_;
   std::vector<std::unique_ptr<Background>> agents_;
   std::string list_;
 };
@@ -135,7 +140,7 @@ TEST_CASE("a plan the nodes cannot run, or that is malformed, is refused before 
                            "--token-file", token});
   CHECK(malformed.exit_code == 2);
   CHECK_THAT(malformed.err, Catch::Contains("bad.json"));
-  CHECK(find_processes({"worker", "--seed 616161"}).empty());
+  CHECK(find_processes({"worker", agents.root()}).empty());
 }
 
 TEST_CASE("kill -9 of an agent mid-job: submit names the node within 15 s and no worker is left") {
@@ -146,7 +151,7 @@ TEST_CASE("kill -9 of an agent mid-job: submit names the node within 15 s and no
   std::thread killer([&] {
     for (int i = 0; i < 600; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (find_processes({"worker", "--rank 5 ", "--seed " + seed}).empty()) continue;
+      if (find_processes({"worker", "--rank 5 ", agents.root()}).empty()) continue;
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // let it train
       agents[3].signal(SIGKILL);                                      // v100/1 runs rank 5
       return;
@@ -160,7 +165,7 @@ TEST_CASE("kill -9 of an agent mid-job: submit names the node within 15 s and no
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("node v100/1"));
   CHECK(took < 60);
-  CHECK(all_gone({"worker", "--seed " + seed}, 15));
+  CHECK(all_gone({"worker", agents.root()}, 15));
 }
 
 TEST_CASE("a worker that crashes fails the job on every node, naming its node and rank") {
@@ -171,7 +176,7 @@ TEST_CASE("a worker that crashes fails the job on every node, naming its node an
   std::thread killer([&] {
     for (int i = 0; i < 600; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      auto pids = find_processes({"worker", "--rank 2 ", "--seed " + seed});
+      auto pids = find_processes({"worker", "--rank 2 ", agents.root()});
       if (pids.empty()) continue;
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
       ::kill(pids.front(), SIGKILL);
@@ -183,7 +188,7 @@ TEST_CASE("a worker that crashes fails the job on every node, naming its node an
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("node a100/1") && Catch::Contains("rank 2 was killed by signal 9"));
-  CHECK(all_gone({"worker", "--seed " + seed}, 15));
+  CHECK(all_gone({"worker", agents.root()}, 15));
 }
 
 // Issue 18: a hung worker (SIGSTOP) is found by its agent's watchdog; submit names its node and
@@ -192,12 +197,12 @@ TEST_CASE("a worker that hangs fails the job on every node, naming its node and 
   het::test::TempDir dir;
   const std::string token = dir.write("token", "tok");
   Agents agents(token);
-  const std::string seed = "686868";  // unique among the tests: ctest runs them side by side
+  const std::string seed = "686868";
   std::string status_while_stalled;
   std::thread stopper([&] {
     for (int i = 0; i < 600; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      auto pids = find_processes({"worker", "--rank 2 ", "--seed " + seed});
+      auto pids = find_processes({"worker", "--rank 2 ", agents.root()});
       if (pids.empty()) continue;
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
       ::kill(pids.front(), SIGSTOP);
@@ -216,7 +221,7 @@ TEST_CASE("a worker that hangs fails the job on every node, naming its node and 
   CHECK_THAT(r.err, Catch::Contains("failed: node a100/1") && Catch::Contains("rank 2 hung") && Catch::Contains("is stopped"));
   CHECK_THAT(status_while_stalled, Catch::Contains("stalled"));
   CHECK(took < 60);
-  CHECK(all_gone({"worker", "--seed " + seed}, 15));
+  CHECK(all_gone({"worker", agents.root()}, 15));
 }
 
 TEST_CASE("when the submitter dies, the agents stop the job within its lease") {
@@ -225,11 +230,11 @@ TEST_CASE("when the submitter dies, the agents stop the job within its lease") {
   Agents agents(token);
   const std::string seed = "646464";
   Background submitter(submit_args(agents, token, {"--steps", "100000", "--seed", seed, "--lease", "2"}));
-  for (int i = 0; i < 600 && find_processes({"worker", "--rank 5 ", "--seed " + seed}).empty(); ++i)
+  for (int i = 0; i < 600 && find_processes({"worker", "--rank 5 ", agents.root()}).empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  REQUIRE_FALSE(find_processes({"worker", "--seed " + seed}).empty());
+  REQUIRE_FALSE(find_processes({"worker", agents.root()}).empty());
   submitter.signal(SIGKILL);
-  CHECK(all_gone({"worker", "--seed " + seed}, 2 + 5));  // the lease, and the stop's grace
+  CHECK(all_gone({"worker", agents.root()}, 2 + 5));  // the lease, and the stop's grace
   // The job's thread records it failed once it has reaped the workers, a moment after they are
   // gone from the process table: the status is asked until it says so (5 s at most).
   het::test::ProcessResult st;
@@ -252,14 +257,14 @@ TEST_CASE("a detached job runs on until `hetexec abort` stops it on every node")
   const auto at = r.out.find("job job-");
   REQUIRE(at != std::string::npos);
   const std::string job = r.out.substr(at + 4, 16);
-  CHECK_FALSE(find_processes({"worker", "--seed " + seed}).empty());  // still training
+  CHECK_FALSE(find_processes({"worker", agents.root()}).empty());  // still training
   auto st = run_process({HETEXEC_BIN, "status", "--agents", agents.list(), "--token-file", token});
   CHECK_THAT(st.out, Catch::Contains(job) && Catch::Contains("running"));
   auto ab = run_process({HETEXEC_BIN, "abort", job, "--agents", agents.list(), "--token-file", token});
   INFO(ab.out << ab.err);
   CHECK(ab.exit_code == 0);
   CHECK_THAT(ab.out, Catch::Contains("on 4 nodes"));
-  CHECK(all_gone({"worker", "--seed " + seed}, 10));
+  CHECK(all_gone({"worker", agents.root()}, 10));
   auto again = run_process({HETEXEC_BIN, "abort", "job-000000000000", "--agents", agents.list(), "--token-file", token});
   CHECK(again.exit_code == 1);  // no node holds it
 }
@@ -299,7 +304,7 @@ TEST_CASE("an agent that stops answering fails the job after the heartbeat timeo
   std::thread freezer([&] {
     for (int i = 0; i < 600; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (find_processes({"worker", "--rank 5 ", "--seed " + seed}).empty()) continue;
+      if (find_processes({"worker", "--rank 5 ", agents.root()}).empty()) continue;
       std::this_thread::sleep_for(std::chrono::milliseconds(1000));
       agents[2].signal(SIGSTOP);  // v100/0: alive, connected, silent
       return;
@@ -314,7 +319,7 @@ TEST_CASE("an agent that stops answering fails the job after the heartbeat timeo
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("node v100/0") && Catch::Contains("stopped answering"));
   CHECK(took < 30);
-  CHECK(all_gone({"worker", "--seed " + seed}, 15));
+  CHECK(all_gone({"worker", agents.root()}, 15));
 }
 
 TEST_CASE("the job's rendezvous can be served over TLS: the workers trust the CA the submitter sends") {

@@ -10,8 +10,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <nlohmann/json.hpp>
@@ -19,6 +21,7 @@
 
 #include "data/data.hpp"
 #include "kept_plans.hpp"
+#include "launch/worker_job.hpp"
 #include "process.hpp"
 #include "rendezvous/directory.hpp"
 #include "rendezvous/server.hpp"
@@ -63,6 +66,22 @@ std::vector<double> run_local(const std::string& plan, const std::string& model,
     if (auto j = nlohmann::json::parse(line); j.contains("loss")) losses.push_back(j["loss"].get<double>());
   return losses;
 }
+
+// run-local makes its job's directory under $TMPDIR, and its workers' command lines name the
+// job file there: a TMPDIR of the test's own tells its workers from those of tests beside it.
+class OwnTmpdir {
+ public:
+  OwnTmpdir() {
+    if (const char* old = std::getenv("TMPDIR")) previous_ = old;
+    ::setenv("TMPDIR", dir_.path().c_str(), 1);
+  }
+  ~OwnTmpdir() { previous_ ? ::setenv("TMPDIR", previous_->c_str(), 1) : ::unsetenv("TMPDIR"); }
+  const std::string& path() const { return dir_.path(); }
+
+ private:
+  het::test::TempDir dir_;
+  std::optional<std::string> previous_;
+};
 
 void check_equal(const std::vector<double>& got, const std::vector<double>& want) {
   REQUIRE(got.size() == want.size());
@@ -148,10 +167,10 @@ TEST_CASE("ZeRO-1 shards the optimizer state over the sync groups and trains exa
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string zero = dir.write("tiny-gpt-zero1.yaml", text.replace(text.find("zero_stage: 0"), 13, "zero_stage: 1"));
   const auto want = reference(kSrc + "/configs/models/tiny-gpt.yaml", 6);
-  auto state = [](const std::string& out) {  // "rank 0: cpu (1 threads), AdamW state N values"
-    const auto at = out.find("AdamW state ");
+  auto state = [](const std::string& out) {  // "rank 0: cpu (1 threads), AdamW lr 0.001, state N values"
+    const auto at = out.find(", state ");
     REQUIRE(at != std::string::npos);
-    return std::stod(out.substr(at + 12));
+    return std::stod(out.substr(at + 8));
   };
   for (const char* plan : {"data", "two-pipelines-tp"}) {
     INFO(plan);
@@ -180,10 +199,45 @@ TEST_CASE("run-local refuses --gpus with the CPU backend, and a worker a negativ
                         kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--gpus", "2"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--gpus applies to the cuda backend"));
-  r = run_process({HETEXEC_BIN, "worker", "--plan", kSrc + "/tests/data/plans/pipeline.plan.json", "--rank", "0", "--world", "2",
-                   "--rendezvous", "/tmp", "--device", "-1"});
+  r = run_process({HETEXEC_BIN, "worker", "--job", "/nonexistent/job.json", "--rank", "0", "--device", "-1"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--device"));
+}
+
+TEST_CASE("run-local carries the learning rate to the ranks exactly, and refuses one that is not a finite positive number") {
+  // Issue 18: `--lr 1e-7` reached the ranks as `--lr 0.000000`, and 1.23456e-5 trained as 1.2e-5.
+  for (const char* lr : {"1e-7", "1.23456e-5"}) {
+    INFO(lr);
+    std::string out;
+    run_local(kSrc + "/tests/data/plans/pipeline.plan.json", kSrc + "/configs/models/tiny-gpt.yaml", 1, {"--lr", lr}, &out);
+    CHECK_THAT(out, Catch::Contains("AdamW lr " + nlohmann::json(std::strtod(lr, nullptr)).dump() + ","));
+  }
+  for (const char* lr : {"inf", "nan", "0", "-1e-3", "11"}) {
+    INFO(lr);
+    auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/pipeline.plan.json", "--model",
+                          kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--lr", lr});
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--lr") && Catch::Contains("must be a number above 0 and at most 10"));
+  }
+}
+
+TEST_CASE("hetexec worker: a job file it cannot use is refused with exit 2, naming the file and the field") {
+  het::test::TempDir dir;
+  het::launch::WorkerJob w;
+  w.plan = kSrc + "/tests/data/plans/pipeline.plan.json", w.rendezvous = dir.path(), w.world = 2;
+  auto j = het::launch::to_json(w);
+  j["lr"] = "fast";
+  const std::string bad = dir.write("bad.json", j.dump());
+  auto r = run_process({HETEXEC_BIN, "worker", "--job", bad, "--rank", "0"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains(bad + ": lr: must be a number"));
+  REQUIRE(het::launch::write_worker_job(dir.path() + "/job.json", w));
+  r = run_process({HETEXEC_BIN, "worker", "--job", dir.path() + "/job.json", "--rank", "2"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--rank 2: the job has 2 ranks"));
+  r = run_process({HETEXEC_BIN, "worker", "--job", "/dev/zero", "--rank", "0"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("not a regular file"));
 }
 
 TEST_CASE("run-local refuses output files it cannot write before it runs, with exit 2") {
@@ -242,15 +296,15 @@ TEST_CASE("hetexec worker: the ranks of a plan meet through a gRPC rendezvous wi
   const std::string token = dir.write("token", "worker-token\n");
   const std::string m = kSrc + "/configs/models/tiny-gpt.yaml";
   const int world = 2;  // the pipeline plan's two stages
+  het::launch::WorkerJob job;
+  job.plan = kSrc + "/tests/data/plans/pipeline.plan.json", job.model = m, job.cluster = kCluster, job.steps = 3;
+  job.world = world, job.rendezvous = "grpc://" + (*server)->address() + "/cli-job", job.token_file = token;
+  REQUIRE(het::launch::write_worker_job(dir.path() + "/job.json", job));
   std::vector<het::test::ProcessResult> results(world);
   std::vector<std::thread> workers;
   for (int r = 0; r < world; ++r)
     workers.emplace_back([&, r] {
-      results[r] = run_process({HETEXEC_BIN, "worker", "--plan", kSrc + "/tests/data/plans/pipeline.plan.json", "--rank",
-                                std::to_string(r), "--world", std::to_string(world), "--rendezvous",
-                                "grpc://" + (*server)->address() + "/cli-job", "--token-file", token, "--model", m,
-                                "--cluster", kCluster, "--steps", "3"},
-                               120);
+      results[r] = run_process({HETEXEC_BIN, "worker", "--job", dir.path() + "/job.json", "--rank", std::to_string(r)}, 120);
     });
   for (auto& w : workers) w.join();
   for (int r = 0; r < world; ++r) {
@@ -270,22 +324,20 @@ TEST_CASE("hetexec worker: a wrong rendezvous token or a malformed address is re
   auto server = het::rendezvous::RendezvousServer::start(options);
   REQUIRE(server.ok());
   het::test::TempDir dir;
-  const std::vector<std::string> job = {"--plan", kSrc + "/tests/data/plans/pipeline.plan.json", "--model",
-                                        kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--rank", "0",
-                                        "--world", "2"};
-  auto worker = [&](std::vector<std::string> more) {
-    std::vector<std::string> argv = {HETEXEC_BIN, "worker"};
-    argv.insert(argv.end(), job.begin(), job.end());
-    argv.insert(argv.end(), more.begin(), more.end());
-    return run_process(argv, 60);
+  auto worker = [&](const std::string& rendezvous, std::optional<std::string> token_file) {
+    het::launch::WorkerJob job;
+    job.plan = kSrc + "/tests/data/plans/pipeline.plan.json", job.model = kSrc + "/configs/models/tiny-gpt.yaml";
+    job.cluster = kCluster, job.world = 2, job.rendezvous = rendezvous, job.token_file = token_file;
+    REQUIRE(het::launch::write_worker_job(dir.path() + "/job.json", job));
+    return run_process({HETEXEC_BIN, "worker", "--job", dir.path() + "/job.json", "--rank", "0"}, 60);
   };
-  auto wrong = worker({"--rendezvous", "grpc://" + (*server)->address() + "/job", "--token-file", dir.write("t", "nope")});
+  auto wrong = worker("grpc://" + (*server)->address() + "/job", dir.write("t", "nope"));
   CHECK(wrong.exit_code == 1);
   CHECK_THAT(wrong.err, Catch::Contains("PERMISSION_DENIED: the call's bearer token is wrong"));
-  auto empty = worker({"--rendezvous", "grpc://" + (*server)->address() + "/job", "--token-file", dir.write("e", "\n")});
+  auto empty = worker("grpc://" + (*server)->address() + "/job", dir.write("e", "\n"));
   CHECK(empty.exit_code == 2);
   CHECK_THAT(empty.err, Catch::Contains("the token file is empty"));
-  auto malformed = worker({"--rendezvous", "grpc://127.0.0.1/job"});
+  auto malformed = worker("grpc://127.0.0.1/job", std::nullopt);
   CHECK(malformed.exit_code == 2);
   CHECK_THAT(malformed.err, Catch::Contains("no HOST:PORT (expected grpc://HOST:PORT/JOB)"));
 }
@@ -369,10 +421,11 @@ TEST_CASE("TCP peers: a large message is carried while the receiver is busy, and
 TEST_CASE("when a rank dies mid-run, run-local stops the others and names it") {
   // A run long enough to be killed in the middle; its seed marks its workers.
   const std::string seed = "424242";
+  const OwnTmpdir tmp;
   std::thread killer([&] {
     for (int i = 0; i < 200; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      auto pids = find_processes({"worker", "--rank 1 ", "--seed " + seed});
+      auto pids = find_processes({"worker", "--rank 1 ", tmp.path()});
       if (!pids.empty()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let it train a little
         ::kill(pids.front(), SIGKILL);
@@ -388,7 +441,7 @@ TEST_CASE("when a rank dies mid-run, run-local stops the others and names it") {
   CHECK(r.signal == 0);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("rank 1 failed: killed by signal 9"));
-  CHECK(find_processes({"worker", "--seed " + seed}).empty());  // no rank left behind
+  CHECK(find_processes({"worker", tmp.path()}).empty());  // no rank left behind
 }
 
 TEST_CASE("hetexec profile --devices picks where to measure, and refuses what it cannot measure with exit 2") {
@@ -496,10 +549,11 @@ TEST_CASE("Ctrl-C stops every rank of run-local, and a killed launcher takes its
   for (int sig : {SIGINT, SIGKILL}) {
     INFO("signal " << sig);
     const std::string seed = sig == SIGINT ? "515151" : "525252";
+    const OwnTmpdir tmp;
     std::thread killer([&] {
       for (int i = 0; i < 400; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        if (find_processes({"worker", "--rank 3 ", "--seed " + seed}).empty()) continue;
+        if (find_processes({"worker", "--rank 3 ", tmp.path()}).empty()) continue;
         std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let it train a little
         for (int pid : find_processes({"run-local", "--seed " + seed})) ::kill(pid, sig);
         return;
@@ -520,7 +574,7 @@ TEST_CASE("Ctrl-C stops every rank of run-local, and a killed launcher takes its
     }
     bool gone = false;  // the kernel stops orphaned workers (PR_SET_PDEATHSIG)
     for (int i = 0; i < 100 && !gone; ++i) {
-      gone = find_processes({"worker", "--seed " + seed}).empty();
+      gone = find_processes({"worker", tmp.path()}).empty();
       if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     CHECK(gone);
@@ -531,10 +585,11 @@ TEST_CASE("Ctrl-C stops every rank of run-local, and a killed launcher takes its
 // the watchdog names it once no rank has moved for --hang-timeout, and nothing is left behind.
 TEST_CASE("run-local names a stopped rank as hung and stops every rank") {
   const std::string seed = "535353";
+  const OwnTmpdir tmp;
   std::thread stopper([&] {
     for (int i = 0; i < 400; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      auto pids = find_processes({"worker", "--rank 3 ", "--seed " + seed});
+      auto pids = find_processes({"worker", "--rank 3 ", tmp.path()});
       if (pids.empty()) continue;
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // let it train
       ::kill(pids.front(), SIGSTOP);
@@ -551,7 +606,7 @@ TEST_CASE("run-local names a stopped rank as hung and stops every rank") {
   CHECK_THAT(r.err, Catch::Contains("rank 3 hung: no progress for") && Catch::Contains("is stopped"));
   bool gone = false;  // the stopped worker too: SIGKILL ends a stopped process
   for (int i = 0; i < 100 && !gone; ++i) {
-    gone = find_processes({"worker", "--seed " + seed}).empty();
+    gone = find_processes({"worker", tmp.path()}).empty();
     if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   CHECK(gone);

@@ -1,25 +1,83 @@
-// What reaches a worker and what comes back from it (libexec/launch/workers): numbers carried
-// exactly on its command line, and its output made valid UTF-8 before it can reach a status,
+// What reaches a worker and what comes back from it (libexec/launch): its job as data, every
+// number read back exactly, and its output made valid UTF-8 before it can reach a status,
 // a log or a protobuf string (issue 18: one non-UTF-8 line once broke every Describe).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cfloat>
+#include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <limits>
 #include <vector>
 
+#include "launch/worker_job.hpp"
 #include "launch/workers.hpp"
 
-using het::launch::exact_text;
+using het::launch::read_worker_job;
+using het::launch::to_json;
+using het::launch::worker_job_from_json;
+using het::launch::WorkerJob;
+using het::launch::write_worker_job;
 using het::launch::valid_utf8;
 
-TEST_CASE("numbers reach workers as text that reads back as the same double") {
-  for (double v : {1e-7, 1.23456e-5, 3e-4, 0.1, 1.0 / 3, 2.5, 1000.0, DBL_MIN, DBL_MAX, 6.02214076e23}) {
-    const std::string t = exact_text(v);
-    INFO(t);
-    CHECK(std::strtod(t.c_str(), nullptr) == v);
+TEST_CASE("a worker's job travels as data: every value reads back exactly") {
+  WorkerJob w;
+  w.plan = "/jobs/7/plan.json", w.model = "model.yaml", w.data = "/data/tokens.bin";
+  w.steps = 123456, w.seed = UINT64_MAX, w.backend = "cuda", w.threads = 7;
+  w.emulate_links = true, w.world = 736, w.rendezvous = "grpc://10.0.0.1:5000/job-7", w.host = "10.0.0.2";
+  w.token_file = "/etc/het/token", w.rendezvous_ca = "/jobs/7/ca.pem", w.progress_dir = "/jobs/7", w.trace_events = "/tmp/t/rank";
+  const std::string file = (std::filesystem::temp_directory_path() / ("het-worker-job-" + std::to_string(getpid()) + ".json")).string();
+  // Issue 18: `--lr 1e-7` reached the ranks as 0.000000, and 1.23456e-5 as 1.2e-5.
+  for (double v : {1e-7, 1.23456e-5, 3e-4, 0.1, 1.0 / 3, 2.5, 10.0, DBL_MIN, std::nextafter(1e-3, 1.0)}) {
+    w.lr = v, w.slowdown = 1 + v, w.time_dilation = 1000 - v;
+    INFO(v);
+    REQUIRE(write_worker_job(file, w));
+    auto back = read_worker_job(file);
+    REQUIRE(back);
+    CHECK(*back == w);  // bit for bit: == on doubles
   }
-  CHECK(exact_text(1e-7) == "1e-07");
-  CHECK(exact_text(1.23456e-5) == "1.23456e-05");
+  CHECK(std::filesystem::status(file).permissions() == (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+  std::filesystem::remove(file);
+}
+
+TEST_CASE("a worker's job file with a wrong field, type or value is refused, naming the field") {
+  WorkerJob w;
+  w.plan = "plan.json", w.rendezvous = "/tmp/r";
+  auto errors = [&](nlohmann::json j) {
+    auto r = worker_job_from_json(j, "job.json");
+    REQUIRE_FALSE(r);
+    return to_string(r.errors());
+  };
+  const auto good = to_json(w);
+  REQUIRE(worker_job_from_json(good, "job.json"));
+  auto with = [&](const char* key, nlohmann::json v) {
+    auto j = good;
+    j[key] = std::move(v);
+    return j;
+  };
+  CHECK_THAT(errors(with("learning_rate", 0.1)), Catch::Contains("job.json: learning_rate: is not a field"));
+  CHECK_THAT(errors(with("lr", "1e-3")), Catch::Contains("lr: must be a number"));
+  CHECK_THAT(errors(with("lr", nullptr)), Catch::Contains("lr: must be a number"));  // what inf and nan dump as
+  CHECK_THAT(errors(with("lr", 0)), Catch::Contains("lr: must be a finite number above 0"));
+  CHECK_THAT(errors(with("steps", 2.5)), Catch::Contains("steps: must be an integer"));
+  CHECK_THAT(errors(with("steps", std::uint64_t{1} << 40)), Catch::Contains("steps: must be an integer"));
+  CHECK_THAT(errors(with("world", 0)), Catch::Contains("world: must be at least 1"));
+  CHECK_THAT(errors(with("seed", -1)), Catch::Contains("seed: must be an integer from 0"));
+  CHECK_THAT(errors(with("time_dilation", 0.5)), Catch::Contains("time_dilation: must be from 1 to 1000"));
+  CHECK_THAT(errors(with("backend", "tpu")), Catch::Contains("backend: must be cpu or cuda"));
+  CHECK_THAT(errors(with("data", std::string("a\0b", 3))), Catch::Contains("data: contains a NUL byte"));
+  CHECK_THAT(errors(with("version", 2)), Catch::Contains("version: is 2; this hetexec reads version 1"));
+  auto no_plan = good;
+  no_plan.erase("plan");
+  CHECK_THAT(errors(no_plan), Catch::Contains("plan: is missing"));
+  CHECK_THAT(errors(nlohmann::json::array()), Catch::Contains("must be a JSON object"));
+  // The writer refuses what a worker would refuse.
+  w.lr = std::numeric_limits<double>::infinity();
+  auto written = write_worker_job("/nonexistent/job.json", w);
+  REQUIRE_FALSE(written);
+  CHECK_THAT(to_string(written.errors()), Catch::Contains("lr: must be a finite number above 0"));
 }
 
 TEST_CASE("worker output is made valid UTF-8 on one line") {

@@ -19,6 +19,7 @@
 #include "input/address.hpp"
 #include "progress.hpp"
 #include "memory_prediction.hpp"
+#include "options.hpp"
 #include "plan/plan_io.hpp"
 #include "submit/submit.hpp"
 #include "validation/inputs.hpp"
@@ -71,6 +72,7 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
   agent_->add_option("--tls-key", tls_key_, "and this PEM private key");
   agent_->add_option("--tls-ca", tls_ca_, "require client certificates signed by this CA");
   agent_->add_option("--workdir", workdir_, "where job files go (default: a new directory under /tmp)");
+  agent_->add_option("--data-root", data_root_, "serve only data files under this directory (relative paths are taken from it)");
   agent_->add_option("--advertise", advertise_, "IPv4 address the workers listen on for their peers (default 127.0.0.1)");
 
   submit_ = app.add_subcommand("submit", "Run a plan on node agents and follow it");
@@ -79,7 +81,7 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
   submit_->add_option("--cluster", cluster_, "cluster.yaml, replacing the plan's own");
   submit_->add_option("--steps", settings_.steps, "training steps (default 10)")->check(CLI::Range(1, 10'000'000));
   submit_->add_option("--seed", settings_.seed, "seed of the weights and of synthetic data (default 1)");
-  submit_->add_option("--lr", settings_.lr, "AdamW learning rate (default 1e-3)")->check(CLI::PositiveNumber);
+  submit_->add_option("--lr", settings_.lr, "AdamW learning rate (default 1e-3)")->check(learning_rate());
   submit_->add_option("--data", settings_.data_path, "llm.c token file, at this path on every node (default: synthetic)");
   submit_->add_option("--threads", settings_.threads, "CPU threads per worker (default: each node's cores shared out)")
       ->check(CLI::Range(0, 1024));
@@ -152,6 +154,11 @@ int ControlCommands::run_agent() {
     workdir_ = dir;
   }
   o.workdir = workdir_;
+  if (!data_root_.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(data_root_, ec)) return report({{"", 0, 0, "--data-root", data_root_ + " is not a directory"}});
+    o.data_root = data_root_;
+  }
   o.advertise = advertise_;
   o.worker_executable = self_executable();
   o.version = version_;

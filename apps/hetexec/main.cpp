@@ -16,6 +16,7 @@
 #include "job/placement.hpp"
 #include "launch/local.hpp"
 #include "launch/workers.hpp"
+#include "options.hpp"
 #include "progress/progress.hpp"
 #include "spec/catalog.hpp"
 #include "runtime/runtime.hpp"
@@ -80,27 +81,19 @@ int run_prepare_data(const std::string& text_file, const std::string& output) {
   return 0;
 }
 
+// What `run-local` is told.
 struct JobArgs {
   het::InputFiles files;  // plan (+ model, cluster)
   int steps = 10;
   std::uint64_t seed = 1;
   double lr = 1e-3;
   std::optional<std::string> data, metrics_out, trace, traffic;
-  // worker only
   bool emulate_links = false, emulate_devices = false;
   std::string backend = "cpu";
   int threads = 0;  // per rank; 0: the cores shared out among the ranks
-  double slowdown = 1;  // worker only: a fixed compute slowdown (an agent's --emulate-slowdown)
   double time_dilation = 1;  // runtime::Options::time_dilation
-  std::string host = "127.0.0.1";  // worker only: the IPv4 address its TCP endpoint listens on
-  int rank = 0, world = 1;
-  int device = -1;  // worker: the CUDA device ordinal (cuda backend); -1: the current one
-  int gpus = 0;     // run-local: spread the ranks over this many GPUs; 0: every GPU found
-  std::string rendezvous;                 // a directory, or grpc://HOST:PORT/JOB
-  std::optional<std::string> token_file;  // the grpc:// rendezvous's bearer token
-  std::optional<std::string> rendezvous_ca;  // talk TLS to the grpc:// rendezvous, trusting this CA
-  std::optional<std::string> progress_dir;   // worker: publish progress there (progress/progress.hpp)
-  std::optional<double> hang_timeout;        // run-local: the watchdog's bound; 0: none; unset: the default
+  int gpus = 0;     // spread the ranks over this many GPUs; 0: every GPU found
+  std::optional<double> hang_timeout;  // the watchdog's bound; 0: none; unset: the default
 };
 
 // The plan and the data every rank uses.
@@ -109,43 +102,46 @@ struct Job {
   het::data::Batches batches;
 };
 
-het::Result<Job> load_job(const JobArgs& a) {
-  auto loaded = het::load_plan_inputs(a.files);
+het::Result<Job> load_job(const het::InputFiles& files, const std::optional<std::string>& data, std::uint64_t seed) {
+  auto loaded = het::load_plan_inputs(files);
   if (!loaded) return loaded.errors();
-  if (auto why = het::runtime::unsupported(loaded->plan); !why.empty()) return het::Diagnostic{*a.files.plan, 0, 0, "", why};
+  if (auto why = het::runtime::unsupported(loaded->plan); !why.empty()) return het::Diagnostic{*files.plan, 0, 0, "", why};
   // Plans not completed by `hetplan simulate` or `search`: the same warm-ups and resharding
   // strategies the simulator would derive.
   loaded->plan = het::runtime::with_derived_fields(loaded->plan);
   const auto& m = loaded->plan.model;
-  if (a.data) {
-    auto tokens = het::data::read_tokens(*a.data);
+  if (data) {
+    auto tokens = het::data::read_tokens(*data);
     if (!tokens) return tokens.errors();
     het::data::Batches b(std::move(*tokens), m.seq_length);
     if (b.max_token() >= m.vocab_size)
-      return het::Diagnostic{*a.data, 0, 0, "", "token " + std::to_string(b.max_token()) + " is outside the model's vocabulary of " +
+      return het::Diagnostic{*data, 0, 0, "", "token " + std::to_string(b.max_token()) + " is outside the model's vocabulary of " +
                                                    std::to_string(m.vocab_size)};
     return Job{loaded->plan, std::move(b)};
   }
-  return Job{loaded->plan, het::data::Batches::synthetic(m.vocab_size, m.seq_length, a.seed)};
+  return Job{loaded->plan, het::data::Batches::synthetic(m.vocab_size, m.seq_length, seed)};
 }
 
-int run_worker(const JobArgs& a) {
+// One rank of a job: `hetexec worker --job FILE --rank R [--device D]`.
+int run_worker(const het::launch::WorkerJob& a, int rank, int device) {
   // A worker does not outlive the process that started it (run-local, or a node agent).
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() == 1) return 1;
-  auto job = load_job(a);
+  het::InputFiles files;
+  files.plan = a.plan, files.model = a.model, files.cluster = a.cluster;
+  auto job = load_job(files, a.data, a.seed);
   if (!job) {
     for (const auto& e : job.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
   }
-  auto backend = het::backend::open(a.backend, a.threads, a.device);
+  auto backend = het::backend::open(a.backend, a.threads, device);
   if (!backend) {
     for (const auto& e : backend.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
   }
   std::unique_ptr<het::progress::Reporter> progress;
   if (a.progress_dir) {
-    auto opened = het::progress::Reporter::open(*a.progress_dir, a.rank);
+    auto opened = het::progress::Reporter::open(*a.progress_dir, rank);
     if (!opened) {
       for (const auto& e : opened.errors()) std::cerr << "error: " << e.to_string() << "\n";
       return 2;
@@ -167,15 +163,15 @@ int run_worker(const JobArgs& a) {
     for (const auto& e : rendezvous.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
   }
-  auto peers = het::transport::Peers::connect(a.rank, a.world, **rendezvous, 120, a.host);
+  auto peers = het::transport::Peers::connect(rank, a.world, **rendezvous, 120, a.host);
   if (!peers) {
     for (const auto& e : peers.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
   }
   // Every rank's seat (host, device, subcluster) decides which groups run on NCCL.
-  const auto& subcluster = het::program::Topology(job->plan).stage_of(a.rank).subcluster;
-  const int ordinal = (*backend)->name() == "cuda" ? std::max(0, a.device) : -1;  // -1: the CPU
-  auto seats = het::collective::exchange_seats(**rendezvous, a.rank, a.world, het::collective::seat_here(ordinal, subcluster), 120);
+  const auto& subcluster = het::program::Topology(job->plan).stage_of(rank).subcluster;
+  const int ordinal = (*backend)->name() == "cuda" ? std::max(0, device) : -1;  // -1: the CPU
+  auto seats = het::collective::exchange_seats(**rendezvous, rank, a.world, het::collective::seat_here(ordinal, subcluster), 120);
   if (!seats) {
     for (const auto& e : seats.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
@@ -195,11 +191,15 @@ int run_worker(const JobArgs& a) {
   opt.memory = &memory;
   opt.compute_on_this_thread = a.backend == "cpu" && a.threads == 1;
   std::vector<het::sim::TraceEvent> events;
-  if (a.trace) opt.trace = &events;
+  const auto per_rank = [&](const std::optional<std::string>& prefix) {
+    return prefix ? std::optional<std::string>(*prefix + "." + std::to_string(rank)) : std::nullopt;
+  };
+  const auto trace_file = per_rank(a.trace_events), traffic_file = per_rank(a.traffic_events);
+  if (trace_file) opt.trace = &events;
   const double tokens = double(job->plan.model.training.global_batch_size) * job->plan.model.seq_length;
   // How ranks reach each other: TCP today; whether this node could use RDMA, in one sentence.
   std::string links;
-  if (a.rank == 0) {
+  if (rank == 0) {
     const auto choice = het::transport::ibverbs::choose(het::transport::ibverbs::discover());
     links = choice.rdma ? "TCP (RDMA device " + choice.device + " port " + std::to_string(choice.port) +
                               " is usable, but the runtime does not send over RDMA yet)"
@@ -209,10 +209,10 @@ int run_worker(const JobArgs& a) {
   het::Result<std::vector<het::runtime::StepReport>> reports = het::Diagnostic{"", 0, 0, "backend", "not run"};
   try {
     reports = het::runtime::run_rank(job->plan, **peers, **backend, job->batches, opt, [&](const het::runtime::StepReport& r) {
-      if (a.rank != 0) return;
+      if (rank != 0) return;
       if (r.step == 0)
         std::cout << nlohmann::json{{"backend", (*backend)->describe()}, {"links", links}, {"collectives", fabric.summary()},
-                                    {"optimizer_state", r.optimizer_state}}.dump()
+                                    {"lr", a.lr}, {"optimizer_state", r.optimizer_state}}.dump()
                   << std::endl;
       std::cout << nlohmann::json{{"step", r.step}, {"loss", r.loss}, {"step_s", r.seconds}, {"tokens_per_s", tokens / r.seconds}}.dump()
                 << std::endl;
@@ -225,22 +225,22 @@ int run_worker(const JobArgs& a) {
     for (const auto& e : reports.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 1;
   }
-  if (a.rank == 0) {  // every rank's peak memory, for run-local / submit to print beside the prediction
+  if (rank == 0) {  // every rank's peak memory, for run-local / submit to print beside the prediction
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& m : memory) ranks.push_back(het::runtime::to_json(m));
     std::cout << nlohmann::json{{"memory", ranks}}.dump() << std::endl;
   }
-  if (a.traffic) std::ofstream(*a.traffic) << het::runtime::traffic_report(job->plan, **peers, a.steps).dump();
-  if (a.trace) {  // this rank's events, for run-local to merge
+  if (traffic_file) std::ofstream(*traffic_file) << het::runtime::traffic_report(job->plan, **peers, a.steps).dump();
+  if (trace_file) {  // this rank's events, for run-local to merge
     nlohmann::json j = nlohmann::json::array();
     for (const auto& e : events) j.push_back({e.track, e.name, e.start_s, e.duration_s});
-    std::ofstream(*a.trace) << j.dump();
+    std::ofstream(*trace_file) << j.dump();
   }
   return 0;
 }
 
 int run_local(const JobArgs& a) {
-  auto job = load_job(a);
+  auto job = load_job(a.files, a.data, a.seed);
   if (!job) {
     for (const auto& e : job.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
@@ -276,18 +276,16 @@ int run_local(const JobArgs& a) {
   // dilated (its compute is then timed in CPU time, runtime/pace.hpp).
   const int cores = std::max(1, int(std::thread::hardware_concurrency()));
   const int threads = a.threads > 0 ? a.threads : a.time_dilation > 1 ? 1 : std::max(1, cores / lj.world);
-  lj.worker_args = {"--plan", *a.files.plan, "--steps", std::to_string(a.steps), "--seed", std::to_string(a.seed),
-                    "--lr", het::launch::exact_text(a.lr), "--backend", a.backend, "--threads", std::to_string(threads)};
-  if (a.time_dilation > 1) lj.worker_args.insert(lj.worker_args.end(), {"--time-dilation", het::launch::exact_text(a.time_dilation)});
+  auto& w = lj.worker;
+  w.plan = *a.files.plan, w.model = a.files.model, w.cluster = a.files.cluster, w.data = a.data;
+  w.steps = a.steps, w.seed = a.seed, w.lr = a.lr;
+  w.backend = a.backend, w.threads = threads, w.time_dilation = a.time_dilation;
+  w.emulate_links = a.emulate_links, w.emulate_devices = a.emulate_devices;
   // More busy ranks than cores: they contend, and the step times measured are not the plan's.
   if (a.backend == "cpu" && a.time_dilation * cores < double(lj.world * threads))
     std::cout << "note: " << lj.world << " ranks × " << threads << " thread" << (threads == 1 ? "" : "s") << " share " << cores
               << " cores, so they contend and the step times will not match `hetplan simulate`; run with --time-dilation "
               << (lj.world * threads + cores - 1) / cores * 2 << " (and simulate with the same) to measure what the plan predicts\n";
-  if (a.files.model) lj.worker_args.insert(lj.worker_args.end(), {"--model", *a.files.model});
-  if (a.files.cluster) lj.worker_args.insert(lj.worker_args.end(), {"--cluster", *a.files.cluster});
-  if (a.data) lj.worker_args.insert(lj.worker_args.end(), {"--data", *a.data});
-  if (a.emulate_links) lj.worker_args.push_back("--emulate-links");
   std::string trace_dir;
   if (a.trace || a.traffic) {
     trace_dir = (std::filesystem::temp_directory_path() / "hetexec-trace-XXXXXX").string();
@@ -295,10 +293,9 @@ int run_local(const JobArgs& a) {
       std::cerr << "error: cannot create a directory for the trace\n";
       return 2;
     }
-    if (a.trace) lj.worker_args.insert(lj.worker_args.end(), {"--trace-events", trace_dir + "/rank"});
-    if (a.traffic) lj.worker_args.insert(lj.worker_args.end(), {"--traffic-events", trace_dir + "/traffic"});
+    if (a.trace) w.trace_events = trace_dir + "/rank";
+    if (a.traffic) w.traffic_events = trace_dir + "/traffic";
   }
-  if (a.emulate_devices) lj.worker_args.push_back("--emulate-devices");
   // The output files, opened before the run so that a path that cannot be written costs nothing.
   std::ofstream metrics, trace_out, traffic_out;
   for (auto [path, out] : {std::pair{&a.metrics_out, &metrics}, std::pair{&a.trace, &trace_out}, std::pair{&a.traffic, &traffic_out}}) {
@@ -385,27 +382,26 @@ int main(int argc, char** argv) {
   prepare->add_option("-o,--output", output, "the token file to write")->required();
 
   JobArgs job;
-  auto add_job = [&](CLI::App* cmd) {
-    cmd->add_option("--model", job.files.model, "model.yaml, replacing the plan's own");
-    cmd->add_option("--cluster", job.files.cluster, "cluster.yaml, replacing the plan's own");
-    cmd->add_option("--steps", job.steps, "training steps (default 10)")->check(CLI::PositiveNumber);
-    cmd->add_option("--seed", job.seed, "seed of the weights and of synthetic data (default 1)");
-    cmd->add_option("--lr", job.lr, "AdamW learning rate (default 1e-3)")->check(CLI::PositiveNumber);
-    cmd->add_option("--data", job.data, "llm.c token file (default: a synthetic stream)");
-    cmd->add_option("--backend", job.backend, "cpu (default) or cuda (CUDA builds, on a GPU; tp = cp = 1 only)");
-    cmd->add_option("--threads", job.threads, "CPU threads per rank (default: the cores shared out among the ranks)")
-        ->check(CLI::NonNegativeNumber);
-    cmd->add_flag("--emulate-links", job.emulate_links, "shape each connection to its link in the plan's cluster");
-    cmd->add_option("--time-dilation", job.time_dilation,
-                    "run every rank's compute and every shaped link X times slower, so many ranks share few cores without "
-                    "contending (predict it with hetplan simulate --time-dilation X)")
-        ->check(CLI::Range(1.0, 1000.0));
-    cmd->add_flag("--emulate-devices", job.emulate_devices,
-                  "slow each rank's compute by (fastest device peak / its device peak)");
-  };
   auto* local = app.add_subcommand("run-local", "Train with a plan, every rank a local process over TCP");
   local->add_option("plan", job.files.plan, "plan.json")->required();
-  add_job(local);
+  local->add_option("--model", job.files.model, "model.yaml, replacing the plan's own");
+  local->add_option("--cluster", job.files.cluster, "cluster.yaml, replacing the plan's own");
+  local->add_option("--steps", job.steps, "training steps (default 10)")->check(CLI::PositiveNumber);
+  local->add_option("--seed", job.seed, "seed of the weights and of synthetic data (default 1)");
+  local->add_option("--lr", job.lr, "AdamW learning rate (default 1e-3)")
+      ->check(het::cli::learning_rate());
+  local->add_option("--data", job.data, "llm.c token file (default: a synthetic stream)");
+  local->add_option("--backend", job.backend, "cpu (default) or cuda (CUDA builds, on a GPU; tp = cp = 1 only)");
+  local->add_option("--threads", job.threads, "CPU threads per rank (default: the cores shared out among the ranks)")
+      ->check(CLI::NonNegativeNumber);
+  local->add_flag("--emulate-links", job.emulate_links, "shape each connection to its link in the plan's cluster");
+  local->add_option("--time-dilation", job.time_dilation,
+                    "run every rank's compute and every shaped link X times slower, so many ranks share few cores without "
+                    "contending (predict it with hetplan simulate --time-dilation X)")
+      ->check(CLI::Range(1.0, 1000.0));
+  local->add_flag("--emulate-devices", job.emulate_devices,
+                "slow each rank's compute by (fastest device peak / its device peak)");
+
   local->add_option("--metrics-out", job.metrics_out, "write JSON lines {step, loss, step_s, tokens_per_s}, then {memory: [each rank's peak]}");
   local->add_option("--gpus", job.gpus, "cuda backend: spread the ranks over this many GPUs, rank r on GPU r mod N (default: all)")
       ->check(CLI::PositiveNumber);
@@ -418,23 +414,11 @@ int main(int argc, char** argv) {
                     "write every rank's bytes by kind, measured by the transport, beside the rank program's (JSON)");
   auto* worker = app.add_subcommand("worker", "One rank of a job (started by run-local or an agent)");
   worker->group("");  // not for people
-  worker->add_option("--plan", job.files.plan, "plan.json")->required();
-  worker->add_option("--rank", job.rank, "this rank")->required();
-  worker->add_option("--world", job.world, "number of ranks")->required();
-  worker->add_option("--rendezvous", job.rendezvous,
-                     "where ranks publish their endpoints: a directory, or grpc://HOST:PORT/JOB (a rendezvous server)")
-      ->required();
-  worker->add_option("--token-file", job.token_file, "file holding the grpc:// rendezvous's bearer token");
-  worker->add_option("--rendezvous-tls-ca", job.rendezvous_ca, "talk TLS to the grpc:// rendezvous, trusting this PEM CA");
-  add_job(worker);
-  worker->add_option("--device", job.device, "the CUDA device ordinal of this rank (cuda backend)")->check(CLI::NonNegativeNumber);
-  worker->add_option("--progress-dir", job.progress_dir, "publish this rank's progress in DIR/progress.<rank> (the watchdog's)");
-  worker->add_option("--host", job.host, "IPv4 address to listen on and publish (default 127.0.0.1)");
-  worker->add_option("--slowdown", job.slowdown, "stretch compute by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
-  std::optional<std::string> trace_events;
-  worker->add_option("--trace-events", trace_events, "write this rank's events to FILE.<rank>");
-  std::optional<std::string> traffic_events;
-  worker->add_option("--traffic-events", traffic_events, "write this rank's bytes by kind to FILE.<rank>");
+  std::string worker_job;
+  int worker_rank = 0, worker_device = -1;
+  worker->add_option("--job", worker_job, "the job file run-local or the agent wrote (launch/worker_job.hpp)")->required();
+  worker->add_option("--rank", worker_rank, "this rank")->required()->check(CLI::NonNegativeNumber);
+  worker->add_option("--device", worker_device, "the CUDA device ordinal of this rank (cuda backend)")->check(CLI::NonNegativeNumber);
   het::cli::ControlCommands control(app, het::kVersion);
   try {
     app.parse(argc, argv);
@@ -447,9 +431,16 @@ int main(int argc, char** argv) {
   if (prepare->parsed()) return run_prepare_data(text_file, output);
   if (local->parsed()) return run_local(job);
   if (worker->parsed()) {
-    if (trace_events) job.trace = *trace_events + "." + std::to_string(job.rank);
-    if (traffic_events) job.traffic = *traffic_events + "." + std::to_string(job.rank);
-    return run_worker(job);
+    auto w = het::launch::read_worker_job(worker_job);
+    if (!w) {
+      for (const auto& e : w.errors()) std::cerr << "error: " << e.to_string() << "\n";
+      return 2;
+    }
+    if (worker_rank >= w->world) {
+      std::cerr << "error: --rank " << worker_rank << ": the job has " << w->world << " ranks\n";
+      return 2;
+    }
+    return run_worker(*w, worker_rank, worker_device);
   }
   return 2;
 }

@@ -31,8 +31,10 @@ class StepPrinter {
       return;
     }
     if (j.contains("optimizer_state")) {
-      std::cout << "rank 0: " << j.value("backend", "?") << ", AdamW state " << j["optimizer_state"].get<std::size_t>()
-                << " values" << (zero_ ? " (ZeRO-1: its share)" : "") << std::endl;
+      std::cout << "rank 0: " << j.value("backend", "?") << ", AdamW"
+                << (j.contains("lr") ? " lr " + j["lr"].dump() : "")  // the value the rank uses, exactly
+                << ", state " << j["optimizer_state"].get<std::size_t>() << " values" << (zero_ ? " (ZeRO-1: its share)" : "")
+                << std::endl;
       if (j.contains("links")) std::cout << "rank 0: links to other ranks over " << j["links"].get<std::string>() << std::endl;
       if (j.contains("collectives")) std::cout << "rank 0: its collective groups: " << j["collectives"].get<std::string>() << std::endl;
       return;

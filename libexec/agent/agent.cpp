@@ -20,6 +20,7 @@
 #include "control/admission.hpp"
 #include "hetexec.grpc.pb.h"
 #include "input/address.hpp"
+#include "launch/worker_job.hpp"
 #include "launch/workers.hpp"
 #include "node/node.hpp"
 #include "progress/progress.hpp"
@@ -68,8 +69,7 @@ struct Job {
   std::string id;
   std::vector<job::RankOnNode> ranks;
   int world = 0;
-  std::string dir, plan_file, rendezvous, rendezvous_ca_file;
-  pb::JobSettings settings;
+  std::string dir, job_file;  // job_file: what every worker is told (launch/worker_job.hpp)
   double lease_s = 0;  // 0: no lease
   Clock::time_point lease_deadline;
   enum class State { prepared, running, finished, failed } state = State::prepared;
@@ -99,6 +99,26 @@ const char* state_name(Job::State s) {
 
 // host:port with a port in range and a host of name characters.
 bool valid_address(const std::string& a) { return input::parse_host_port(a, "rendezvous_address").ok(); }
+
+// A job's data file as its workers will open it (Options::data_root); errors are sentences
+// for the PrepareResponse.
+Result<std::string> data_file(const std::string& path, const std::string& root, const std::string& node) {
+  namespace fs = std::filesystem;
+  auto refuse = [&](const std::string& why) { return Diagnostic{"", 0, 0, "settings.data_path", why}; };
+  if (path.find('\0') != std::string::npos) return refuse("settings.data_path contains a NUL byte");
+  if (path.size() > 4096) return refuse("settings.data_path is longer than 4096 bytes");
+  std::error_code ec;
+  const fs::path given = root.empty() || fs::path(path).is_absolute() ? fs::path(path) : fs::path(root) / path;
+  const fs::path real = fs::canonical(given, ec);
+  if (ec || !fs::is_regular_file(real, ec)) return refuse("settings.data_path: no such file on node " + node);
+  if (!root.empty()) {
+    const fs::path base = fs::canonical(root, ec);
+    const auto rel = ec ? fs::path("..") : real.lexically_relative(base);
+    if (rel.empty() || *rel.begin() == "..")
+      return refuse("settings.data_path: " + path + " is not under node " + node + "'s data root " + root);
+  }
+  return real.string();
+}
 
 }  // namespace
 
@@ -245,10 +265,11 @@ struct Agent::State final : public pb::Agent::Service {
       return refuse("settings.learning_rate must be in (0, 10]");
     if (st.threads() > 1024) return refuse("settings.threads must be at most 1024");
     if (!(st.hang_timeout_s() >= 0 && st.hang_timeout_s() <= 86400)) return refuse("settings.hang_timeout_s must be in [0, 86400]");
+    std::string data;  // the token file, as the workers will open it
     if (!st.data_path().empty()) {
-      std::error_code ec;
-      if (st.data_path().size() > 4096 || !std::filesystem::is_regular_file(st.data_path(), ec))
-        return refuse("settings.data_path: no such file on node " + opt.node.to_string());
+      auto checked = data_file(st.data_path(), opt.data_root, opt.node.to_string());
+      if (!checked) return refuse(checked.errors().front().message);
+      data = *checked;
     }
     if (!valid_address(request->rendezvous_address())) return refuse("rendezvous_address must be HOST:PORT");
     if (request->lease_seconds() > 86400) return refuse("lease_seconds must be at most 86400");
@@ -294,13 +315,29 @@ struct Agent::State final : public pb::Agent::Service {
     j->id = request->job_id();
     j->ranks = std::move(mine);
     j->world = program::Topology(loaded->plan).ranks();
-    j->dir = dir, j->plan_file = plan_file;
-    j->rendezvous = "grpc://" + request->rendezvous_address() + "/" + request->job_id();
+    j->dir = dir;
+    launch::WorkerJob w;
+    w.plan = plan_file;
+    if (!data.empty()) w.data = data;
+    w.steps = int(st.steps()), w.seed = st.seed(), w.lr = st.learning_rate();
+    // A GPU node runs its ranks on the CUDA backend, each on the plan's device of the node
+    // (the offer's device i is CUDA device i: cuda:N offers the first N).
+    w.backend = opt.offer.kind == "cuda" ? "cuda" : "cpu";
+    w.threads = st.threads() > 0 ? int(st.threads())
+                                 : std::max(1, int(std::thread::hardware_concurrency()) / std::max<int>(1, int(j->ranks.size())));
+    w.slowdown = opt.emulate_slowdown, w.time_dilation = std::max(1.0, st.time_dilation());
+    w.emulate_links = st.emulate_links(), w.emulate_devices = st.emulate_devices();
+    w.world = j->world;
+    w.rendezvous = "grpc://" + request->rendezvous_address() + "/" + request->job_id();
+    w.host = opt.advertise;
+    if (!opt.worker_token_file.empty()) w.token_file = opt.worker_token_file;
     if (!request->rendezvous_ca_pem().empty()) {
-      j->rendezvous_ca_file = dir + "/rendezvous-ca.pem";
-      std::ofstream(j->rendezvous_ca_file) << request->rendezvous_ca_pem();
+      w.rendezvous_ca = dir + "/rendezvous-ca.pem";
+      std::ofstream(*w.rendezvous_ca) << request->rendezvous_ca_pem();
     }
-    j->settings = st;
+    w.progress_dir = dir;
+    j->job_file = dir + "/job.json";
+    if (auto written = launch::write_worker_job(j->job_file, w); !written) return cleanup(), refuse(written.errors().front().to_string());
     j->hang_bound_s = st.hang_timeout_s() > 0 ? st.hang_timeout_s()
                                               : progress::default_bound_s(loaded->plan, std::max(1.0, opt.emulate_slowdown) *
                                                                                             std::max(1.0, st.time_dilation()),
@@ -319,26 +356,10 @@ struct Agent::State final : public pb::Agent::Service {
   }
 
   std::vector<launch::WorkerCommand> commands(const Job& j) const {
-    const auto& st = j.settings;
-    const int threads = st.threads() > 0 ? int(st.threads())
-                                         : std::max(1, int(std::thread::hardware_concurrency()) / std::max<int>(1, int(j.ranks.size())));
     std::vector<launch::WorkerCommand> out;
     for (const auto& r : j.ranks) {
-      std::vector<std::string> argv = {opt.worker_executable, "worker", "--plan", j.plan_file, "--rank", std::to_string(r.rank),
-                                       "--world", std::to_string(j.world), "--rendezvous", j.rendezvous, "--host", opt.advertise,
-                                       "--steps", std::to_string(st.steps()), "--seed", std::to_string(st.seed()), "--lr",
-                                       launch::exact_text(st.learning_rate()), "--threads", std::to_string(threads),
-                                       "--slowdown", std::to_string(opt.emulate_slowdown)};
-      if (!opt.worker_token_file.empty()) argv.insert(argv.end(), {"--token-file", opt.worker_token_file});
-      if (!j.rendezvous_ca_file.empty()) argv.insert(argv.end(), {"--rendezvous-tls-ca", j.rendezvous_ca_file});
-      if (!st.data_path().empty()) argv.insert(argv.end(), {"--data", st.data_path()});
-      if (st.emulate_links()) argv.push_back("--emulate-links");
-      if (st.emulate_devices()) argv.push_back("--emulate-devices");
-      argv.insert(argv.end(), {"--progress-dir", j.dir});
-      if (st.time_dilation() > 1) argv.insert(argv.end(), {"--time-dilation", launch::exact_text(st.time_dilation())});
-      // A GPU node runs its ranks on the CUDA backend, each on the plan's device of the node
-      // (the offer's device i is CUDA device i: cuda:N offers the first N).
-      if (opt.offer.kind == "cuda") argv.insert(argv.end(), {"--backend", "cuda", "--device", std::to_string(r.device)});
+      std::vector<std::string> argv = {opt.worker_executable, "worker", "--job", j.job_file, "--rank", std::to_string(r.rank)};
+      if (opt.offer.kind == "cuda") argv.insert(argv.end(), {"--device", std::to_string(r.device)});
       out.push_back({r.rank, std::move(argv)});
     }
     return out;

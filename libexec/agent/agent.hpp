@@ -3,10 +3,11 @@
 // het.v1.Agent (proto/hetexec.proto): Describe answers the node and its devices; Prepare checks a
 // job (the plan validates and this runtime runs it; the ranks are exactly the plan's ranks on
 // this node; the devices exist, are free and match the plan; the settings are in range) and
-// reserves its devices; Start spawns one worker per rank — this hetexec binary's `worker` with
-// arguments the agent builds itself — from a thread that lives as long as they do; Events
-// streams the workers' lines and exits; Abort, a worker that fails, or a lease that runs out
-// without a Heartbeat stop every worker of the job (SIGTERM, then SIGKILL). Every call is
+// reserves its devices, writing what its workers are told to the job's job.json (launch/
+// worker_job.hpp); Start spawns one worker per rank — this hetexec binary's `worker --job` —
+// from a thread that lives as long as they do; Events streams the workers' lines and exits;
+// Abort, a worker that fails, or a lease that runs out without a Heartbeat stop every worker
+// of the job (SIGTERM, then SIGKILL). Every call is
 // admitted first (token, API version; control/admission.hpp). Bad requests get an error
 // status or a PrepareResponse saying why; nothing a client sends can stop the daemon.
 #include <memory>
@@ -33,6 +34,9 @@ struct Options {
   std::string worker_token_file;       // handed to workers for the job's rendezvous; empty: none
   std::string advertise = "127.0.0.1"; // IPv4 address the workers listen on for their peers
   std::string workdir;                 // job files go to workdir/<job id>/
+  // A job's data file (settings.data_path) must resolve, symlinks followed, to a regular file
+  // under this directory; a relative path is taken from it. Empty: any file the agent can read.
+  std::string data_root;
   std::string worker_executable;       // the hetexec binary
   std::string version;
   std::shared_ptr<spdlog::logger> log; // structured log lines; null: spdlog's default logger

@@ -40,14 +40,20 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
     }
   } restore{previous, sig_fd};
 
+  WorkerJob worker = job.worker;
+  worker.world = job.world, worker.rendezvous = dir;
+  if (job.hang_bound_s > 0) worker.progress_dir = dir;
+  const std::string job_file = dir + "/job.json";
+  if (auto written = write_worker_job(job_file, worker); !written) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return written.errors();
+  }
   std::vector<WorkerCommand> commands;
   std::vector<std::ofstream> logs(std::size_t(job.world));
   for (int r = 0; r < job.world; ++r) {
-    std::vector<std::string> argv = {job.executable, "worker", "--rank", std::to_string(r), "--world", std::to_string(job.world),
-                                     "--rendezvous", dir};
-    argv.insert(argv.end(), job.worker_args.begin(), job.worker_args.end());
+    std::vector<std::string> argv = {job.executable, "worker", "--job", job_file, "--rank", std::to_string(r)};
     if (std::size_t(r) < job.devices.size()) argv.insert(argv.end(), {"--device", std::to_string(job.devices[std::size_t(r)])});
-    if (job.hang_bound_s > 0) argv.insert(argv.end(), {"--progress-dir", dir});
     commands.push_back({r, std::move(argv)});
     logs[std::size_t(r)].open(dir + "/rank-" + std::to_string(r) + ".log");
   }

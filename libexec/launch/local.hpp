@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "diag/diag.hpp"
+#include "launch/worker_job.hpp"
 
 namespace het::launch {
 
 struct LocalJob {
-  std::string executable;              // the hetexec binary (its `worker` command)
-  std::vector<std::string> worker_args; // passed to every worker, after `worker --rank R --world W --rendezvous DIR`
+  std::string executable;  // the hetexec binary (its `worker` command)
+  // What every worker is told (launch/worker_job.hpp); run_local() fills in the rendezvous and
+  // the progress directory (a fresh directory of its own) and writes it there as job.json.
+  WorkerJob worker;
   int world = 1;
   // The CUDA device of each rank (`--device N` to its worker); empty: none given.
   std::vector<int> devices;

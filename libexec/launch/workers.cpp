@@ -60,12 +60,6 @@ std::string valid_utf8(std::string_view text) {
   return out;
 }
 
-std::string exact_text(double value) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, value);  // shortest round-trip form
-  return std::string(buf, r.ptr);
-}
-
 WorkerGroup::WorkerGroup() : wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 WorkerGroup::~WorkerGroup() {
   if (wake_fd_ >= 0) close(wake_fd_);

@@ -14,10 +14,6 @@
 
 namespace het::launch {
 
-// A number as a worker's argument: the shortest text that reads back as the same double
-// (1e-07, 1.23456e-05), never rounded as std::to_string rounds it.
-std::string exact_text(double value);
-
 // `text` as valid UTF-8 that prints on one line: every byte that does not start a valid
 // sequence (RFC 3629: no overlong forms, surrogates or code points above U+10FFFF), and every
 // control character but tab, becomes U+FFFD. What workers print reaches statuses, logs and
