@@ -6,8 +6,10 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -86,7 +88,7 @@ std::vector<std::string> submit_args(const Agents& agents, const std::string& to
 
 TEST_CASE("four agents on loopback run a heterogeneous plan with the losses of run-local") {
   het::test::TempDir dir;
-  const std::string token = dir.write("token", "s3cret-token\n");
+  const std::string token = dir.write_private("token", "s3cret-token\n");
   Agents agents(token);
   auto r = run_process(submit_args(agents, token, {"--steps", "4", "--metrics-out", dir.path() + "/submit.jsonl"}), 120);
   INFO(r.out << r.err);
@@ -109,7 +111,7 @@ TEST_CASE("four agents on loopback run a heterogeneous plan with the losses of r
 
 TEST_CASE("a submit without the agents' token, or with another one, is refused with PERMISSION_DENIED") {
   het::test::TempDir dir;
-  const std::string token = dir.write("token", "right-token");
+  const std::string token = dir.write_private("token", "right-token");
   Agents agents(token);
   auto none = run_process({HETEXEC_BIN, "submit", kPlan, "--model", kModel, "--cluster", kCluster, "--agents", agents.list()});
   CHECK(none.exit_code == 2);
@@ -124,7 +126,7 @@ TEST_CASE("a submit without the agents' token, or with another one, is refused w
 
 TEST_CASE("a plan the nodes cannot run, or that is malformed, is refused before any worker starts") {
   het::test::TempDir dir;
-  const std::string token = dir.write("token", "tok");
+  const std::string token = dir.write_private("token", "tok");
   Agents agents(token, {"cpu:1", "cpu:2", "cpu:1", "cpu:1"});  // a100/0 lacks a device for its tp 2
   auto few = run_process(submit_args(agents, token, {"--seed", "616161"}), 60);
   INFO(few.out << few.err);
@@ -145,7 +147,7 @@ TEST_CASE("a plan the nodes cannot run, or that is malformed, is refused before 
 
 TEST_CASE("kill -9 of an agent mid-job: submit names the node within 15 s and no worker is left") {
   het::test::TempDir dir;
-  const std::string token = dir.write("token", "tok");
+  const std::string token = dir.write_private("token", "tok");
   Agents agents(token);
   const std::string seed = "626262";
   std::thread killer([&] {
@@ -170,7 +172,7 @@ TEST_CASE("kill -9 of an agent mid-job: submit names the node within 15 s and no
 
 TEST_CASE("a worker that crashes fails the job on every node, naming its node and rank") {
   het::test::TempDir dir;
-  const std::string token = dir.write("token", "tok");
+  const std::string token = dir.write_private("token", "tok");
   Agents agents(token);
   const std::string seed = "636363";
   std::thread killer([&] {
@@ -195,7 +197,7 @@ TEST_CASE("a worker that crashes fails the job on every node, naming its node an
 // rank, every node stops, and `status` shows the job stalled before that.
 TEST_CASE("a worker that hangs fails the job on every node, naming its node and rank, and status shows it stalled first") {
   het::test::TempDir dir;
-  const std::string token = dir.write("token", "tok");
+  const std::string token = dir.write_private("token", "tok");
   Agents agents(token);
   const std::string seed = "686868";
   std::string status_while_stalled;
@@ -226,7 +228,7 @@ TEST_CASE("a worker that hangs fails the job on every node, naming its node and 
 
 TEST_CASE("when the submitter dies, the agents stop the job within its lease") {
   het::test::TempDir dir;
-  const std::string token = dir.write("token", "tok");
+  const std::string token = dir.write_private("token", "tok");
   Agents agents(token);
   const std::string seed = "646464";
   Background submitter(submit_args(agents, token, {"--steps", "100000", "--seed", seed, "--lease", "2"}));
@@ -248,7 +250,7 @@ TEST_CASE("when the submitter dies, the agents stop the job within its lease") {
 
 TEST_CASE("a detached job runs on until `hetexec abort` stops it on every node") {
   het::test::TempDir dir;
-  const std::string token = dir.write("token", "tok");
+  const std::string token = dir.write_private("token", "tok");
   Agents agents(token);
   const std::string seed = "656565";
   auto r = run_process(submit_args(agents, token, {"--steps", "100000", "--seed", seed, "--detach"}), 120);
@@ -296,9 +298,84 @@ TEST_CASE("an agent with a certificate talks TLS only") {
   CHECK_THAT(half.err, Catch::Contains("TLS needs both --tls-cert and --tls-key"));
 }
 
+// Issue 18: with --tls-ca an agent requires client certificates, and the shipped clients had
+// no way to present one.
+TEST_CASE("an agent that requires client certificates serves submit, status and abort that present one, and no client without") {
+  const std::string openssl = het::test::find_program("openssl");
+  if (openssl.empty()) {
+    WARN("openssl is not installed: mutual TLS test skipped");
+    return;
+  }
+  het::test::TempDir dir;
+  REQUIRE(het::test::make_certificate(openssl, dir.path(), "agent"));
+  REQUIRE(het::test::make_certificate(openssl, dir.path(), "client"));  // self-signed: its own CA
+  const std::string agent_cert = dir.path() + "/agent.pem", agent_key = dir.path() + "/agent.key";
+  const std::string client_cert = dir.path() + "/client.pem", client_key = dir.path() + "/client.key";
+  Background agent({HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", "a100/0", "--devices", "cpu:2", "--tls-cert",
+                    agent_cert, "--tls-key", agent_key, "--tls-ca", client_cert, "--workdir", dir.path() + "/work"});
+  REQUIRE(agent.wait_for_output("listening on ", 20));
+  const std::string out = agent.out();
+  const auto at = out.find("listening on ") + 13;
+  const std::string list = "a100/0=" + out.substr(at, out.find('\n', at) - at);
+  const std::vector<std::string> mutual = {"--agents", list, "--tls-ca", agent_cert, "--tls-cert", client_cert, "--tls-key", client_key};
+  auto with = [&](std::vector<std::string> argv, const std::vector<std::string>& more) {
+    argv.insert(argv.end(), more.begin(), more.end());
+    return argv;
+  };
+  auto sub = run_process(with({HETEXEC_BIN, "submit", kSrc + "/tests/data/plans/data.plan.json", "--model", kModel, "--cluster",
+                               kSrc + "/configs/clusters/demo-1x4a100-1x4v100.yaml", "--steps", "100000", "--detach"},
+                              mutual),
+                         120);
+  INFO(sub.out << sub.err);
+  REQUIRE(sub.exit_code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(sub.out, m, std::regex("job (\\S+) runs detached")));
+  const std::string job = m[1];
+  auto st = run_process(with({HETEXEC_BIN, "status"}, mutual));
+  CHECK(st.exit_code == 0);
+  CHECK_THAT(st.out, Catch::Contains(job) && Catch::Contains("running"));
+  auto no_cert = run_process({HETEXEC_BIN, "status", "--agents", list, "--tls-ca", agent_cert}, 60);
+  CHECK(no_cert.exit_code == 1);
+  CHECK_THAT(no_cert.err, Catch::Contains("a100/0"));
+  auto half = run_process({HETEXEC_BIN, "status", "--agents", list, "--tls-ca", agent_cert, "--tls-cert", client_cert});
+  CHECK(half.exit_code == 2);
+  CHECK_THAT(half.err, Catch::Contains("a client certificate needs both --tls-cert and --tls-key"));
+  auto ab = run_process(with({HETEXEC_BIN, "abort", job}, mutual));
+  CHECK(ab.exit_code == 0);
+  CHECK_THAT(ab.out, Catch::Contains("aborted job " + job + " on 1 node"));
+  CHECK(all_gone({"worker", dir.path()}, 15));
+}
+
+// Issue 18: a token file everyone could read, or no token on an address beyond loopback,
+// started an agent without a word.
+TEST_CASE("an agent refuses a token file others can read, and an address beyond loopback without a token unless --insecure") {
+  het::test::TempDir dir;
+  const std::string shared = dir.write("token", "tok");
+  std::filesystem::permissions(shared, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                           std::filesystem::perms::group_read | std::filesystem::perms::others_read);
+  auto r = run_process({HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", "a100/0", "--devices", "cpu:1", "--token-file",
+                        shared, "--workdir", dir.path() + "/w1"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains(shared + ": the token file can be read or written by others (mode 0644)") &&
+                        Catch::Contains("chmod 600"));
+  // A client may share one (a CI secret mount): status reads it.
+  auto st = run_process({HETEXEC_BIN, "status", "--agents", "a100/0=127.0.0.1:1", "--token-file", shared}, 60);
+  CHECK_THAT(st.err, !Catch::Contains("read or written by others"));
+  r = run_process({HETEXEC_BIN, "agent", "--listen", "0.0.0.0:0", "--node", "a100/0", "--devices", "cpu:1", "--workdir",
+                   dir.path() + "/w2"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("0.0.0.0:0 is reachable beyond this machine") && Catch::Contains("--insecure"));
+  Background insecure({HETEXEC_BIN, "agent", "--listen", "0.0.0.0:0", "--node", "a100/0", "--devices", "cpu:1", "--insecure",
+                       "--workdir", dir.path() + "/w3"});
+  CHECK(insecure.wait_for_output("listening on ", 20));
+  Background with_token({HETEXEC_BIN, "agent", "--listen", "0.0.0.0:0", "--node", "a100/0", "--devices", "cpu:1", "--token-file",
+                         dir.write_private("own", "tok"), "--workdir", dir.path() + "/w4"});
+  CHECK(with_token.wait_for_output("listening on ", 20));
+}
+
 TEST_CASE("an agent that stops answering fails the job after the heartbeat timeout, naming it") {
   het::test::TempDir dir;
-  const std::string token = dir.write("token", "tok");
+  const std::string token = dir.write_private("token", "tok");
   Agents agents(token);
   const std::string seed = "666666";
   std::thread freezer([&] {
@@ -330,7 +407,7 @@ TEST_CASE("the job's rendezvous can be served over TLS: the workers trust the CA
   }
   het::test::TempDir dir;
   REQUIRE(het::test::make_certificate(openssl, dir.path(), "rendezvous"));
-  const std::string token = dir.write("token", "tok");
+  const std::string token = dir.write_private("token", "tok");
   Agents agents(token);
   auto r = run_process(submit_args(agents, token,
                                    {"--steps", "2", "--rendezvous-tls-cert", dir.path() + "/rendezvous.pem", "--rendezvous-tls-key",

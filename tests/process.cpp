@@ -198,4 +198,10 @@ std::string TempDir::write(const std::string& name, const std::string& content) 
   return file;
 }
 
+std::string TempDir::write_private(const std::string& name, const std::string& content) const {
+  const std::string file = write(name, content);
+  std::filesystem::permissions(file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  return file;
+}
+
 }  // namespace het::test

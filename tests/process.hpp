@@ -57,6 +57,8 @@ class TempDir {
   const std::string& path() const { return path_; }
   // Writes `content` to path()/name and returns the full path.
   std::string write(const std::string& name, const std::string& content) const;
+  // The same, readable and writable by the owner only (mode 0600: an agent's token file).
+  std::string write_private(const std::string& name, const std::string& content) const;
 
  private:
   std::string path_;

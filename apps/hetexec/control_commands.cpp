@@ -41,15 +41,25 @@ Result<std::vector<submit::AgentAddress>> agents_of(const std::string& list, con
   return submit::parse_agents(list);
 }
 
-Result<control::ClientSecurity> client_security(const std::string& token_file, const std::string& tls_ca) {
+// How submit, status and abort reach the agents: a token, TLS trusting a CA, and a client
+// certificate for agents that require one (agent --tls-ca).
+Result<control::ClientSecurity> client_security(const std::string& token_file, const std::string& tls_ca,
+                                                const std::string& tls_cert, const std::string& tls_key) {
   control::ClientSecurity s;
   if (!token_file.empty()) {
     auto token = control::read_token_file(token_file);
     if (!token) return token.errors();
     s.token = *token;
   }
-  if (!tls_ca.empty()) s.tls = control::ClientTls{tls_ca, "", "", ""};
+  if (tls_cert.empty() != tls_key.empty())
+    return Diagnostic{"", 0, 0, "", "a client certificate needs both --tls-cert and --tls-key"};
+  if (!tls_ca.empty() || !tls_cert.empty()) s.tls = control::ClientTls{tls_ca, tls_cert, tls_key, ""};
   return s;
+}
+
+// Whether a listening address is reachable from this machine only.
+bool loopback(const std::string& host) {
+  return host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
 }
 
 std::string self_executable() {
@@ -67,7 +77,9 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
   agent_->add_option("--devices", devices_, "cpu:N, cuda:all or cuda:N")->required();
   agent_->add_option("--emulate-slowdown", slowdown_, "stretch every worker's compute by X (an emulated slower node)")
       ->check(CLI::Range(1.0, 1000.0));
-  agent_->add_option("--token-file", token_file_, "refuse every call without this bearer token");
+  agent_->add_option("--token-file", token_file_, "refuse every call without this bearer token (a file only its owner can read)");
+  agent_->add_flag("--insecure", insecure_,
+                   "serve an address beyond loopback without a token or client certificates: anyone who reaches it may run jobs");
   agent_->add_option("--tls-cert", tls_cert_, "serve TLS with this PEM certificate chain");
   agent_->add_option("--tls-key", tls_key_, "and this PEM private key");
   agent_->add_option("--tls-ca", tls_ca_, "require client certificates signed by this CA");
@@ -111,6 +123,8 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
     cmd->add_option("--inventory", inventory_, "YAML file: agents: [{node: SUB/IDX, address: HOST:PORT}, ...]");
     cmd->add_option("--token-file", client_token_file_, "bearer token for the agents (and the job's rendezvous)");
     cmd->add_option("--tls-ca", client_tls_ca_, "talk TLS to the agents, trusting this CA");
+    cmd->add_option("--tls-cert", client_tls_cert_, "present this PEM client certificate (to agents started with --tls-ca)");
+    cmd->add_option("--tls-key", client_tls_key_, "and its PEM private key");
   }
   status_->add_option("--format", format_, "text or json")->check(CLI::IsMember({"text", "json"}));
   abort_->add_option("job", job_id_, "the job id `hetexec submit` printed")->required();
@@ -127,7 +141,8 @@ int ControlCommands::run() {
 int ControlCommands::run_agent() {
   agent::Options o;
   // Before anything is created (the work directory): Agent::start checks it again.
-  if (auto listen = input::parse_host_port(listen_, "listen", input::AnyPort::allowed); !listen) return report(listen.errors());
+  auto listen = input::parse_host_port(listen_, "listen", input::AnyPort::allowed);
+  if (!listen) return report(listen.errors());
   o.listen = listen_;
   auto node = job::parse_node_id(node_);
   if (!node) return report(node.errors());
@@ -137,7 +152,7 @@ int ControlCommands::run_agent() {
   o.offer = *offer;
   o.emulate_slowdown = slowdown_;
   if (!token_file_.empty()) {
-    auto token = control::read_token_file(token_file_);
+    auto token = control::read_token_file(token_file_, control::TokenAccess::owner_only);
     if (!token) return report(token.errors());
     o.security.token = *token;
     o.worker_token_file = std::filesystem::absolute(token_file_).string();
@@ -148,6 +163,12 @@ int ControlCommands::run_agent() {
   } else if (!tls_ca_.empty()) {
     return report({{"", 0, 0, "", "--tls-ca needs --tls-cert and --tls-key"}});
   }
+  // Whoever reaches an agent may run programs' worth of work on it: beyond this machine it
+  // must authenticate its callers (a token, or client certificates) unless told otherwise.
+  if (!loopback(listen->host) && o.security.token.empty() && tls_ca_.empty() && !insecure_)
+    return report({{"", 0, 0, "--listen",
+                    listen_ + " is reachable beyond this machine and the agent has neither --token-file nor --tls-ca "
+                              "(client certificates): anyone who reaches it could run jobs; give one, or --insecure"}});
   if (workdir_.empty()) {
     std::string dir = (std::filesystem::temp_directory_path() / "hetexec-agent-XXXXXX").string();
     if (!mkdtemp(dir.data())) return report({{"", 0, 0, "", "cannot create a work directory under /tmp"}});
@@ -190,7 +211,7 @@ int ControlCommands::run_submit() {
   if (!agents) return report(agents.errors());
   if (auto listen = input::parse_host_port(rendezvous_listen_, "rendezvous-listen", input::AnyPort::allowed); !listen)
     return report(listen.errors());
-  auto security = client_security(client_token_file_, client_tls_ca_);
+  auto security = client_security(client_token_file_, client_tls_ca_, client_tls_cert_, client_tls_key_);
   if (!security) return report(security.errors());
   submit::Options o;
   o.plan = loaded->plan;
@@ -230,7 +251,7 @@ int ControlCommands::run_submit() {
 int ControlCommands::run_status() {
   auto agents = agents_of(agents_, inventory_);
   if (!agents) return report(agents.errors());
-  auto security = client_security(client_token_file_, client_tls_ca_);
+  auto security = client_security(client_token_file_, client_tls_ca_, client_tls_cert_, client_tls_key_);
   if (!security) return report(security.errors());
   auto rows = submit::status(*agents, *security);
   if (!rows) return report(rows.errors(), 1);
@@ -252,7 +273,7 @@ int ControlCommands::run_status() {
 int ControlCommands::run_abort() {
   auto agents = agents_of(agents_, inventory_);
   if (!agents) return report(agents.errors());
-  auto security = client_security(client_token_file_, client_tls_ca_);
+  auto security = client_security(client_token_file_, client_tls_ca_, client_tls_cert_, client_tls_key_);
   if (!security) return report(security.errors());
   auto n = submit::abort(*agents, *security, job_id_, "hetexec abort");
   if (!n) return report(n.errors(), 1);

@@ -1,5 +1,9 @@
 #include "control/credentials.hpp"
 
+#include <sys/stat.h>
+
+#include <cstdio>
+
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
@@ -39,9 +43,16 @@ bool valid_token(const std::string& token) {
   return true;
 }
 
-Result<std::string> read_token_file(const std::string& path) {
+Result<std::string> read_token_file(const std::string& path, TokenAccess access) {
   auto text = read_file(path, "token");
   if (!text) return text.errors();
+  struct stat st {};
+  if (access == TokenAccess::owner_only && ::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO))) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+    return Diagnostic{path, 0, 0, "", std::string("the token file can be read or written by others (mode ") + mode +
+                                          "): make it its owner's alone, chmod 600 " + path};
+  }
   const char* space = " \t\r\n\f\v";
   const auto first = text->find_first_not_of(space);
   if (first == std::string::npos) return Diagnostic{path, 0, 0, "", "the token file is empty"};

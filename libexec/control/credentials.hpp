@@ -50,10 +50,16 @@ struct ClientSecurity {
 // The most bytes read from a token, certificate, key or CA file: they are far smaller.
 inline constexpr std::uint64_t kMaxCredentialBytes = 1 << 20;
 
+// Who besides its owner may have access to a token file. A daemon's (an agent's) must be its
+// owner's alone, as ssh refuses a private key others can read: "the token file can be read or
+// written by others (mode 0644): chmod 600 FILE". A client's may be shared (a CI secret mount).
+enum class TokenAccess { shared, owner_only };
+
 // The token in `path`: the file's text without leading and trailing whitespace. Refuses an
-// unreadable, empty or oversized file (input::read_file: regular files only) and a token with
-// other characters than printable ASCII (no spaces).
-Result<std::string> read_token_file(const std::string& path);
+// unreadable, empty or oversized file (input::read_file: regular files only), a token with
+// other characters than printable ASCII (no spaces), and with TokenAccess::owner_only a file
+// with any group or other permission bit.
+Result<std::string> read_token_file(const std::string& path, TokenAccess access = TokenAccess::shared);
 
 // Whether `token` is usable: non-empty printable ASCII without spaces (what metadata carries).
 bool valid_token(const std::string& token);
