@@ -14,50 +14,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agents_fixture.hpp"
 #include "process.hpp"
 
+using het::test::Agents;
+using het::test::all_gone;
 using het::test::Background;
 using het::test::find_processes;
 using het::test::run_process;
+using het::test::submit_args;
 
 namespace {
 
 const std::string kSrc = HET_SOURCE_DIR;
-const std::string kPlan = kSrc + "/tests/data/agents/plan.json";
-const std::string kCluster = kSrc + "/tests/data/agents/cluster.yaml";
-const std::string kModel = kSrc + "/configs/models/tiny-gpt.yaml";
-
-// The four agents of tests/data/agents/cluster.yaml (v100 nodes emulated 2x slower), each a
-// `hetexec agent` process on a port of its choosing, with its work directory under root():
-// the command line of every worker they start names its job file there, so root() tells this
-// test's workers from those of tests running beside it.
-class Agents {
- public:
-  explicit Agents(const std::string& token_file, const std::vector<std::string>& devices = {"cpu:2", "cpu:2", "cpu:1", "cpu:1"}) {
-    const char* nodes[] = {"a100/0", "a100/1", "v100/0", "v100/1"};
-    for (int i = 0; i < 4; ++i) {
-      std::vector<std::string> argv = {HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", nodes[i], "--devices",
-                                       devices[std::size_t(i)], "--token-file", token_file, "--workdir",
-                                       work_.path() + "/agent-" + std::to_string(i)};
-      if (i >= 2) argv.insert(argv.end(), {"--emulate-slowdown", "2"});
-      agents_.push_back(std::make_unique<Background>(argv));
-    }
-    for (int i = 0; i < 4; ++i) {
-      REQUIRE(agents_[std::size_t(i)]->wait_for_output("listening on ", 20));
-      const std::string out = agents_[std::size_t(i)]->out();
-      const auto at = out.find("listening on ") + 13;
-      list_ += std::string(i ? "," : "") + nodes[i] + "=" + out.substr(at, out.find('\n', at) - at);
-    }
-  }
-  const std::string& list() const { return list_; }
-  const std::string& root() const { return work_.path(); }
-  Background& operator[](int i) { return *agents_[std::size_t(i)]; }
-
- private:
-  het::test::TempDir work_;
-  std::vector<std::unique_ptr<Background>> agents_;
-  std::string list_;
-};
+const std::string kPlan = het::test::kAgentsPlan;
+const std::string kCluster = het::test::kAgentsCluster;
+const std::string kModel = het::test::kTinyModel;
 
 std::vector<double> losses(const std::string& metrics) {
   std::ifstream in(metrics);
@@ -65,23 +37,6 @@ std::vector<double> losses(const std::string& metrics) {
   for (std::string line; std::getline(in, line);)  // step lines, then the memory line
     if (auto j = nlohmann::json::parse(line); j.contains("loss")) out.push_back(j["loss"].get<double>());
   return out;
-}
-
-// Waits up to timeout_s for no process to match `words`.
-bool all_gone(const std::vector<std::string>& words, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (!find_processes(words).empty()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return true;
-}
-
-std::vector<std::string> submit_args(const Agents& agents, const std::string& token_file, const std::vector<std::string>& more) {
-  std::vector<std::string> argv = {HETEXEC_BIN, "submit", kPlan, "--model", kModel, "--cluster", kCluster,
-                                   "--agents", agents.list(), "--token-file", token_file};
-  argv.insert(argv.end(), more.begin(), more.end());
-  return argv;
 }
 
 }  // namespace

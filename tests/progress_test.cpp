@@ -2,7 +2,14 @@
 // files real Reporters write. Times are given to check() explicitly: nothing here sleeps.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <fstream>
+#include <iterator>
+#include <thread>
 
 #include "progress/progress.hpp"
 #include "process.hpp"
@@ -126,6 +133,38 @@ TEST_CASE("a rank that never started is blamed once the start's bound passes") {
   auto stall = dog.check(t0 + std::chrono::seconds(121));
   REQUIRE(stall);
   CHECK_THAT(stall->why, Catch::Contains("while starting"));
+}
+
+// Found by the chaos trials (tests/chaos_test.cpp): a worker stopped before it first published
+// (while loading its plan) left run-local waiting for the start's 120 s, and the process that
+// outlived its killed launcher was still stopped.
+TEST_CASE("a rank stopped before it first published is blamed at the plain bound, by the pid its supervisor started") {
+  het::test::TempDir dir;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r0 = reporter(dir.path(), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  REQUIRE(child > 0);
+  ::kill(child, SIGSTOP);
+  for (int i = 0; i < 100; ++i) {  // until the kernel shows it stopped
+    std::ifstream in("/proc/" + std::to_string(child) + "/stat");
+    std::string all((std::istreambuf_iterator<char>(in)), {});
+    if (all.find(") T ") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  Watchdog dog(dir.path(), {0, 1}, 2, true, t0);
+  CHECK_FALSE(dog.check(t0));
+  CHECK_FALSE(dog.check(t0 + std::chrono::seconds(3)));  // rank 1 has no file: it may be starting (120 s)
+  dog.spawned(1, int(child));
+  auto stall = dog.check(t0 + std::chrono::seconds(3));
+  ::kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  REQUIRE(stall);
+  CHECK(stall->rank == 1);
+  CHECK_THAT(stall->why, Catch::Contains("rank 1 hung") && Catch::Contains("(pid " + std::to_string(child) + ") is stopped"));
 }
 
 TEST_CASE("the default bound is five predicted steps as the run executes them, at least 10 s") {

@@ -124,8 +124,9 @@ het::Result<Job> load_job(const het::InputFiles& files, const std::optional<std:
 
 // One rank of a job: `hetexec worker --job FILE --rank R [--device D]`.
 int run_worker(const het::launch::WorkerJob& a, int rank, int device) {
-  // A worker does not outlive the process that started it (run-local, or a node agent).
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // A worker does not outlive the process that started it (run-local, or a node agent):
+  // SIGKILL, which also ends a stopped worker (SIGTERM would wait for a SIGCONT).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1) return 1;
   het::InputFiles files;
   files.plan = a.plan, files.model = a.model, files.cluster = a.cluster;

@@ -371,6 +371,10 @@ struct Agent::State final : public pb::Agent::Service {
     bool failed = false;
     auto result = j->workers.run(commands(*j), [&](const launch::WorkerEvent& e) {
       std::lock_guard lock(mu);
+      if (e.kind == launch::WorkerEvent::Kind::started) {
+        j->watchdog->spawned(e.rank, e.pid);
+        return;
+      }
       pb::Event out;
       if (e.kind == launch::WorkerEvent::Kind::line) {
         if (e.from_stderr) last_err[e.rank] = e.text, log->info("job={} rank={} stderr=\"{}\"", j->id, e.rank, e.text);

@@ -105,6 +105,10 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
   });
   auto run = group.run(commands, [&](const WorkerEvent& e) {
     std::lock_guard lock(mu);
+    if (e.kind == WorkerEvent::Kind::started) {
+      watchdog.spawned(e.rank, e.pid);
+      return;
+    }
     if (e.kind == WorkerEvent::Kind::line) {
       if (e.from_stderr) {
         logs[std::size_t(e.rank)] << e.text << "\n" << std::flush;

@@ -123,6 +123,7 @@ Result<Done> WorkerGroup::run(const std::vector<WorkerCommand>& commands, const 
     return Diagnostic{"", 0, 0, "", std::string("cannot create pipes for the workers: ") + std::strerror(errno)};
   }
 
+  for (const auto& w : workers) on_event({WorkerEvent::Kind::started, w.rank, false, {}, 0, 0, false, int(w.pid)});
   auto emit_lines = [&](Worker& w, std::string& pending, bool from_stderr, bool flush) {
     for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1))
       on_event({WorkerEvent::Kind::line, w.rank, from_stderr, valid_utf8(std::string_view(pending).substr(0, std::min(nl, kMaxLine))), 0, 0, false});

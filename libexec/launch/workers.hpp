@@ -26,7 +26,9 @@ struct WorkerCommand {
 };
 
 struct WorkerEvent {
-  enum class Kind { line, exited } kind = Kind::line;
+  // started: every worker has been spawned (one event per worker, with its pid, before any
+  // line); line: it printed a line; exited: it ended.
+  enum class Kind { started, line, exited } kind = Kind::line;
   int rank = 0;
   // line: what the worker printed (without the newline; at most 64 KiB of it, longer lines
   // cut; made valid_utf8)
@@ -35,6 +37,7 @@ struct WorkerEvent {
   // exited: the exit status, or the signal that ended it (then exit_code is -1)
   int exit_code = 0, signal = 0;
   bool stopped = false;  // ended after stop() asked it to
+  int pid = 0;           // started: its process id
 };
 
 class WorkerGroup {

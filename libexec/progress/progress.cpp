@@ -143,8 +143,15 @@ double default_bound_s(const Plan& plan, double slowdown, bool emulate_devices) 
 }
 
 Watchdog::Watchdog(std::string dir, std::vector<int> ranks, double bound_s, bool all, Clock::time_point start)
-    : dir_(std::move(dir)), ranks_(std::move(ranks)), bound_s_(bound_s), all_(all), last_(ranks_.size()), moved_(ranks_.size(), start) {
+    : dir_(std::move(dir)), ranks_(std::move(ranks)), bound_s_(bound_s), all_(all), last_(ranks_.size()), moved_(ranks_.size(), start),
+      spawned_(ranks_.size(), 0) {
   for (std::size_t i = 0; i < ranks_.size(); ++i) last_[i].rank = ranks_[i];
+}
+
+void Watchdog::spawned(int rank, int pid) {
+  std::lock_guard lock(spawned_mu_);
+  for (std::size_t i = 0; i < ranks_.size(); ++i)
+    if (ranks_[i] == rank) spawned_[i] = pid;
 }
 
 double Watchdog::still_s(Clock::time_point now) const {
@@ -186,10 +193,15 @@ std::optional<Stall> Watchdog::check(Clock::time_point now) {
     const double still = std::chrono::duration<double>(now - moved_[i]).count();
     return Stall{s.rank, false, "rank " + std::to_string(s.rank) + " hung: no progress for " + seconds(still) + " " + where(s) + ": " + because};
   };
-  // 1. A stopped process.
+  // 1. A stopped process (the one the rank published, else the one its supervisor started).
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
-    const char state = process_state(last_[i].pid);
-    if (state == 'T' || state == 't') return blame(i, "its process (pid " + std::to_string(last_[i].pid) + ") is stopped (SIGSTOP or a debugger)");
+    int pid = last_[i].pid;
+    if (pid == 0) {
+      std::lock_guard lock(spawned_mu_);
+      pid = spawned_[i];
+    }
+    const char state = process_state(pid);
+    if (state == 'T' || state == 't') return blame(i, "its process (pid " + std::to_string(pid) + ") is stopped (SIGSTOP or a debugger)");
   }
   if (starting && least_still < std::max(bound_s_, kStartS)) return std::nullopt;
   // 2. A rank inside a computation.

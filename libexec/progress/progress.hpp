@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -102,6 +103,9 @@ class Watchdog {
   // Reads every rank's file; a Stall once none has moved for bound_s. Ranks that finished
   // are not waited for.
   std::optional<Stall> check(Clock::time_point now = Clock::now());
+  // The process the supervisor started for `rank`: a rank stopped before it first published
+  // (while loading its plan) is still found stopped. Safe from any thread.
+  void spawned(int rank, int pid);
   // The longest any of the ranks that have not finished has been still, in seconds.
   double still_s(Clock::time_point now = Clock::now()) const;
 
@@ -112,6 +116,8 @@ class Watchdog {
   bool all_;
   std::vector<Snapshot> last_;
   std::vector<Clock::time_point> moved_;
+  std::mutex spawned_mu_;
+  std::vector<int> spawned_;  // by index of ranks_; 0: not known
 };
 
 }  // namespace het::progress
