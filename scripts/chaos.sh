@@ -11,7 +11,7 @@ trials="${1:-10}" seed="${2:-1}"
 bin="${HET_BUILD_DIR:-build}/tests/het_chaos_tests"
 [[ -x "$bin" ]] || { echo "chaos: $bin is missing: run scripts/setup.sh first" >&2; exit 2; }
 log=$(mktemp)
-HET_CHAOS_TRIALS="$trials" HET_CHAOS_SEED="$seed" "$bin" "chaos:*" | tee "$log" | grep --line-buffered "^chaos " | sed 's/^/  /'
+HET_CHAOS_TRIALS="$trials" HET_CHAOS_SEED="$seed" "$bin" "chaos:*" | tee "$log" | grep --line-buffered "^chaos " | sed -u 's/^/  /'
 rc=${PIPESTATUS[0]}
 echo
 echo "$trials trials per fault, seed $seed; stopped: seconds from the fault until the launcher ended and no worker was left (contract: 15)"
@@ -26,5 +26,5 @@ END {
   for (i = 1; i <= k; ++i) { f = order[i]
     printf "| %s | %d | %d | %.2f | %.2f | %d | %d |\n", f, n[f], named[f], sum[f] / n[f], max[f], left[f], next_ok[f] }
 }' "$log"
-rm -f "$log"
+if (( rc == 0 )); then rm -f "$log"; else echo "chaos: a trial broke the contract; the whole output is in $log"; fi
 exit "$rc"

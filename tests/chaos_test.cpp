@@ -164,7 +164,7 @@ void agent_trials(AgentFault fault) {
       auto next = run_process(submit_args(agents, token, {"--steps", "2"}), 120);
       o.next = next.exit_code == 0;
       if (!o.next && next.err.find("busy") == std::string::npos) {
-        UNSCOPED_INFO("next job: " << next.out << next.err);
+        std::cout << "chaos next job failed (exit " << next.exit_code << "): " << next.err << std::endl;
         break;
       }
       if (!o.next) std::this_thread::sleep_for(std::chrono::milliseconds(500));
