@@ -325,7 +325,9 @@ Fields::Fields(const Context& ctx, const YAML::Node& node, std::string path,
   is_map_ = true;
   std::set<std::string> seen;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& key_node = it->first;
+    // A copy (a node is a handle): yaml-cpp's iterator hands out a temporary pair, so a
+    // reference to its `first` dangles once this statement ends.
+    const YAML::Node key_node = it->first;
     std::string key = key_node.IsScalar() ? key_node.Scalar() : "";
     if (key.empty()) {
       ctx_.error(key_node, path_, "expected a field name, got " + describe(key_node));
