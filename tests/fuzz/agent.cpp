@@ -47,11 +47,12 @@ struct Fixture {
     fuzz::require(a.ok(), "the agent starts", a ? "" : to_string(a.errors()));
     agent = std::move(*a);
     stub = pb::Agent::NewStub(grpc::CreateChannel(agent->address(), grpc::InsecureChannelCredentials()));
-    std::atexit([] {
-      get().agent.reset();
-      std::error_code ec;
-      fs::remove_all(get().workdir, ec);
-    });
+  }
+  ~Fixture() {
+    stub.reset();
+    agent.reset();
+    std::error_code ec;
+    fs::remove_all(workdir, ec);
   }
   static Fixture& get() {
     static Fixture f;

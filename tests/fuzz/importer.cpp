@@ -51,7 +51,10 @@ struct Tree {
     fs::copy(HET_SOURCE_DIR "/tests/data/sailor", root, fs::copy_options::recursive);
     model = *load_model(HET_SOURCE_DIR "/configs/models/opt-350m.yaml");
     for (std::size_t i = 0; i < std::size(kSlots); ++i) original[i] = read(root / kSlots[i].path);
-    std::atexit([] { std::error_code ec; fs::remove_all(tree().root, ec); });
+  }
+  ~Tree() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
   }
   static Tree& tree() {
     static Tree t;
