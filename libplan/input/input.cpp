@@ -54,6 +54,24 @@ bool is_plain_integer(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
+// Counts the nodes under `node` with every alias expanded, down from `budget`; false when the
+// budget runs out (then `at` is the node where it did). yaml-cpp bounds the nesting, and so this
+// recursion.
+bool within_nodes(const YAML::Node& node, std::uint64_t& budget, YAML::Node& at) {
+  if (budget == 0) {
+    at = node;
+    return false;
+  }
+  --budget;
+  if (node.IsSequence())
+    for (const auto& child : node)
+      if (!within_nodes(child, budget, at)) return false;
+  if (node.IsMap())
+    for (auto it = node.begin(); it != node.end(); ++it)
+      if (!within_nodes(it->first, budget, at) || !within_nodes(it->second, budget, at)) return false;
+  return true;
+}
+
 }  // namespace
 
 int line_of(const YAML::Node& node) {
@@ -92,6 +110,13 @@ Result<Document> parse(std::string_view text, const std::string& name) {
     if (root.IsNull()) return Diagnostic{name, 0, 0, "", "the file holds no data (only comments?); expected a map"};
     return Diagnostic{name, line_of(root), column_of(root), "", "expected a map of fields at the top, got " + describe(root)};
   }
+  const std::uint64_t max_nodes = kMaxNodesPerByte * text.size() + kExtraNodes;
+  std::uint64_t budget = max_nodes;
+  if (YAML::Node at; !within_nodes(root, budget, at))
+    return Diagnostic{name, line_of(at), column_of(at), "",
+                      "its aliases (*name) repeat nodes past " + std::to_string(max_nodes) + " (" +
+                          std::to_string(kMaxNodesPerByte) + " a byte of the file, and " + std::to_string(kExtraNodes) +
+                          "); write the repeated parts out"};
   return Document{name, root};
 }
 

@@ -34,6 +34,12 @@ struct Document {
 // (spec/limits.hpp) is ~40 MiB; yaml-cpp holds ~85 bytes per byte of such dense input, so a
 // document at this cap takes ~5.5 GiB to parse, and nothing larger is read.
 inline constexpr std::uint64_t kMaxDocumentBytes = std::uint64_t{64} << 20;
+// The most nodes a document may hold per byte of its text, counted with every alias (`*a`)
+// expanded, plus kExtraNodes. A document spelled out holds about one node a byte at most; the
+// bound stops aliases of aliases ("billion laughs": 957 bytes once took hetplan validate past
+// 4 GiB) from growing what input::to_json() makes of it, while leaving room for aliases in use.
+inline constexpr std::uint64_t kMaxNodesPerByte = 4;
+inline constexpr std::uint64_t kExtraNodes = 4096;
 
 // An input file open for reading: a regular file, never a FIFO (whose open would wait for a
 // writer), a device (/dev/zero never ends), a socket or a directory. Move-only; closes itself.
