@@ -125,6 +125,24 @@ k: {nested: -3}
   CHECK(back->root["j"][1].Scalar() == "2.25");
 }
 
+TEST_CASE("aliases of aliases that would repeat a document past its bound are refused (billion laughs)") {
+  // 957 bytes of this shape in a plan's predicted.per_stage, which a plan keeps as JSON, once took
+  // hetplan validate past 4 GiB (found by tests/fuzz/input.cpp).
+  std::string laughs = "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  for (int i = 1; i <= 8; ++i) {
+    laughs += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) laughs += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    laughs += "]\n";
+  }
+  auto d = input::parse(laughs, "laughs.yaml");
+  REQUIRE_FALSE(d.ok());
+  CHECK_THAT(d.errors().front().to_string(), Catch::StartsWith("laughs.yaml:1:") && Catch::Contains("aliases (*name) repeat nodes past"));
+  // Aliases as people use them are read, and to_json spells them out.
+  auto shared = input::parse("dev: &d {type: A100-40GB, memory: 40GiB}\nsubclusters: [{device: *d}, {device: *d}]\n", "c.yaml");
+  REQUIRE(shared.ok());
+  CHECK(input::to_json(shared->root)["subclusters"][1]["device"]["memory"] == "40GiB");
+}
+
 TEST_CASE("read_file reads regular files only, and no more than its cap") {
   test::TempDir dir;
   const std::string fifo = dir.path() + "/fifo";
