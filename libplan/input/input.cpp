@@ -54,23 +54,38 @@ bool is_plain_integer(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// Counts the nodes under `node` with every alias expanded, down from `budget`; false when the
-// budget runs out (then `at` is the node where it did). yaml-cpp bounds the nesting, and so this
-// recursion.
-bool within_nodes(const YAML::Node& node, std::uint64_t& budget, YAML::Node& at) {
-  if (budget == 0) {
-    at = node;
+// What input::to_json() needs of a document, checked at every node with every alias expanded:
+// no more than `budget` nodes, and keys whose JSON text yaml-cpp reads back (kMaxKeyBytes).
+// yaml-cpp bounds the nesting, and so this recursion.
+struct NodeCheck {
+  explicit NodeCheck(std::uint64_t max_nodes) : budget(max_nodes) {}
+  std::uint64_t budget;
+  enum class Problem { none, nodes, key } problem = Problem::none;
+  YAML::Node at;  // where the problem is
+
+  bool visit(const YAML::Node& node) {
+    if (budget == 0) return fail(Problem::nodes, node);
+    --budget;
+    if (node.IsSequence())
+      for (const auto& child : node)
+        if (!visit(child)) return false;
+    if (node.IsMap())
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        const YAML::Node key = it->first;
+        if (key.IsScalar() && json_bytes(key.Scalar()) > kMaxKeyBytes) return fail(Problem::key, key);
+        if (!visit(key) || !visit(it->second)) return false;
+      }
+    return true;
+  }
+  bool fail(Problem p, const YAML::Node& node) {
+    problem = p, at = node;
     return false;
   }
-  --budget;
-  if (node.IsSequence())
-    for (const auto& child : node)
-      if (!within_nodes(child, budget, at)) return false;
-  if (node.IsMap())
-    for (auto it = node.begin(); it != node.end(); ++it)
-      if (!within_nodes(it->first, budget, at) || !within_nodes(it->second, budget, at)) return false;
-  return true;
-}
+  // The bytes of a string as JSON text: quoted, escaped.
+  static std::size_t json_bytes(const std::string& s) {
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+  }
+};
 
 }  // namespace
 
@@ -111,12 +126,16 @@ Result<Document> parse(std::string_view text, const std::string& name) {
     return Diagnostic{name, line_of(root), column_of(root), "", "expected a map of fields at the top, got " + describe(root)};
   }
   const std::uint64_t max_nodes = kMaxNodesPerByte * text.size() + kExtraNodes;
-  std::uint64_t budget = max_nodes;
-  if (YAML::Node at; !within_nodes(root, budget, at))
-    return Diagnostic{name, line_of(at), column_of(at), "",
-                      "its aliases (*name) repeat nodes past " + std::to_string(max_nodes) + " (" +
-                          std::to_string(kMaxNodesPerByte) + " a byte of the file, and " + std::to_string(kExtraNodes) +
-                          "); write the repeated parts out"};
+  NodeCheck check(max_nodes);
+  if (check.visit(root)) return Document{name, root};
+  if (check.problem == NodeCheck::Problem::key)
+    return Diagnostic{name, line_of(check.at), column_of(check.at), "",
+                      "a key of " + std::to_string(check.at.Scalar().size()) + " bytes: keys are at most " +
+                          std::to_string(kMaxKeyBytes) + " bytes as JSON writes them (quoted, escaped), the most YAML reads back"};
+  return Diagnostic{name, line_of(check.at), column_of(check.at), "",
+                    "its aliases (*name) repeat nodes past " + std::to_string(max_nodes) + " (" +
+                        std::to_string(kMaxNodesPerByte) + " a byte of the file, and " + std::to_string(kExtraNodes) +
+                        "); write the repeated parts out"};
   return Document{name, root};
 }
 

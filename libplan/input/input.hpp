@@ -40,6 +40,10 @@ inline constexpr std::uint64_t kMaxDocumentBytes = std::uint64_t{64} << 20;
 // 4 GiB) from growing what input::to_json() makes of it, while leaving room for aliases in use.
 inline constexpr std::uint64_t kMaxNodesPerByte = 4;
 inline constexpr std::uint64_t kExtraNodes = 4096;
+// The longest key a document may have, as JSON text (quoted, escaped): yaml-cpp reads no longer
+// key of a flow map, which is how JSON writes every key (YAML's limit on implicit keys), so a
+// longer one, though readable in block style, would make input::to_json()'s text unreadable.
+inline constexpr std::size_t kMaxKeyBytes = 1024;
 
 // An input file open for reading: a regular file, never a FIFO (whose open would wait for a
 // writer), a device (/dev/zero never ends), a socket or a directory. Move-only; closes itself.
