@@ -143,6 +143,26 @@ TEST_CASE("aliases of aliases that would repeat a document past its bound are re
   CHECK(input::to_json(shared->root)["subclusters"][1]["device"]["memory"] == "40GiB");
 }
 
+TEST_CASE("a key too long to read back as JSON is refused, and to_json's text of what is read reads back") {
+  // yaml-cpp takes a quoted scalar left open over lines for a key of any length; as JSON
+  // (input::to_json, a plan's embedded documents) it would not read back (found by
+  // tests/fuzz/input.cpp).
+  const std::string part(600, 'x');
+  auto d = input::parse("a: 1\n'" + part + "\n" + part + "\n", "keys.yaml");
+  REQUIRE_FALSE(d.ok());
+  CHECK_THAT(d.errors().front().to_string(), Catch::StartsWith("keys.yaml:2:1: a key of ") &&
+                                                    Catch::Contains("bytes: keys are at most 1024 bytes as JSON writes them"));
+  // 1022 characters and the quotes: the longest that reads back.
+  const std::string longest(1022, 'k');
+  auto ok = input::parse("{\"" + longest + "\": 1}", "keys.json");
+  REQUIRE(ok.ok());
+  const std::string json = input::to_json(ok->root).dump();
+  auto back = input::parse(json, "back.json");
+  REQUIRE(back.ok());
+  CHECK(back->root[longest].Scalar() == "1");
+  CHECK_FALSE(input::parse("{\"" + longest + "\\n\": 1}", "escaped.json").ok());  // the escape's two bytes count
+}
+
 TEST_CASE("read_file reads regular files only, and no more than its cap") {
   test::TempDir dir;
   const std::string fifo = dir.path() + "/fifo";
