@@ -17,18 +17,14 @@
 namespace het::input {
 namespace {
 
-// Index of the first byte that makes `text` not UTF-8 text (a NUL or an invalid sequence),
+// Index of the first byte that makes `text` not UTF-8 text (a NUL or an invalid sequence: an
+// overlong form or a surrogate once passed here and made writing a plan's model name throw),
 // or npos.
 std::size_t first_binary_byte(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    auto c = static_cast<unsigned char>(text[i]);
-    if (c == 0) return i;
-    int extra = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : -1;
-    if (extra < 0) return i;
-    for (int k = 1; k <= extra; ++k)
-      if (i + k >= text.size() || (static_cast<unsigned char>(text[i + k]) >> 6) != 0x2) return i;
-    i += 1 + extra;
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = text[i] == 0 ? 0 : utf8_sequence(text, i);
+    if (n == 0) return i;
+    i += n;
   }
   return std::string_view::npos;
 }
@@ -88,6 +84,27 @@ struct NodeCheck {
 };
 
 }  // namespace
+
+std::size_t utf8_sequence(std::string_view text, std::size_t at) {
+  const auto c = static_cast<unsigned char>(text[at]);
+  // The sequence's length and the bounds of its second byte (RFC 3629's table).
+  std::size_t len = 0;
+  unsigned char low = 0x80, high = 0xBF;
+  if (c < 0x80) len = 1;
+  else if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c == 0xE0) len = 3, low = 0xA0;
+  else if (c == 0xED) len = 3, high = 0x9F;
+  else if (c >= 0xE1 && c <= 0xEF) len = 3;
+  else if (c == 0xF0) len = 4, low = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) len = 4;
+  else if (c == 0xF4) len = 4, high = 0x8F;
+  if (len == 0 || at + len > text.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(text[at + k]);
+    if (k == 1 ? b < low || b > high : b < 0x80 || b > 0xBF) return 0;
+  }
+  return len;
+}
 
 int line_of(const YAML::Node& node) {
   if (!node.IsDefined()) return 0;

@@ -83,6 +83,11 @@ Result<Document> load(const std::string& path);
 // Parses text already in memory; `name` stands for the file in diagnostics.
 Result<Document> parse(std::string_view text, const std::string& name);
 
+// The length of the UTF-8 sequence that starts at text[at] (1 to 4), or 0 when no valid one
+// does: UTF-8 as RFC 3629 defines it and JSON writers insist on (no overlong forms, no
+// surrogates, nothing past U+10FFFF). Precondition: at < text.size().
+std::size_t utf8_sequence(std::string_view text, std::size_t at);
+
 // Where diagnostics go while one document is being read.
 struct Context {
   std::string file;
