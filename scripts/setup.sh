@@ -18,6 +18,7 @@ packages=(
   openssl  # tests make throw-away TLS certificates with it (the TLS tests skip without it)
   python3-jsonschema  # tests check every plan against docs/plan.schema.json (skipped without it)
   chromium fonts-dejavu-core  # tests render hetplan show's pictures headless (skipped without chromium)
+  clang libclang-rt-14-dev  # libFuzzer harnesses (scripts/fuzz.sh; the fuzz test skips without them)
 )
 
 missing_packages() {

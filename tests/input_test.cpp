@@ -32,6 +32,25 @@ TEST_CASE("load reports a missing file, an empty file and binary data") {
   REQUIRE_FALSE(directory.ok());
 }
 
+TEST_CASE("text that is not UTF-8 as RFC 3629 defines it is refused: overlong forms, surrogates, past U+10FFFF") {
+  // JSON writers refuse such bytes: a model named with an overlong sequence once passed here and
+  // made writing it (to_json(model).dump()) throw (found by tests/fuzz/model.cpp).
+  for (const char* bad : {"\xE0\x99\x8F", "\xC0\xAF", "\xC1\xBF", "\xED\xA0\x80", "\xF0\x8F\xBF\xBF", "\xF4\x90\x80\x80",
+                          "\xF5\x80\x80\x80", "\xE2\x82"}) {
+    std::string hex;
+    for (const char* c = bad; *c; ++c) hex += "0123456789ABCDEF"[(*c >> 4) & 0xF], hex += "0123456789ABCDEF"[*c & 0xF], hex += ' ';
+    INFO(hex);
+    auto d = input::parse(std::string("name: tiny\nother: a") + bad + "b\n", "m.yaml");
+    REQUIRE_FALSE(d.ok());
+    CHECK_THAT(d.errors().front().to_string(), Catch::StartsWith("m.yaml:2: the file is not UTF-8 text (binary data at byte 19)"));
+  }
+  for (const char* good : {"\xC2\x80", "\xE0\xA0\x80", "\xED\x9F\xBF", "\xF0\x9F\x98\x80", "\xF4\x8F\xBF\xBF"}) {
+    auto d = input::parse(std::string("name: a") + good + "b\n", "m.yaml");
+    REQUIRE(d.ok());
+    CHECK_NOTHROW(input::to_json(d->root).dump());
+  }
+}
+
 TEST_CASE("syntax errors carry their line") {
   auto d = input::parse("a: 1\nb: [1, 2\nc: 3\n", "f.yaml");
   REQUIRE_FALSE(d.ok());
@@ -123,6 +142,44 @@ k: {nested: -3}
     CHECK(back->root[key].Scalar() == d->root[key].Scalar());
   CHECK(back->root["f"].IsNull());
   CHECK(back->root["j"][1].Scalar() == "2.25");
+}
+
+TEST_CASE("aliases of aliases that would repeat a document past its bound are refused (billion laughs)") {
+  // 957 bytes of this shape in a plan's predicted.per_stage, which a plan keeps as JSON, once took
+  // hetplan validate past 4 GiB (found by tests/fuzz/input.cpp).
+  std::string laughs = "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  for (int i = 1; i <= 8; ++i) {
+    laughs += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) laughs += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    laughs += "]\n";
+  }
+  auto d = input::parse(laughs, "laughs.yaml");
+  REQUIRE_FALSE(d.ok());
+  CHECK_THAT(d.errors().front().to_string(), Catch::StartsWith("laughs.yaml:1:") && Catch::Contains("aliases (*name) repeat nodes past"));
+  // Aliases as people use them are read, and to_json spells them out.
+  auto shared = input::parse("dev: &d {type: A100-40GB, memory: 40GiB}\nsubclusters: [{device: *d}, {device: *d}]\n", "c.yaml");
+  REQUIRE(shared.ok());
+  CHECK(input::to_json(shared->root)["subclusters"][1]["device"]["memory"] == "40GiB");
+}
+
+TEST_CASE("a key too long to read back as JSON is refused, and to_json's text of what is read reads back") {
+  // yaml-cpp takes a quoted scalar left open over lines for a key of any length; as JSON
+  // (input::to_json, a plan's embedded documents) it would not read back (found by
+  // tests/fuzz/input.cpp).
+  const std::string part(600, 'x');
+  auto d = input::parse("a: 1\n'" + part + "\n" + part + "\n", "keys.yaml");
+  REQUIRE_FALSE(d.ok());
+  CHECK_THAT(d.errors().front().to_string(), Catch::StartsWith("keys.yaml:2:1: a key of ") &&
+                                                    Catch::Contains("bytes: keys are at most 1024 bytes as JSON writes them"));
+  // 1022 characters and the quotes: the longest that reads back.
+  const std::string longest(1022, 'k');
+  auto ok = input::parse("{\"" + longest + "\": 1}", "keys.json");
+  REQUIRE(ok.ok());
+  const std::string json = input::to_json(ok->root).dump();
+  auto back = input::parse(json, "back.json");
+  REQUIRE(back.ok());
+  CHECK(back->root[longest].Scalar() == "1");
+  CHECK_FALSE(input::parse("{\"" + longest + "\\n\": 1}", "escaped.json").ok());  // the escape's two bytes count
 }
 
 TEST_CASE("read_file reads regular files only, and no more than its cap") {

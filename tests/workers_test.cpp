@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <vector>
 
@@ -78,6 +79,20 @@ TEST_CASE("a worker's job file with a wrong field, type or value is refused, nam
   auto written = write_worker_job("/nonexistent/job.json", w);
   REQUIRE_FALSE(written);
   CHECK_THAT(to_string(written.errors()), Catch::Contains("lr: must be a finite number above 0"));
+}
+
+TEST_CASE("a worker's job file with a number past a double is refused as not JSON, not a crash") {
+  // The JSON parser reports 1e999 as out of range, not as a syntax error; the reader once let
+  // that escape and the worker died in std::terminate (found by tests/fuzz/worker_job.cpp).
+  const std::string file = (std::filesystem::temp_directory_path() / ("het-worker-job-big-" + std::to_string(getpid()) + ".json")).string();
+  for (const char* number : {"1e999", "-1e999", "1.2347e650"}) {
+    INFO(number);
+    std::ofstream(file) << R"({"version": 1, "plan": "plan.json", "rendezvous": "/tmp/r", "lr": )" << number << "}";
+    auto job = read_worker_job(file);
+    REQUIRE_FALSE(job);
+    CHECK_THAT(to_string(job.errors()), Catch::Contains(file + ": not JSON") && Catch::Contains("number overflow"));
+  }
+  std::filesystem::remove(file);
 }
 
 TEST_CASE("worker output is made valid UTF-8 on one line") {

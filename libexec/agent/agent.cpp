@@ -460,7 +460,8 @@ struct Agent::State final : public pb::Agent::Service {
       bool done = false;
       {
         std::unique_lock lock(mu);
-        j->changed.wait_for(lock, std::chrono::milliseconds(200), [&] { return j->events.size() > next || stopping; });
+        // A closed log has nothing more to wait for: the stream ends as soon as its last event is sent.
+        j->changed.wait_for(lock, std::chrono::milliseconds(200), [&] { return j->events.size() > next || j->closed || stopping; });
         batch.assign(j->events.begin() + std::ptrdiff_t(next), j->events.end());
         next = j->events.size();
         done = j->closed || stopping;

@@ -44,6 +44,7 @@ std::string list(const std::vector<int>& ranks) {
   return out;
 }
 
+#ifdef HET_HAVE_NCCL
 // A name unique within the job for NCCL's rendezvous key: the tag and a hash of the members.
 std::string group_name(std::uint32_t tag, const std::vector<int>& ranks) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
@@ -54,6 +55,7 @@ std::string group_name(std::uint32_t tag, const std::vector<int>& ranks) {
   for (int i = 15; i >= 0; --i) out += hex[(h >> (4 * i)) & 0xf];
   return out;
 }
+#endif
 
 }  // namespace
 

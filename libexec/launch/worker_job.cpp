@@ -198,7 +198,7 @@ Result<WorkerJob> read_worker_job(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(*text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number past a double (out_of_range)
     return Diagnostic{path, 0, 0, "", std::string("not JSON: ") + e.what()};
   }
   return worker_job_from_json(j, path);

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "input/input.hpp"
+
 extern char** environ;
 
 namespace het::launch {
@@ -31,30 +33,15 @@ struct Worker {
 std::string valid_utf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const std::size_t n = text.size();
-  for (std::size_t i = 0; i < n;) {
-    const unsigned char c = p[i];
-    // The sequence's length and the bounds of its second byte (RFC 3629's table: no overlong
-    // forms, no surrogates, nothing above U+10FFFF).
-    int len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;
-    else if (c == 0xED) len = 3, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) len = 4, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) len = 4, hi = 0x8F;
-    bool ok = len > 0 && i + std::size_t(len) <= n;
-    for (int k = 1; ok && k < len; ++k) ok = k == 1 ? p[i + 1] >= lo && p[i + 1] <= hi : p[i + std::size_t(k)] >= 0x80 && p[i + std::size_t(k)] <= 0xBF;
-    if (ok && (len > 1 || (c >= 0x20 && c != 0x7F) || c == '\t')) {
-      out.append(text.substr(i, std::size_t(len)));
-      i += std::size_t(len);
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t len = input::utf8_sequence(text, i);
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (len > 1 || (len == 1 && ((c >= 0x20 && c != 0x7F) || c == '\t'))) {
+      out.append(text.substr(i, len));
+      i += len;
     } else {
       out += "\xEF\xBF\xBD";  // U+FFFD for an invalid byte or a control character
-      i += ok ? std::size_t(len) : 1;
+      i += len ? len : 1;
     }
   }
   return out;

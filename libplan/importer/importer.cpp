@@ -138,7 +138,10 @@ Result<ProfileSpec> import_sailor(const Options& o, const nlohmann::json& memory
   try {
     for (const auto& [mbs_text, by_tp] : doc->items()) {
       const int mbs = std::stoi(mbs_text);
-      for (const auto& [tp_text, layers] : by_tp.items()) {
+      for (const auto& by_tp_entry : by_tp.items()) {
+        // Named, not a structured binding: the row lambda captures it (clang before 16 cannot).
+        const std::string& tp_text = by_tp_entry.key();
+        const auto& layers = by_tp_entry.value();
         const int tp = std::stoi(tp_text);
         const int n = static_cast<int>(layers.size());
         if (n < 3) return Diagnostic{file.string(), 0, 0, mbs_text + "." + tp_text, "expected embedding, blocks and head"};

@@ -17,18 +17,14 @@
 namespace het::input {
 namespace {
 
-// Index of the first byte that makes `text` not UTF-8 text (a NUL or an invalid sequence),
+// Index of the first byte that makes `text` not UTF-8 text (a NUL or an invalid sequence: an
+// overlong form or a surrogate once passed here and made writing a plan's model name throw),
 // or npos.
 std::size_t first_binary_byte(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    auto c = static_cast<unsigned char>(text[i]);
-    if (c == 0) return i;
-    int extra = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : -1;
-    if (extra < 0) return i;
-    for (int k = 1; k <= extra; ++k)
-      if (i + k >= text.size() || (static_cast<unsigned char>(text[i + k]) >> 6) != 0x2) return i;
-    i += 1 + extra;
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = text[i] == 0 ? 0 : utf8_sequence(text, i);
+    if (n == 0) return i;
+    i += n;
   }
   return std::string_view::npos;
 }
@@ -54,7 +50,61 @@ bool is_plain_integer(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
+// What input::to_json() needs of a document, checked at every node with every alias expanded:
+// no more than `budget` nodes, and keys whose JSON text yaml-cpp reads back (kMaxKeyBytes).
+// yaml-cpp bounds the nesting, and so this recursion.
+struct NodeCheck {
+  explicit NodeCheck(std::uint64_t max_nodes) : budget(max_nodes) {}
+  std::uint64_t budget;
+  enum class Problem { none, nodes, key } problem = Problem::none;
+  YAML::Node at;  // where the problem is
+
+  bool visit(const YAML::Node& node) {
+    if (budget == 0) return fail(Problem::nodes, node);
+    --budget;
+    if (node.IsSequence())
+      for (const auto& child : node)
+        if (!visit(child)) return false;
+    if (node.IsMap())
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        const YAML::Node key = it->first;
+        if (key.IsScalar() && json_bytes(key.Scalar()) > kMaxKeyBytes) return fail(Problem::key, key);
+        if (!visit(key) || !visit(it->second)) return false;
+      }
+    return true;
+  }
+  bool fail(Problem p, const YAML::Node& node) {
+    problem = p, at = node;
+    return false;
+  }
+  // The bytes of a string as JSON text: quoted, escaped.
+  static std::size_t json_bytes(const std::string& s) {
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+  }
+};
+
 }  // namespace
+
+std::size_t utf8_sequence(std::string_view text, std::size_t at) {
+  const auto c = static_cast<unsigned char>(text[at]);
+  // The sequence's length and the bounds of its second byte (RFC 3629's table).
+  std::size_t len = 0;
+  unsigned char low = 0x80, high = 0xBF;
+  if (c < 0x80) len = 1;
+  else if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c == 0xE0) len = 3, low = 0xA0;
+  else if (c == 0xED) len = 3, high = 0x9F;
+  else if (c >= 0xE1 && c <= 0xEF) len = 3;
+  else if (c == 0xF0) len = 4, low = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) len = 4;
+  else if (c == 0xF4) len = 4, high = 0x8F;
+  if (len == 0 || at + len > text.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(text[at + k]);
+    if (k == 1 ? b < low || b > high : b < 0x80 || b > 0xBF) return 0;
+  }
+  return len;
+}
 
 int line_of(const YAML::Node& node) {
   if (!node.IsDefined()) return 0;
@@ -92,6 +142,17 @@ Result<Document> parse(std::string_view text, const std::string& name) {
     if (root.IsNull()) return Diagnostic{name, 0, 0, "", "the file holds no data (only comments?); expected a map"};
     return Diagnostic{name, line_of(root), column_of(root), "", "expected a map of fields at the top, got " + describe(root)};
   }
+  const std::uint64_t max_nodes = kMaxNodesPerByte * text.size() + kExtraNodes;
+  NodeCheck check(max_nodes);
+  if (check.visit(root)) return Document{name, root};
+  if (check.problem == NodeCheck::Problem::key)
+    return Diagnostic{name, line_of(check.at), column_of(check.at), "",
+                      "a key of " + std::to_string(check.at.Scalar().size()) + " bytes: keys are at most " +
+                          std::to_string(kMaxKeyBytes) + " bytes as JSON writes them (quoted, escaped), the most YAML reads back"};
+  return Diagnostic{name, line_of(check.at), column_of(check.at), "",
+                    "its aliases (*name) repeat nodes past " + std::to_string(max_nodes) + " (" +
+                        std::to_string(kMaxNodesPerByte) + " a byte of the file, and " + std::to_string(kExtraNodes) +
+                        "); write the repeated parts out"};
   return Document{name, root};
 }
 
@@ -325,7 +386,9 @@ Fields::Fields(const Context& ctx, const YAML::Node& node, std::string path,
   is_map_ = true;
   std::set<std::string> seen;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& key_node = it->first;
+    // A copy (a node is a handle): yaml-cpp's iterator hands out a temporary pair, so a
+    // reference to its `first` dangles once this statement ends.
+    const YAML::Node key_node = it->first;
     std::string key = key_node.IsScalar() ? key_node.Scalar() : "";
     if (key.empty()) {
       ctx_.error(key_node, path_, "expected a field name, got " + describe(key_node));

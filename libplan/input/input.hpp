@@ -34,6 +34,16 @@ struct Document {
 // (spec/limits.hpp) is ~40 MiB; yaml-cpp holds ~85 bytes per byte of such dense input, so a
 // document at this cap takes ~5.5 GiB to parse, and nothing larger is read.
 inline constexpr std::uint64_t kMaxDocumentBytes = std::uint64_t{64} << 20;
+// The most nodes a document may hold per byte of its text, counted with every alias (`*a`)
+// expanded, plus kExtraNodes. A document spelled out holds about one node a byte at most; the
+// bound stops aliases of aliases ("billion laughs": 957 bytes once took hetplan validate past
+// 4 GiB) from growing what input::to_json() makes of it, while leaving room for aliases in use.
+inline constexpr std::uint64_t kMaxNodesPerByte = 4;
+inline constexpr std::uint64_t kExtraNodes = 4096;
+// The longest key a document may have, as JSON text (quoted, escaped): yaml-cpp reads no longer
+// key of a flow map, which is how JSON writes every key (YAML's limit on implicit keys), so a
+// longer one, though readable in block style, would make input::to_json()'s text unreadable.
+inline constexpr std::size_t kMaxKeyBytes = 1024;
 
 // An input file open for reading: a regular file, never a FIFO (whose open would wait for a
 // writer), a device (/dev/zero never ends), a socket or a directory. Move-only; closes itself.
@@ -72,6 +82,11 @@ Result<std::string> read_file(const std::string& path, std::uint64_t max_bytes =
 Result<Document> load(const std::string& path);
 // Parses text already in memory; `name` stands for the file in diagnostics.
 Result<Document> parse(std::string_view text, const std::string& name);
+
+// The length of the UTF-8 sequence that starts at text[at] (1 to 4), or 0 when no valid one
+// does: UTF-8 as RFC 3629 defines it and JSON writers insist on (no overlong forms, no
+// surrogates, nothing past U+10FFFF). Precondition: at < text.size().
+std::size_t utf8_sequence(std::string_view text, std::size_t at);
 
 // Where diagnostics go while one document is being read.
 struct Context {
