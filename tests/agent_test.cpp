@@ -175,7 +175,7 @@ TEST_CASE("a worker that hangs fails the job on every node, naming its node and 
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO(r.out << r.err << "\nstatus while stalled:\n" << status_while_stalled);
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("failed: node a100/1") && Catch::Contains("rank 2 hung") && Catch::Contains("is stopped"));
+  CHECK_THAT(r.err, Catch::Contains("failed (hung): node a100/1") && Catch::Contains("rank 2 hung") && Catch::Contains("is stopped"));
   CHECK_THAT(status_while_stalled, Catch::Contains("stalled"));
   CHECK(took < 60);
   CHECK(all_gone({"worker", agents.root()}, 15));

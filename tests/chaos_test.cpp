@@ -1,8 +1,8 @@
 // Chaos (issue 18): a fault at a random moment of a running job — an agent killed or stopped,
 // a worker killed or stopped, the submitter killed; run-local with a rank killed or stopped —
 // and after each the contract is checked: the job stops everywhere within 15 s of the fault,
-// the failed or hung node and rank are named, no worker is left behind, and the next job on
-// the same agents (or run-local) runs to the end.
+// the failed or hung node and rank are named with the kind of the failure (killed, hung), no
+// worker is left behind, and the next job on the same agents (or run-local) runs to the end.
 //
 // Trials per fault: HET_CHAOS_TRIALS (default 2 in the suite; scripts/chaos.sh runs more), the
 // moments and victims drawn from HET_CHAOS_SEED (default 1). Every trial prints one line
@@ -137,13 +137,18 @@ void agent_trials(AgentFault fault) {
     const std::string& err = result.err;
     auto says = [&](const std::string& text) { return err.find(text) != std::string::npos; };
     switch (fault) {
-      case AgentFault::kill_agent: o.named = result.exit_code == 1 && says("node " + victim); break;
-      case AgentFault::stop_agent: o.named = result.exit_code == 1 && says("node " + victim) && says("stopped answering"); break;
+      // The root cause, and its kind (launch/cause.hpp): a node or worker gone is killed, one
+      // silent is hung.
+      case AgentFault::kill_agent: o.named = result.exit_code == 1 && says("failed (killed): node " + victim); break;
+      case AgentFault::stop_agent:
+        o.named = result.exit_code == 1 && says("failed (hung): node " + victim) && says("stopped answering");
+        break;
       case AgentFault::kill_worker:
-        o.named = result.exit_code == 1 && says("node " + nodes.at(rank)) && says("rank " + std::to_string(rank) + " was killed by signal 9");
+        o.named = result.exit_code == 1 && says("failed (killed): node " + nodes.at(rank)) &&
+                  says("rank " + std::to_string(rank) + " was killed by signal 9");
         break;
       case AgentFault::stop_worker:
-        o.named = result.exit_code == 1 && says("node " + nodes.at(rank)) && says("rank " + std::to_string(rank) + " hung");
+        o.named = result.exit_code == 1 && says("failed (hung): node " + nodes.at(rank)) && says("rank " + std::to_string(rank) + " hung");
         break;
       case AgentFault::kill_submit: {  // every node names why it stopped the job
         auto st = run_process({HETEXEC_BIN, "status", "--agents", agents.list(), "--token-file", token});
@@ -204,7 +209,8 @@ void run_local_trials(bool stop) {
     o.left = !het::test::all_gone({"worker", own}, std::max(0.0, kStopBoundS - seconds_since(fault_at)));
     if (!o.left) o.stopped_s = seconds_since(fault_at);
     INFO(result.out << result.err);
-    const std::string want = "rank " + std::to_string(rank) + (stop ? " hung" : " failed: killed by signal 9");
+    const std::string want = (stop ? "error: hung: " : "error: killed: ") + std::string("rank ") + std::to_string(rank) +
+                             (stop ? " hung" : " failed: killed by signal 9");
     o.named = result.exit_code == 1 && result.err.find(want) != std::string::npos;
     auto next = job;
     next.insert(next.end(), {"--steps", "2"});

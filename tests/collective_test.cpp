@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "collective/collective.hpp"
+#include "error_text.hpp"
 #include "launch/local.hpp"
 #include "process.hpp"
 #include "rendezvous/directory.hpp"
@@ -67,6 +68,7 @@ TEST_CASE("collectives: TCP groups sum, own a partition of every buffer, and gat
       if (!peers) return void(errors[std::size_t(r)] = het::to_string(peers.errors()));
       col::Fabric fabric(**peers, {{"h", "cpu", "s"}, {"h", "cpu", "s"}, {"h", "cpu", "s"}}, rdv, -1, 30);
       auto fail = [&](const std::string& e) { errors[std::size_t(r)] += e; };
+      auto failed = [&](const het::Result<het::Done>& done) { fail(het::test::error_text(done)); };
       auto g = fabric.group({0, 1, 2}, 9);
       if (!g) return fail(het::to_string(g.errors()));
       auto again = fabric.group({0, 1, 2}, 9);
@@ -74,17 +76,17 @@ TEST_CASE("collectives: TCP groups sum, own a partition of every buffer, and gat
       std::vector<float> x(n);
       for (std::size_t i = 0; i < n; ++i) x[i] = float((r + 1) * (int(i) + 1));  // sum over ranks: 6·(i+1)
       std::vector<float> y = x;
-      fail((*g)->all_reduce_sum(y.data(), n));
+      failed((*g)->all_reduce_sum(y.data(), n));
       for (std::size_t i = 0; i < n; ++i)
         if (y[i] != float(6 * (i + 1))) fail("all_reduce_sum: wrong sum at " + std::to_string(i) + "; ");
-      fail((*g)->reduce_scatter_sum(x.data(), n));
+      failed((*g)->reduce_scatter_sum(x.data(), n));
       const col::Range own = (*g)->owned(n);
       owned[std::size_t(r)].push_back(own);
       for (std::size_t i = own.lo; i < own.hi; ++i)
         if (x[i] != float(6 * (i + 1))) fail("reduce_scatter_sum: wrong sum at " + std::to_string(i) + "; ");
       for (std::size_t i = 0; i < n; ++i)
         if (i < own.lo || i >= own.hi) x[i] = -1;  // what is not owned must come from the others
-      fail((*g)->all_gather(x.data(), n));
+      failed((*g)->all_gather(x.data(), n));
       for (std::size_t i = 0; i < n; ++i)
         if (x[i] != float(6 * (i + 1))) fail("all_gather: wrong value at " + std::to_string(i) + "; ");
       auto single = fabric.group({r}, 9);

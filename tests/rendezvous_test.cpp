@@ -9,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "error_text.hpp"
 #include "hetexec.grpc.pb.h"
 #include "process.hpp"
 #include "rendezvous/client.hpp"
@@ -299,12 +300,12 @@ TEST_CASE("TCP peers: three ranks meet through the gRPC rendezvous (with a token
       for (int p = 0; p < world; ++p) {
         if (p == r) continue;
         std::int32_t msg = -1;
-        errors[r] += (*peers)->recv(p, 5, &msg, sizeof msg);
+        errors[r] += het::test::error_text((*peers)->recv(p, 5, &msg, sizeof msg));
         heard[r][p] = msg;
       }
       sums[r].assign(64, float(r + 1));
-      errors[r] += het::transport::all_reduce_sum(**peers, {0, 1, 2}, sums[r].data(), sums[r].size(), 6);
-      errors[r] += (*peers)->flush();
+      errors[r] += het::test::error_text(het::transport::all_reduce_sum(**peers, {0, 1, 2}, sums[r].data(), sums[r].size(), 6));
+      errors[r] += het::test::error_text((*peers)->flush());
     });
   for (auto& t : ranks) t.join();
   for (int r = 0; r < world; ++r) {

@@ -20,6 +20,8 @@
 #include <thread>
 
 #include "data/data.hpp"
+#include "error_text.hpp"
+#include "input/input.hpp"
 #include "kept_plans.hpp"
 #include "launch/worker_job.hpp"
 #include "process.hpp"
@@ -318,7 +320,7 @@ TEST_CASE("hetexec worker: the ranks of a plan meet through a gRPC rendezvous wi
   check_equal(losses, reference(m, 3));
 }
 
-TEST_CASE("hetexec worker: a wrong rendezvous token or a malformed address is refused and named") {
+TEST_CASE("hetexec worker: a wrong rendezvous token or a malformed address is refused and named, with the exit status of invalid input") {
   het::rendezvous::ServerOptions options;
   options.security.token = "worker-token";
   auto server = het::rendezvous::RendezvousServer::start(options);
@@ -332,7 +334,7 @@ TEST_CASE("hetexec worker: a wrong rendezvous token or a malformed address is re
     return run_process({HETEXEC_BIN, "worker", "--job", dir.path() + "/job.json", "--rank", "0"}, 60);
   };
   auto wrong = worker("grpc://" + (*server)->address() + "/job", dir.write("t", "nope"));
-  CHECK(wrong.exit_code == 1);
+  CHECK(wrong.exit_code == 2);  // invalid input (launch/cause.hpp): not an internal failure
   CHECK_THAT(wrong.err, Catch::Contains("PERMISSION_DENIED: the call's bearer token is wrong"));
   auto empty = worker("grpc://" + (*server)->address() + "/job", dir.write("e", "\n"));
   CHECK(empty.exit_code == 2);
@@ -342,13 +344,61 @@ TEST_CASE("hetexec worker: a wrong rendezvous token or a malformed address is re
   CHECK_THAT(malformed.err, Catch::Contains("no HOST:PORT (expected grpc://HOST:PORT/JOB)"));
 }
 
+TEST_CASE("hetexec worker: the exit status says the kind of its error (unsupported 3, peer lost 4)") {
+  het::test::TempDir dir;
+  std::string model = het::input::read_file(kSrc + "/configs/models/tiny-gpt.yaml").value();
+  model.replace(model.find("zero_stage: 0"), 13, "zero_stage: 3");
+  auto job_file = [&](const std::string& model_file, int steps) {
+    het::launch::WorkerJob job;
+    job.plan = kSrc + "/tests/data/plans/pipeline.plan.json", job.model = model_file, job.cluster = kCluster;
+    job.world = 2, job.rendezvous = dir.path(), job.steps = steps;
+    const std::string file = dir.path() + "/job-" + std::to_string(steps) + ".json";
+    REQUIRE(het::launch::write_worker_job(file, job));
+    return file;
+  };
+  // ZeRO stage 3: a valid model the runtime cannot run.
+  auto zero3 = run_process({HETEXEC_BIN, "worker", "--job", job_file(dir.write("zero3.yaml", model), 1), "--rank", "1"}, 60);
+  CHECK(zero3.exit_code == 3);
+  CHECK_THAT(zero3.err, Catch::Contains("ZeRO stage 3"));
+  // Rank 0 killed while training: rank 1 lost its peer.
+  const std::string job = job_file(kSrc + "/configs/models/tiny-gpt.yaml", 100000);
+  het::test::Background rank0({HETEXEC_BIN, "worker", "--job", job, "--rank", "0"});
+  het::test::Background rank1({HETEXEC_BIN, "worker", "--job", job, "--rank", "1"});
+  REQUIRE(rank0.wait_for_output("\"step\"", 120));
+  rank0.signal(SIGKILL);
+  auto lost = rank1.wait(60);
+  INFO(lost.err);
+  CHECK(lost.exit_code == 4);
+  CHECK_THAT(lost.err, Catch::Contains("rank 0 closed the connection") || Catch::Contains("recv from rank 0"));
+}
+
+TEST_CASE("TCP peers: a message out of order is an internal error, not a lost peer") {
+  const auto errors = run_ranks(2, [&](int r, het::transport::Peers& peers) -> std::string {
+    float x[2] = {1, 2};
+    if (r == 0) {
+      peers.send(1, 5, x, sizeof x);
+      return het::test::error_text(peers.flush());
+    }
+    auto got = peers.recv(0, 6, x, sizeof x);
+    if (got) return "a message of another tag was taken";
+    if (got.errors().front().kind != het::ErrorKind::internal) return "not internal: " + het::test::error_text(got);
+    if (got.errors().front().message.find("sent tag 5 of 8 bytes; expected tag 6 of 8") == std::string::npos)
+      return "unnamed: " + het::test::error_text(got);
+    return "";
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+  }
+}
+
 TEST_CASE("TCP peers: a ring all-reduce over four ranks sums exactly, and CRC-32 is the standard one") {
   const int world = 4;
   std::vector<std::vector<float>> data(world);
   const auto errors = run_ranks(world, [&](int r, het::transport::Peers& peers) {
     data[r].resize(1000);
     for (std::size_t i = 0; i < data[r].size(); ++i) data[r][i] = float(r * 1000 + int(i));
-    return het::transport::all_reduce_sum(peers, {0, 1, 2, 3}, data[r].data(), data[r].size(), 7);
+    return het::test::error_text(het::transport::all_reduce_sum(peers, {0, 1, 2, 3}, data[r].data(), data[r].size(), 7));
   });
   for (int r = 0; r < world; ++r) {
     INFO("rank " << r << ": " << errors[r]);
@@ -364,13 +414,13 @@ TEST_CASE("TCP peers: reduce-scatter, all-gather and broadcast over three ranks"
   std::vector<std::vector<double>> rs(world), ag(world), bc(world);
   const auto errors = run_ranks(world, [&](int r, het::transport::Peers& peers) {
     rs[r].assign(10, double(r + 1));  // sums to 6 everywhere
-    std::string err = het::transport::reduce_scatter_sum(peers, group, rs[r].data(), 10, 1);
+    std::string err = het::test::error_text(het::transport::reduce_scatter_sum(peers, group, rs[r].data(), 10, 1));
     ag[r].assign(10, -1.0);
     const int c = het::transport::owned_chunk(group, r);
     for (std::size_t i = 10 * std::size_t(c) / 3; i < 10 * std::size_t(c + 1) / 3; ++i) ag[r][i] = double(c);
-    err += het::transport::all_gather(peers, group, ag[r].data(), 10, 2);
+    err += het::test::error_text(het::transport::all_gather(peers, group, ag[r].data(), 10, 2));
     bc[r].assign(5, r == 1 ? 42.0 : 0.0);
-    return err + het::transport::broadcast(peers, group, 1, bc[r].data(), 5, 3);
+    return err + het::test::error_text(het::transport::broadcast(peers, group, 1, bc[r].data(), 5, 3));
   });
   for (int r = 0; r < world; ++r) {
     INFO("rank " << r << ": " << errors[r]);
@@ -383,7 +433,7 @@ TEST_CASE("TCP peers: reduce-scatter, all-gather and broadcast over three ranks"
   }
 }
 
-TEST_CASE("TCP peers: a large message is carried while the receiver is busy, and frames sent before a close still arrive") {
+TEST_CASE("TCP peers: a large message is carried while the receiver is busy, frames sent before a close still arrive, and then the closed peer is lost (kind peer_lost)") {
   // 64 MiB is far beyond the socket buffers: without reading ahead, the sender's flush would
   // wait until the receiver asks for the message, and a transfer could not overlap compute.
   const std::size_t n = std::size_t(16) << 20;
@@ -395,18 +445,23 @@ TEST_CASE("TCP peers: a large message is carried while the receiver is busy, and
       for (std::size_t i = 0; i < n; ++i) x[i] = float(i % 1000);
       peers.send(1, 5, x.data(), n * sizeof(float));
       peers.send(1, 6, x.data(), 16);  // sent just before this rank closes its end
-      if (auto e = peers.flush(); !e.empty()) return e;
+      if (auto e = peers.flush(); !e) return het::test::error_text(e);
       flushed = true;
       return "";
     }
     for (int i = 0; i < 300 && !flushed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // "computing"
     if (!flushed) return "the sender's flush did not complete before the receiver asked for the message";
     got.resize(n);
-    if (auto e = peers.recv(0, 5, got.data(), n * sizeof(float)); !e.empty()) return e;
+    if (auto e = peers.recv(0, 5, got.data(), n * sizeof(float)); !e) return het::test::error_text(e);
     // Rank 0 may be gone by now: what it sent before still arrives, and then its absence shows.
     float tail[4];
-    if (auto e = peers.recv(0, 6, tail, 16); !e.empty()) return e;
+    if (auto e = peers.recv(0, 6, tail, 16); !e) return het::test::error_text(e);
     if (tail[3] != 3.0f) return "the last frame is wrong";
+    // Then its absence shows (when it closes, within the receive's wait), as a lost peer: the
+    // consequence of its end, not a cause here.
+    auto gone = peers.recv(0, 7, tail, 16);
+    if (gone) return "a receive from a closed peer succeeded";
+    if (gone.errors().front().kind != het::ErrorKind::peer_lost) return "a closed peer is not peer_lost: " + het::test::error_text(gone);
     return "";
   });
   for (int r = 0; r < 2; ++r) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "launch/worker_job.hpp"
+#include "launch/cause.hpp"
 #include "launch/workers.hpp"
 
 using het::launch::read_worker_job;
@@ -120,4 +121,31 @@ TEST_CASE("a worker that prints invalid UTF-8 reaches the supervisor as valid te
   const std::string r = "\xEF\xBF\xBD";
   CHECK(out == std::vector<std::string>{"ok", r + r + " bad " + r});
   CHECK(err == std::vector<std::string>{"err " + r});
+}
+
+TEST_CASE("root cause by kind: a worker's exit status carries its error's kind, and the first failure of the highest precedence is the cause") {
+  using het::ErrorKind;
+  using namespace het::launch;
+  for (ErrorKind k : {ErrorKind::invalid_input, ErrorKind::unsupported, ErrorKind::peer_lost, ErrorKind::hung, ErrorKind::killed,
+                      ErrorKind::aborted, ErrorKind::internal}) {
+    INFO(het::to_string(k));
+    CHECK(kind_of_exit(exit_status_of(k), 0) == k);
+    CHECK(exit_status_of(k) != 0);
+  }
+  CHECK(exit_status_of(ErrorKind::invalid_input) == 2);  // as every command's bad input
+  CHECK(kind_of_exit(1, 0) == ErrorKind::internal);
+  CHECK(kind_of_exit(99, 0) == ErrorKind::internal);      // a status no kind has
+  CHECK(kind_of_exit(-1, 9) == ErrorKind::killed);
+  CHECK(kind_of_exit(-1, 11) == ErrorKind::killed);       // a crash
+  // Consequences come before their cause as often as after it.
+  CHECK(root_cause({ErrorKind::peer_lost, ErrorKind::peer_lost, ErrorKind::killed, ErrorKind::peer_lost}) == 2);
+  CHECK(root_cause({ErrorKind::aborted, ErrorKind::peer_lost, ErrorKind::internal}) == 2);
+  CHECK(root_cause({ErrorKind::peer_lost, ErrorKind::aborted}) == 0);
+  CHECK(root_cause({ErrorKind::aborted, ErrorKind::unsupported, ErrorKind::hung}) == 2);
+  // Among equals, the first seen.
+  CHECK(root_cause({ErrorKind::hung, ErrorKind::killed}) == 0);
+  CHECK(root_cause({ErrorKind::invalid_input, ErrorKind::internal}) == 0);
+  CHECK(precedence(ErrorKind::killed) > precedence(ErrorKind::internal));
+  CHECK(precedence(ErrorKind::internal) > precedence(ErrorKind::peer_lost));
+  CHECK(precedence(ErrorKind::peer_lost) > precedence(ErrorKind::aborted));
 }

@@ -244,7 +244,9 @@ int ControlCommands::run_submit() {
               << std::endl;
     return 0;
   }
-  std::cerr << "error: " << (outcome.refused ? "" : "job " + outcome.job_id + " failed: ") << outcome.failure << "\n";
+  std::cerr << "error: "
+            << (outcome.refused ? "" : "job " + outcome.job_id + " failed (" + het::to_string(outcome.failure_kind) + "): ")
+            << outcome.failure << "\n";
   return outcome.refused ? 2 : 1;
 }
 

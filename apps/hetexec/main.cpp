@@ -14,6 +14,7 @@
 #include "input/input.hpp"
 #include "collective/collective.hpp"
 #include "job/placement.hpp"
+#include "launch/cause.hpp"
 #include "launch/local.hpp"
 #include "launch/workers.hpp"
 #include "options.hpp"
@@ -105,7 +106,8 @@ struct Job {
 het::Result<Job> load_job(const het::InputFiles& files, const std::optional<std::string>& data, std::uint64_t seed) {
   auto loaded = het::load_plan_inputs(files);
   if (!loaded) return loaded.errors();
-  if (auto why = het::runtime::unsupported(loaded->plan); !why.empty()) return het::Diagnostic{*files.plan, 0, 0, "", why};
+  if (auto why = het::runtime::unsupported(loaded->plan); !why.empty())
+    return het::Diagnostic{*files.plan, 0, 0, "", why, het::ErrorKind::unsupported};
   // Plans not completed by `hetplan simulate` or `search`: the same warm-ups and resharding
   // strategies the simulator would derive.
   loaded->plan = het::runtime::with_derived_fields(loaded->plan);
@@ -128,24 +130,27 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device) {
   // SIGKILL, which also ends a stopped worker (SIGTERM would wait for a SIGCONT).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1) return 1;
+  // An error ends the worker with the exit status of its kind, which its launcher reads back
+  // to tell a cause from its consequences (launch/cause.hpp).
+  auto fail = [](const het::Diagnostics& errors) {
+    for (const auto& e : errors) std::cerr << "error: " << e.to_string() << "\n";
+    return het::launch::exit_status_of(errors.front().kind);
+  };
   het::InputFiles files;
   files.plan = a.plan, files.model = a.model, files.cluster = a.cluster;
   auto job = load_job(files, a.data, a.seed);
   if (!job) {
-    for (const auto& e : job.errors()) std::cerr << "error: " << e.to_string() << "\n";
-    return 2;
+    return fail(job.errors());
   }
   auto backend = het::backend::open(a.backend, a.threads, device);
   if (!backend) {
-    for (const auto& e : backend.errors()) std::cerr << "error: " << e.to_string() << "\n";
-    return 2;
+    return fail(backend.errors());
   }
   std::unique_ptr<het::progress::Reporter> progress;
   if (a.progress_dir) {
     auto opened = het::progress::Reporter::open(*a.progress_dir, rank);
     if (!opened) {
-      for (const auto& e : opened.errors()) std::cerr << "error: " << e.to_string() << "\n";
-      return 2;
+      return fail(opened.errors());
     }
     progress = std::move(*opened);
   }
@@ -153,29 +158,25 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device) {
   if (a.token_file) {
     auto token = het::control::read_token_file(*a.token_file);
     if (!token) {
-      for (const auto& e : token.errors()) std::cerr << "error: " << e.to_string() << "\n";
-      return 2;
+      return fail(token.errors());
     }
     security.token = *token;
   }
   if (a.rendezvous_ca) security.tls = het::control::ClientTls{*a.rendezvous_ca, "", "", ""};
   auto rendezvous = het::rendezvous::open_rendezvous(a.rendezvous, security);
   if (!rendezvous) {
-    for (const auto& e : rendezvous.errors()) std::cerr << "error: " << e.to_string() << "\n";
-    return 2;
+    return fail(rendezvous.errors());
   }
   auto peers = het::transport::Peers::connect(rank, a.world, **rendezvous, 120, a.host);
   if (!peers) {
-    for (const auto& e : peers.errors()) std::cerr << "error: " << e.to_string() << "\n";
-    return 1;
+    return fail(peers.errors());
   }
   // Every rank's seat (host, device, subcluster) decides which groups run on NCCL.
   const auto& subcluster = het::program::Topology(job->plan).stage_of(rank).subcluster;
   const int ordinal = (*backend)->name() == "cuda" ? std::max(0, device) : -1;  // -1: the CPU
   auto seats = het::collective::exchange_seats(**rendezvous, rank, a.world, het::collective::seat_here(ordinal, subcluster), 120);
   if (!seats) {
-    for (const auto& e : seats.errors()) std::cerr << "error: " << e.to_string() << "\n";
-    return 1;
+    return fail(seats.errors());
   }
   het::collective::Fabric fabric(**peers, std::move(*seats), **rendezvous, ordinal, 120);
   het::runtime::Options opt;
@@ -219,13 +220,9 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device) {
                 << std::endl;
     });
   } catch (const std::exception& e) {
-    std::cerr << "error: " << (*backend)->name() << " backend: " << e.what() << "\n";
-    return 1;
+    return fail({het::failure(het::ErrorKind::internal, (*backend)->name() + " backend: " + e.what())});
   }
-  if (!reports) {
-    for (const auto& e : reports.errors()) std::cerr << "error: " << e.to_string() << "\n";
-    return 1;
-  }
+  if (!reports) return fail(reports.errors());
   if (rank == 0) {  // every rank's peak memory, for run-local / submit to print beside the prediction
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& m : memory) ranks.push_back(het::runtime::to_json(m));
@@ -313,8 +310,8 @@ int run_local(const JobArgs& a) {
   auto result = het::launch::run_local(
       lj, het::cli::StepPrinter(metrics.is_open() ? &metrics : nullptr, job->plan.model.training.zero_stage >= 1)
               .with_ranks(stage_of_rank, predicted_memory));
-  if (!result) {
-    for (const auto& e : result.errors()) std::cerr << "error: " << e.to_string() << "\n";
+  if (!result) {  // the root cause, with its kind (launch/cause.hpp)
+    for (const auto& e : result.errors()) std::cerr << "error: " << het::to_string(e.kind) << ": " << e.to_string() << "\n";
     return 1;
   }
   if (result->interrupted_by) {

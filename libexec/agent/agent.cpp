@@ -18,8 +18,10 @@
 #include <spdlog/spdlog.h>
 
 #include "control/admission.hpp"
+#include "control/error_kind.hpp"
 #include "hetexec.grpc.pb.h"
 #include "input/address.hpp"
+#include "launch/cause.hpp"
 #include "launch/worker_job.hpp"
 #include "launch/workers.hpp"
 #include "node/node.hpp"
@@ -152,9 +154,10 @@ struct Agent::State final : public pb::Agent::Service {
     if (last) j.closed = true;
     j.changed.notify_all();
   }
-  void post_error(Job& j, const std::string& message) {
+  void post_error(Job& j, ErrorKind kind, const std::string& message) {
     pb::Event e;
     e.mutable_error()->set_message(message);
+    e.mutable_error()->set_kind(control::to_proto(kind));
     post(j, std::move(e));
   }
   void post_finished(Job& j, bool ok) {
@@ -163,12 +166,12 @@ struct Agent::State final : public pb::Agent::Service {
     post(j, std::move(e));
   }
   // Ends a job that is still going: its workers are asked to stop; a prepared job ends at once.
-  void end_job(Job& j, const std::string& why) {
+  void end_job(Job& j, ErrorKind kind, const std::string& why) {
     if (j.state == Job::State::finished || j.state == Job::State::failed || j.stop_requested) return;
     log->warn("job={} event=stop reason=\"{}\"", j.id, why);
     j.detail = why;
     j.stop_requested = true;
-    post_error(j, why);
+    post_error(j, kind, why);
     if (j.state == Job::State::running) {
       j.workers.stop(2.0);
     } else {
@@ -393,14 +396,15 @@ struct Agent::State final : public pb::Agent::Service {
         failed = true;
         const std::string how = e.signal ? "was killed by signal " + std::to_string(e.signal) : "exited with status " + std::to_string(e.exit_code);
         const auto err = last_err.find(e.rank);
-        end_job(*j, "rank " + std::to_string(e.rank) + " " + how + (err != last_err.end() ? ": " + err->second : ""));
+        end_job(*j, launch::kind_of_exit(e.exit_code, e.signal),
+                "rank " + std::to_string(e.rank) + " " + how + (err != last_err.end() ? ": " + err->second : ""));
       }
     });
     std::lock_guard lock(mu);
-    if (!result) end_job(*j, to_string(result.errors()));
+    if (!result) end_job(*j, ErrorKind::internal, to_string(result.errors()));
     const bool ok = result && !failed && !j->stop_requested;
     j->state = ok ? Job::State::finished : Job::State::failed;
-    if (j->dropped_lines) post_error(*j, std::to_string(j->dropped_lines) + " lines of worker output were dropped");
+    if (j->dropped_lines) post_error(*j, ErrorKind::internal, std::to_string(j->dropped_lines) + " lines of worker output were dropped");
     post_finished(*j, ok);
     log->info("job={} event=finished ok={}", j->id, ok);
     retire(j->id);
@@ -428,7 +432,7 @@ struct Agent::State final : public pb::Agent::Service {
     std::lock_guard lock(mu);
     auto it = jobs.find(request->job_id());
     if (it == jobs.end()) return {grpc::StatusCode::NOT_FOUND, "no job '" + request->job_id().substr(0, 128) + "' on this node"};
-    end_job(*it->second, "aborted: " + (request->reason().empty() ? std::string("by request") : request->reason().substr(0, 1024)));
+    end_job(*it->second, ErrorKind::aborted, "aborted: " + (request->reason().empty() ? std::string("by request") : request->reason().substr(0, 1024)));
     return grpc::Status::OK;
   }
 
@@ -484,10 +488,10 @@ struct Agent::State final : public pb::Agent::Service {
       const auto now = Clock::now();
       for (auto& [id, j] : jobs) {
         if (j->lease_s > 0 && now > j->lease_deadline && (j->state == Job::State::prepared || j->state == Job::State::running))
-          end_job(*j, "the submitter's lease expired: no heartbeat for " + std::to_string(int(j->lease_s)) + " s");
+          end_job(*j, ErrorKind::aborted, "the submitter's lease expired: no heartbeat for " + std::to_string(int(j->lease_s)) + " s");
         if (j->state != Job::State::running || j->stop_requested || !j->watchdog) continue;
         if (auto stall = j->watchdog->check()) {
-          if (!stall->remote || j->watchdog->still_s() >= 1.5 * j->hang_bound_s) end_job(*j, stall->why);
+          if (!stall->remote || j->watchdog->still_s() >= 1.5 * j->hang_bound_s) end_job(*j, ErrorKind::hung, stall->why);
         }
       }
     }
@@ -542,7 +546,7 @@ void Agent::stop() {
       std::lock_guard lock(s.mu);
       s.stopping = true;
       for (auto& [id, j] : s.jobs) all.push_back(j);
-      for (auto& j : all) s.end_job(*j, "the agent is stopping");
+      for (auto& j : all) s.end_job(*j, ErrorKind::aborted, "the agent is stopping");
       s.stopped_cv.notify_all();
       for (auto& j : all) j->changed.notify_all();
     }

@@ -63,11 +63,14 @@ Result<std::unique_ptr<Backend>> open(const std::string& name, int threads, [[ma
 #ifdef HET_HAVE_CUDA
   if (name == "cuda") {  // host threads play no part: the device runs the kernels
     auto cuda = open_cuda(device);
-    if (!cuda.ok()) return Diagnostic{"", 0, 0, "backend", cuda.errors().front().message + " (available: " + known + ")"};
+    if (!cuda.ok())
+      return Diagnostic{"", 0, 0, "backend", cuda.errors().front().message + " (available: " + known + ")", ErrorKind::unsupported};
     return cuda;
   }
 #else
-  if (name == "cuda") return Diagnostic{"", 0, 0, "backend", "not built with CUDA: this hetexec was configured without nvcc (available: " + known + ")"};
+  if (name == "cuda")
+    return Diagnostic{"", 0, 0, "backend", "not built with CUDA: this hetexec was configured without nvcc (available: " + known + ")",
+                      ErrorKind::unsupported};
 #endif
   return Diagnostic{"", 0, 0, "backend", "unknown backend '" + name + "' (available: " + known + ")"};
 }

@@ -20,11 +20,11 @@ class TcpGroup final : public Group {
  public:
   TcpGroup(transport::Peers& peers, std::vector<int> ranks, std::uint32_t tag) : peers_(peers), ranks_(std::move(ranks)), tag_(tag) {}
   std::string transport() const override { return "tcp"; }
-  std::string all_reduce_sum(float* data, std::size_t n) override { return transport::all_reduce_sum(peers_, ranks_, data, n, tag_); }
-  std::string reduce_scatter_sum(float* data, std::size_t n) override {
+  Result<Done> all_reduce_sum(float* data, std::size_t n) override { return transport::all_reduce_sum(peers_, ranks_, data, n, tag_); }
+  Result<Done> reduce_scatter_sum(float* data, std::size_t n) override {
     return transport::reduce_scatter_sum(peers_, ranks_, data, n, tag_);
   }
-  std::string all_gather(float* data, std::size_t n) override { return transport::all_gather(peers_, ranks_, data, n, tag_); }
+  Result<Done> all_gather(float* data, std::size_t n) override { return transport::all_gather(peers_, ranks_, data, n, tag_); }
   Range owned(std::size_t n) const override {
     const std::size_t p = ranks_.size();
     if (p <= 1) return {0, n};
@@ -93,7 +93,7 @@ Result<std::vector<Seat>> exchange_seats(rendezvous::Rendezvous& rendezvous, int
     if (!value) return value.errors();
     const auto a = value->find('\n'), b = a == std::string::npos ? a : value->find('\n', a + 1);
     if (b == std::string::npos)
-      return Diagnostic{"", 0, 0, "seat-" + std::to_string(r), "rank " + std::to_string(r) + " published a malformed seat"};
+      return failure(ErrorKind::internal, "rank " + std::to_string(r) + " published a malformed seat", "seat-" + std::to_string(r));
     seats[std::size_t(r)] = {value->substr(0, a), value->substr(a + 1, b - a - 1), value->substr(b + 1)};
   }
   return seats;
@@ -125,7 +125,7 @@ Result<Group*> Fabric::group(const std::vector<int>& ranks, std::uint32_t tag) {
   const auto key = std::make_pair(tag, ranks);
   if (auto it = groups_.find(key); it != groups_.end()) return it->second.get();
   if (std::find(ranks.begin(), ranks.end(), peers_.rank()) == ranks.end())
-    return Diagnostic{"", 0, 0, "group", "rank " + std::to_string(peers_.rank()) + " is not a member of group " + list(ranks)};
+    return failure(ErrorKind::internal, "rank " + std::to_string(peers_.rank()) + " is not a member of group " + list(ranks), "group");
   std::unique_ptr<Group> made;
   const Choice choice = seats_.empty() ? Choice{false, "no seats were exchanged"} : choose(ranks, seats_, nccl_built());
 #ifdef HET_HAVE_NCCL

@@ -10,7 +10,8 @@
 //  * reduce_scatter_sum leaves data[owned(n)] summed over the members (the rest unspecified);
 //    the owned ranges of the members partition [0, n) and depend only on n and the member.
 //  * all_gather gives every member each member's data[owned(n)].
-//  * Errors are sentences (a dead peer, a timeout), never a hang.
+//  * Errors are values with a kind (a dead or silent peer: peer_lost; a device error:
+//    internal), never a hang.
 // NCCL communicators are created collectively; Fabric::group() must therefore be called by all
 // members of every group in one global order — the runtime asks in (tag, ranks) order, which
 // cannot deadlock (every rank creates its groups in increasing order of the same total order).
@@ -36,9 +37,9 @@ class Group {
  public:
   virtual ~Group() = default;
   virtual std::string transport() const = 0;  // "tcp" or "nccl"
-  virtual std::string all_reduce_sum(float* data, std::size_t n) = 0;
-  virtual std::string reduce_scatter_sum(float* data, std::size_t n) = 0;
-  virtual std::string all_gather(float* data, std::size_t n) = 0;
+  virtual Result<Done> all_reduce_sum(float* data, std::size_t n) = 0;
+  virtual Result<Done> reduce_scatter_sum(float* data, std::size_t n) = 0;
+  virtual Result<Done> all_gather(float* data, std::size_t n) = 0;
   virtual Range owned(std::size_t n) const = 0;
 };
 

@@ -27,43 +27,43 @@ class NcclGroup final : public Group {
     return {lo, std::min(n, lo + q)};
   }
 
-  std::string all_reduce_sum(float* data, std::size_t n) override {
-    if (n == 0) return "";
-    if (auto e = stage_in(data, 0, n, n); !e.empty()) return e;
-    if (auto r = comm_->all_reduce_sum(device_, n, DataType::f32, stream_); !r) return r.errors().front().message;
+  Result<Done> all_reduce_sum(float* data, std::size_t n) override {
+    if (n == 0) return Done{};
+    if (auto staged = stage_in(data, 0, n, n); !staged) return staged;
+    if (auto r = comm_->all_reduce_sum(device_, n, DataType::f32, stream_); !r) return r;
     return stage_out(data, 0, n);
   }
 
-  std::string reduce_scatter_sum(float* data, std::size_t n) override {
-    if (n == 0) return "";
+  Result<Done> reduce_scatter_sum(float* data, std::size_t n) override {
+    if (n == 0) return Done{};
     const std::size_t q = block(n), total = q * std::size_t(comm_->size());
-    if (auto e = stage_in(data, 0, n, total); !e.empty()) return e;
+    if (auto staged = stage_in(data, 0, n, total); !staged) return staged;
     float* mine = device_ + std::size_t(comm_->member()) * q;  // in place: recv = send + member·q
-    if (auto r = comm_->reduce_scatter_sum(device_, mine, q, DataType::f32, stream_); !r) return r.errors().front().message;
+    if (auto r = comm_->reduce_scatter_sum(device_, mine, q, DataType::f32, stream_); !r) return r;
     const Range o = owned(n);
     return stage_out(data, o.lo, o.hi - o.lo);
   }
 
-  std::string all_gather(float* data, std::size_t n) override {
-    if (n == 0) return "";
+  Result<Done> all_gather(float* data, std::size_t n) override {
+    if (n == 0) return Done{};
     const std::size_t q = block(n), total = q * std::size_t(comm_->size());
     const Range o = owned(n);
-    if (auto e = stage_in(data, o.lo, o.hi - o.lo, total); !e.empty()) return e;
+    if (auto staged = stage_in(data, o.lo, o.hi - o.lo, total); !staged) return staged;
     float* mine = device_ + std::size_t(comm_->member()) * q;  // in place: send = recv + member·q
-    if (auto r = comm_->all_gather(mine, device_, q, DataType::f32, stream_); !r) return r.errors().front().message;
+    if (auto r = comm_->all_gather(mine, device_, q, DataType::f32, stream_); !r) return r;
     return stage_out(data, 0, n);
   }
 
  private:
   std::size_t block(std::size_t n) const { return (n + std::size_t(comm_->size()) - 1) / std::size_t(comm_->size()); }
 
-  static std::string cuda_error(const char* what, cudaError_t e) {
-    return std::string("NCCL group staging: ") + what + ": " + cudaGetErrorString(e);
+  static Diagnostic cuda_error(const char* what, cudaError_t e) {
+    return failure(ErrorKind::internal, std::string("NCCL group staging: ") + what + ": " + cudaGetErrorString(e));
   }
   // Grows the device buffer to `total` elements and copies host[lo, lo + count) to the same
   // place on the device. The rest is not cleared: what it sums or gathers (the padding past n,
   // the other members' blocks before an all-gather) is overwritten or never read back.
-  std::string stage_in(const float* host, std::size_t lo, std::size_t count, std::size_t total) {
+  Result<Done> stage_in(const float* host, std::size_t lo, std::size_t count, std::size_t total) {
     if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess) return cuda_error("cudaSetDevice", e);
     if (total > capacity_) {
       if (device_ != nullptr) cudaFree(device_);
@@ -75,14 +75,14 @@ class NcclGroup final : public Group {
     if (cudaError_t e = cudaMemcpyAsync(device_ + lo, host + lo, count * sizeof(float), cudaMemcpyHostToDevice, stream_);
         e != cudaSuccess)
       return cuda_error("copy to the device", e);
-    return "";
+    return Done{};
   }
-  std::string stage_out(float* host, std::size_t lo, std::size_t count) {
+  Result<Done> stage_out(float* host, std::size_t lo, std::size_t count) {
     if (cudaError_t e = cudaMemcpyAsync(host + lo, device_ + lo, count * sizeof(float), cudaMemcpyDeviceToHost, stream_);
         e != cudaSuccess)
       return cuda_error("copy to the host", e);
     if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) return cuda_error("cudaStreamSynchronize", e);
-    return "";
+    return Done{};
   }
 
   std::unique_ptr<Communicator> comm_;
@@ -100,7 +100,7 @@ Result<std::unique_ptr<Group>> make_nccl_group(const std::string& name, const st
   if (!comm) return comm.errors();
   cudaStream_t stream = nullptr;
   if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess)
-    return Diagnostic{"", 0, 0, "", std::string("NCCL group '") + name + "': cannot create a stream: " + cudaGetErrorString(e)};
+    return failure(ErrorKind::internal, std::string("NCCL group '") + name + "': cannot create a stream: " + cudaGetErrorString(e));
   return std::unique_ptr<Group>(std::make_unique<NcclGroup>(std::move(*comm), cuda_ordinal, stream));
 }
 

@@ -14,16 +14,16 @@
 #include <mutex>
 #include <thread>
 
+#include "launch/cause.hpp"
 #include "launch/workers.hpp"
 #include "progress/progress.hpp"
-#include "transport/tcp.hpp"
 
 namespace het::launch {
 
 Result<LocalResult> run_local(const LocalJob& job, const std::function<void(const std::string&)>& on_line) {
   namespace fs = std::filesystem;
   std::string dir = (fs::temp_directory_path() / "hetexec-XXXXXX").string();
-  if (!mkdtemp(dir.data())) return Diagnostic{"", 0, 0, "", std::string("cannot create a rendezvous directory: ") + std::strerror(errno)};
+  if (!mkdtemp(dir.data())) return failure(ErrorKind::internal, std::string("cannot create a rendezvous directory: ") + std::strerror(errno));
   // SIGINT and SIGTERM arrive as reads of a signalfd while the run lasts (no handler, no global
   // state); the workers start with the usual signal mask (WorkerGroup).
   sigset_t stop_signals, previous;
@@ -61,12 +61,13 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
   LocalResult result;
   WorkerGroup group;
   std::mutex mu;
-  // Failed ranks; the root cause is chosen once all have ended: a rank killed by a signal we
-  // did not send, else one whose error is not a peer's disappearance, else the first.
+  // Failed ranks; the root cause is chosen by kind once all have ended (cause.hpp): a rank
+  // killed by a signal we did not send or hung, else one with an error of its own, else the
+  // first that lost a peer.
   struct Failed {
     int rank;
     std::string why;
-    int score;
+    ErrorKind kind;
   };
   std::vector<Failed> failed;
   std::map<int, std::string> last_error;
@@ -86,7 +87,7 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
         if (auto stall = watchdog.check()) {
           std::lock_guard lock(mu);
           if (failed.empty() && !interrupted_by) {
-            failed.push_back({stall->rank, stall->why, 4});
+            failed.push_back({stall->rank, stall->why, ErrorKind::hung});
             group.stop(2);  // SIGTERM, then SIGKILL: a stopped process ends by the second
           }
         }
@@ -124,29 +125,23 @@ Result<LocalResult> run_local(const LocalJob& job, const std::function<void(cons
     if (e.signal == SIGINT && !interrupted_by) interrupted_by = SIGINT, group.stop(2);
     if (interrupted_by) return;  // ranks that lost their peers on the way down
     std::string why = last_error.count(e.rank) ? last_error[e.rank] : "";
-    int score = 1;
-    if (e.signal) {
-      why = "killed by signal " + std::to_string(e.signal) + (why.empty() ? "" : "; " + why);
-      score = 3;
-    } else if (!transport::lost_peer(why)) {
-      score = 2;
-    }
+    if (e.signal) why = "killed by signal " + std::to_string(e.signal) + (why.empty() ? "" : "; " + why);
     if (why.empty()) why = "exit status " + std::to_string(e.exit_code);
-    failed.push_back({e.rank, why, score});
+    failed.push_back({e.rank, why, kind_of_exit(e.exit_code, e.signal)});
     if (failed.size() == 1) stop_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   });
   finished = true;
   watcher.join();
   result.interrupted_by = interrupted_by;
   if (!run) return run.errors();
-  std::string failure;
   if (!failed.empty() && !result.interrupted_by) {
-    const Failed* root = &failed.front();
-    for (const auto& f : failed)
-      if (f.score > root->score) root = &f;
-    failure = (root->score == 4 ? root->why : "rank " + std::to_string(root->rank) + " failed: " + root->why) + " (logs in " + dir + ")";
+    std::vector<ErrorKind> kinds;
+    for (const auto& f : failed) kinds.push_back(f.kind);
+    const Failed& root = failed[root_cause(kinds)];
+    // The watchdog's verdict names its rank already.
+    return failure(root.kind, (root.kind == ErrorKind::hung ? root.why : "rank " + std::to_string(root.rank) + " failed: " + root.why) +
+                                  " (logs in " + dir + ")");
   }
-  if (!failure.empty()) return Diagnostic{"", 0, 0, "", failure};
   std::error_code ec;
   fs::remove_all(dir, ec);
   return result;

@@ -88,20 +88,20 @@ Result<LoopbackLink> measure_loopback(double seconds_each) {
     std::vector<char> buffer;
     for (;;) {
       std::uint64_t batch[2] = {0, 0};
-      if (auto e = (*peers)->recv(0, kBatch, batch, sizeof batch); !e.empty()) {
-        echo_error = e;
+      if (auto got = (*peers)->recv(0, kBatch, batch, sizeof batch); !got) {
+        echo_error = got.errors().front().message;
         return;
       }
       if (batch[1] == 0) return;
       buffer.resize(batch[0]);
       for (std::uint64_t i = 0; i < batch[1]; ++i) {
-        if (auto e = (*peers)->recv(0, kPayload, buffer.data(), buffer.size()); !e.empty()) {
-          echo_error = e;
+        if (auto got = (*peers)->recv(0, kPayload, buffer.data(), buffer.size()); !got) {
+          echo_error = got.errors().front().message;
           return;
         }
         (*peers)->send(0, kPayload, buffer.data(), buffer.size());
       }
-      (*peers)->flush();
+      (void)(*peers)->flush();  // a failed write shows as the next receive's error
     }
   });
   auto peers = transport::Peers::connect(0, 2, rendezvous, kTimeout);
@@ -119,7 +119,7 @@ Result<LoopbackLink> measure_loopback(double seconds_each) {
     for (int i = 0; i < count && error.empty(); ++i) {
       const std::int64_t t0 = profiler::nanoseconds_now(profiler::Clock::wall);
       (*peers)->send(1, kPayload, out.data(), out.size());
-      error = (*peers)->recv(1, kPayload, back.data(), back.size());
+      if (auto got = (*peers)->recv(1, kPayload, back.data(), back.size()); !got) error = got.errors().front().message;
       one_way.push_back(0.5 * profiler::seconds_since(t0, profiler::Clock::wall));
     }
     return one_way;
@@ -144,7 +144,7 @@ Result<LoopbackLink> measure_loopback(double seconds_each) {
   }
   const std::uint64_t end[2] = {0, 0};
   (*peers)->send(1, kBatch, end, sizeof end);
-  (*peers)->flush();
+  if (auto flushed = (*peers)->flush(); !flushed && error.empty()) error = flushed.errors().front().message;
   echo.join();
   if (!error.empty() || !echo_error.empty())
     return fail("a message between two ranks over 127.0.0.1 failed: " + (error.empty() ? echo_error : error));

@@ -29,7 +29,19 @@ struct RendezvousClient::Connection {
     const auto state = channel->GetState(false);
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_CONNECTING)
       text += " (the server could not be reached" + std::string(security.tls ? ", or the TLS handshake failed)" : ")");
-    return Diagnostic{"", 0, 0, "", text};
+    // A server gone or silent, or a key not published in time: a peer (submit, another rank)
+    // is lost; refused credentials or arguments: invalid input; anything else: ours.
+    ErrorKind kind = ErrorKind::internal;
+    switch (status.error_code()) {
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+      case grpc::StatusCode::CANCELLED: kind = ErrorKind::peer_lost; break;
+      case grpc::StatusCode::UNAUTHENTICATED:
+      case grpc::StatusCode::PERMISSION_DENIED:
+      case grpc::StatusCode::INVALID_ARGUMENT: kind = ErrorKind::invalid_input; break;
+      default: break;
+    }
+    return Diagnostic{"", 0, 0, "", text, kind};
   }
 };
 

@@ -53,7 +53,7 @@ Result<std::string> DirectoryRendezvous::wait(const std::string& key, double tim
       return value;
     }
     if (std::chrono::steady_clock::now() >= deadline)
-      return problem(dir_, "'" + key + "' was not published within " + seconds(timeout_s) + " s");
+      return Diagnostic{dir_, 0, 0, "", "'" + key + "' was not published within " + seconds(timeout_s) + " s", ErrorKind::peer_lost};
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

@@ -78,16 +78,16 @@ Bucket whole_bucket(const std::vector<P*>& params) {
   return b;
 }
 
-std::string connect(std::vector<Bucket>& buckets, collective::Fabric& fabric, std::uint32_t tag, bool zero) {
+Result<Done> connect(std::vector<Bucket>& buckets, collective::Fabric& fabric, std::uint32_t tag, bool zero) {
   for (auto& b : buckets) {
     auto comm = fabric.group(b.group, tag);
-    if (!comm) return comm.errors().front().to_string();
+    if (!comm) return comm.errors();
     b.comm = *comm;
     const collective::Range own = zero ? b.comm->owned(b.size) : collective::Range{0, b.size};
     b.lo = own.lo, b.hi = own.hi;
     b.m.assign(b.hi - b.lo, 0.0f), b.v.assign(b.hi - b.lo, 0.0f);
   }
-  return "";
+  return Done{};
 }
 
 void pack_gradients(Bucket& b) { pack(b, &P::grad, b.grad, true); }

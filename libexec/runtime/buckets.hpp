@@ -38,8 +38,8 @@ std::vector<Bucket> buckets_of(const Plan& plan, const program::Topology& topolo
 // One bucket of all the parameters, owned whole and summed by no one.
 Bucket whole_bucket(const std::vector<model::Param<float>*>& params);
 // Gives every bucket its group (asked for in the buckets' order) and the part of it this rank
-// owns (all of it, or with ZeRO its share), with zeroed moments. Errors: the fabric's, as a sentence.
-std::string connect(std::vector<Bucket>& buckets, collective::Fabric& fabric, std::uint32_t tag, bool zero);
+// owns (all of it, or with ZeRO its share), with zeroed moments. Errors: the fabric's.
+Result<Done> connect(std::vector<Bucket>& buckets, collective::Fabric& fabric, std::uint32_t tag, bool zero);
 
 // The parameters' gradients into b.grad, each chunk times its weight (1/tp for a copy every TP
 // shard holds whole).

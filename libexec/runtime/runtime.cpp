@@ -20,12 +20,13 @@ namespace het::runtime {
 
 namespace {
 
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// A failure deep in a step (a transport error, a broken invariant), carried to run_rank.
+struct Failure {
+  Diagnostic why;
 };
 
-void check(const std::string& err) {
-  if (!err.empty()) throw Failure(err);
+void check(const Result<Done>& done) {
+  if (!done) throw Failure{done.errors().front()};
 }
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -65,8 +66,8 @@ std::vector<float> assemble(const std::vector<Piece>& held, const program::Block
     filled += region.elements();
   }
   if (filled != want.elements())
-    throw Failure("internal: the resharding program left " + std::to_string(want.elements()) + " elements covered by " +
-                  std::to_string(filled));
+    throw Failure{failure(ErrorKind::internal, "the resharding program left " + std::to_string(want.elements()) +
+                                                   " elements covered by " + std::to_string(filled))};
   return out;
 }
 
@@ -351,7 +352,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   const program::StageHops hops = program::hops_of(plan, topo, me);
   std::vector<Bucket> sync = buckets_of(plan, topo, me, model->params());
   const bool zero = plan.model.training.zero_stage >= 1;
-  if (auto err = connect(sync, *fabric, kSync, zero); !err.empty()) return Diagnostic{"", 0, 0, "rank " + std::to_string(me), err};
+  if (auto connected = connect(sync, *fabric, kSync, zero); !connected) return connected.errors();
   std::size_t optimizer_state = 0;
   for (const auto& bucket : sync) optimizer_state += 2 * (bucket.hi - bucket.lo);
   // What the rank holds besides activations, constant over the run; the meter samples it with
@@ -445,7 +446,9 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     if (opt.memory) gather_memory(peers, meter.peak(), *opt.memory);
     at(progress::Activity::finished, "done");
   } catch (const Failure& f) {
-    return Diagnostic{"", 0, 0, "rank " + std::to_string(me), f.what()};
+    Diagnostic why = f.why;
+    why.path = "rank " + std::to_string(me);
+    return why;
   }
   return reports;
 }

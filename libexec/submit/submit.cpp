@@ -13,14 +13,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include "control/admission.hpp"
+#include "control/error_kind.hpp"
 #include "control/status.hpp"
 #include "hetexec.grpc.pb.h"
 #include "input/address.hpp"
 #include "input/input.hpp"
+#include "launch/cause.hpp"
 #include "runtime/runtime.hpp"
 #include "rendezvous/server.hpp"
 #include "spec/limits.hpp"
-#include "transport/tcp.hpp"
 
 namespace het::submit {
 
@@ -126,6 +127,13 @@ std::string random_job_id() {
   return buf;
 }
 
+// The kind of an agent's failure to answer a call: gone (killed) or silent (hung); else ours.
+ErrorKind unreachable(const grpc::Status& st) {
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return ErrorKind::killed;
+  if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return ErrorKind::hung;
+  return ErrorKind::internal;
+}
+
 job::Offer offer_of(const pb::DescribeResponse& d) {
   job::Offer o;
   for (const auto& dev : d.devices()) {
@@ -134,13 +142,6 @@ job::Offer offer_of(const pb::DescribeResponse& d) {
   }
   if (o.kind.empty()) o.kind = "cpu";
   return o;
-}
-
-// How likely a failure is the root cause of the others.
-int score(const std::string& why) {
-  if (transport::lost_peer(why) || why.find("stopping") != std::string::npos) return 1;
-  if (why.find("signal") != std::string::npos || why.find(" hung: ") != std::string::npos) return 3;
-  return 2;
 }
 
 }  // namespace
@@ -246,7 +247,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
   // 4. Start, follow every node's events, renew the lease.
   struct Failure {
     std::string why;
-    int score;
+    ErrorKind kind;
   };
   std::mutex mu;
   std::condition_variable cv;
@@ -255,10 +256,10 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
   std::size_t finished_ok = 0;
   bool stepped = false, done = false;
   std::vector<std::unique_ptr<grpc::ClientContext>> streams(n);
-  auto fail = [&](const std::string& why, int s) {  // callers hold mu
+  auto fail = [&](const std::string& why, ErrorKind kind) {  // callers hold mu
     if (done) return;
     if (failures.empty()) first_failure = Clock::now();
-    failures.push_back({why, s});
+    failures.push_back({why, kind});
     cv.notify_all();
   };
   for (std::size_t i = 0; i < n; ++i) streams[i] = context(o.security, 0);
@@ -277,17 +278,17 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
           if (on_line) on_line(e.line().text());
           if (e.line().text().find("\"step\"") != std::string::npos) stepped = true, cv.notify_all();
         } else if (e.has_error()) {
-          fail(a.name() + ": " + e.error().message(), score(e.error().message()));
+          fail(a.name() + ": " + e.error().message(), control::from_proto(e.error().kind()));
         } else if (e.has_finished()) {
           finished = true;
           if (e.finished().ok()) ++finished_ok;
-          else fail(a.name() + ": the job failed there", 0);
+          else fail(a.name() + ": the job failed there", ErrorKind::aborted);
           cv.notify_all();
         }
       }
       auto st = reader->Finish();
       std::lock_guard lock(mu);
-      if (!finished && !done) fail(a.name() + ": lost the agent (" + control::describe(st) + ")", 4);
+      if (!finished && !done) fail(a.name() + ": lost the agent (" + control::describe(st) + ")", ErrorKind::killed);
     });
   each(n, [&](std::size_t i) {
     pb::StartRequest req;
@@ -296,7 +297,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     auto ctx = context(o.security, o.call_timeout_s);
     auto st = (*agents)[i].stub->Start(ctx.get(), req, &resp);
     std::lock_guard lock(mu);
-    if (!st.ok()) fail((*agents)[i].name() + ": cannot start: " + control::describe(st), 4);
+    if (!st.ok()) fail((*agents)[i].name() + ": cannot start: " + control::describe(st), unreachable(st));
   });
   if (on_status) on_status("started " + std::to_string(program::Topology(o.plan).ranks()) + " ranks");
   if (!o.detach)
@@ -318,7 +319,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
           else if (std::chrono::duration<double>(Clock::now() - last_ok).count() > o.heartbeat_timeout_s)
             fail((*agents)[i].name() + ": stopped answering for " + std::to_string(int(o.heartbeat_timeout_s)) + " s (" +
                      control::describe(st) + ")",
-                 4);
+                 ErrorKind::hung);
         }
       });
   {
@@ -331,11 +332,11 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     }
     done = true;
     cv.notify_all();
-    if (!failures.empty()) {
-      const Failure* root = &failures.front();
-      for (const auto& f : failures)
-        if (f.score > root->score) root = &f;
-      out.failure = root->why;
+    if (!failures.empty()) {  // the root cause, by kind (launch/cause.hpp)
+      std::vector<ErrorKind> kinds;
+      for (const auto& f : failures) kinds.push_back(f.kind);
+      const Failure& root = failures[launch::root_cause(kinds)];
+      out.failure = root.why, out.failure_kind = root.kind;
     }
     out.ok = failures.empty();
   }

@@ -60,6 +60,7 @@ struct Outcome {
   bool ok = false;
   bool refused = false;  // nothing started: the plan or a node's devices did not fit (exit 2)
   std::string failure;   // "node a100/1 (127.0.0.1:5001): ..." when !ok
+  ErrorKind failure_kind = ErrorKind::invalid_input;  // of the root cause (launch/cause.hpp) when !ok
 };
 
 // Runs the job. on_line sees rank 0's stdout lines; on_status short progress sentences.

@@ -24,19 +24,23 @@ std::string seconds(double s) {
   return text;
 }
 
-Diagnostic problem(std::string what) { return Diagnostic{"", 0, 0, "", std::move(what)}; }
+Diagnostic problem(std::string what) { return failure(ErrorKind::internal, std::move(what)); }
+
+// A remote member's failure or a broken connection (NCCL's socket and remote errors) is a lost
+// peer; anything else NCCL reports is ours.
+ErrorKind kind_of(ncclResult_t r) { return r == ncclRemoteError || r == ncclSystemError ? ErrorKind::peer_lost : ErrorKind::internal; }
 
 }  // namespace
 
 std::string uid_key(const std::string& group) { return "nccl-" + group + "-uid"; }
 
-Diagnostic Communicator::fail(const std::string& what, const std::string& why) {
+Diagnostic Communicator::fail(const std::string& what, const std::string& why, ErrorKind kind) {
   if (comm_ != nullptr && !aborted_) {
     ncclCommAbort(comm_);  // frees it; later calls on this communicator are refused
     aborted_ = true;
   }
-  return problem("NCCL " + what + " in group '" + group_ + "' (member " + std::to_string(member_) + " of " +
-                 std::to_string(size_) + "): " + why);
+  return failure(kind, "NCCL " + what + " in group '" + group_ + "' (member " + std::to_string(member_) + " of " +
+                           std::to_string(size_) + "): " + why);
 }
 
 Result<Done> Communicator::settle(const std::string& what, int result) {
@@ -46,15 +50,16 @@ Result<Done> Communicator::settle(const std::string& what, int result) {
     if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
     return text;
   };
-  if (result != ncclSuccess && result != ncclInProgress) return fail(what, why(static_cast<ncclResult_t>(result)));
+  if (result != ncclSuccess && result != ncclInProgress)
+    return fail(what, why(static_cast<ncclResult_t>(result)), kind_of(static_cast<ncclResult_t>(result)));
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
   for (;;) {
     ncclResult_t state = ncclSuccess;
-    if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return fail(what, why(r));
+    if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return fail(what, why(r), kind_of(r));
     if (state == ncclSuccess) return Done{};
-    if (state != ncclInProgress) return fail(what, why(state));
+    if (state != ncclInProgress) return fail(what, why(state), kind_of(state));
     if (Clock::now() >= deadline)
-      return fail(what, "did not finish within " + seconds(timeout_s_) + " s (is every member alive?); aborted");
+      return fail(what, "did not finish within " + seconds(timeout_s_) + " s (is every member alive?); aborted", ErrorKind::peer_lost);
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
@@ -64,13 +69,13 @@ Result<Done> Communicator::finish(const std::string& what, cudaStream_t stream) 
   for (;;) {
     const cudaError_t done = cudaStreamQuery(stream);
     if (done == cudaSuccess) return Done{};
-    if (done != cudaErrorNotReady) return fail(what, std::string("CUDA error ") + cudaGetErrorString(done));
+    if (done != cudaErrorNotReady) return fail(what, std::string("CUDA error ") + cudaGetErrorString(done), ErrorKind::internal);
     ncclResult_t state = ncclSuccess;
     ncclCommGetAsyncError(comm_, &state);
     if (state != ncclSuccess && state != ncclInProgress)
-      return fail(what, std::string(ncclGetErrorString(state)) + " (a peer failed or left)");
+      return fail(what, std::string(ncclGetErrorString(state)) + " (a peer failed or left)", ErrorKind::peer_lost);
     if (Clock::now() >= deadline)
-      return fail(what, "did not finish within " + seconds(timeout_s_) + " s (is every member alive?); aborted");
+      return fail(what, "did not finish within " + seconds(timeout_s_) + " s (is every member alive?); aborted", ErrorKind::peer_lost);
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
@@ -101,8 +106,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const std::string& gr
   } else {
     auto text = rendezvous.wait(uid_key(group), timeout_s);
     if (!text)
-      return problem("NCCL group '" + group + "': no unique id from its first rank " + std::to_string(ranks[0]) + ": " +
-                     text.errors().front().message);
+      return failure(ErrorKind::peer_lost, "NCCL group '" + group + "': no unique id from its first rank " +
+                                               std::to_string(ranks[0]) + ": " + text.errors().front().message);
     auto raw = from_hex(*text);
     if (!raw || raw->size() != sizeof id.internal)
       return problem("NCCL group '" + group + "': the unique id under " + uid_key(group) + " is not " +

@@ -69,7 +69,7 @@ class Communicator {
   Result<Done> run(const std::string& what, Call&& call, cudaStream_t stream);
   Result<Done> settle(const std::string& what, int result);  // waits out ncclInProgress
   Result<Done> finish(const std::string& what, cudaStream_t stream);  // waits for the stream
-  Diagnostic fail(const std::string& what, const std::string& why);
+  Diagnostic fail(const std::string& what, const std::string& why, ErrorKind kind);  // aborts the communicator
 
   std::string group_;
   int size_ = 0, member_ = 0;

@@ -32,6 +32,8 @@ struct Header {
 static_assert(sizeof(Header) == 24);
 
 std::string sys(const std::string& what) { return what + ": " + std::strerror(errno); }
+Diagnostic lost(std::string what) { return failure(ErrorKind::peer_lost, std::move(what)); }
+Diagnostic ours(std::string what) { return failure(ErrorKind::internal, std::move(what)); }
 
 bool write_all(int fd, const char* p, std::size_t n) {
   while (n > 0) {
@@ -43,34 +45,29 @@ bool write_all(int fd, const char* p, std::size_t n) {
   return true;
 }
 
-// Reads exactly n bytes, waiting at most timeout_s for each chunk.
-std::string read_all(int fd, char* p, std::size_t n, double timeout_s, int peer) {
+// Reads exactly n bytes, waiting at most timeout_s for each chunk. A peer that closes, resets
+// or stays silent is lost (peer_lost: the consequence of its failure, not a cause here).
+Result<Done> read_all(int fd, char* p, std::size_t n, double timeout_s, int peer) {
   while (n > 0) {
     pollfd pfd{fd, POLLIN, 0};
     int r = ::poll(&pfd, 1, static_cast<int>(timeout_s * 1000));
-    if (r == 0) return "no data from rank " + std::to_string(peer) + " for " + std::to_string(int(timeout_s)) + " s";
+    if (r == 0) return lost("no data from rank " + std::to_string(peer) + " for " + std::to_string(int(timeout_s)) + " s");
     if (r < 0) {
       if (errno == EINTR) continue;
-      return sys("poll");
+      return ours(sys("poll"));
     }
     ssize_t got = ::recv(fd, p, n, 0);
-    if (got == 0) return "rank " + std::to_string(peer) + " closed the connection";
+    if (got == 0) return lost("rank " + std::to_string(peer) + " closed the connection");
     if (got < 0) {
       if (errno == EINTR) continue;
-      return sys("recv from rank " + std::to_string(peer));
+      return lost(sys("recv from rank " + std::to_string(peer)));
     }
     p += got, n -= std::size_t(got);
   }
-  return "";
+  return Done{};
 }
 
 }  // namespace
-
-bool lost_peer(const std::string& error) {
-  for (const char* sign : {"closed the connection", "reset by", "no data from rank"})
-    if (error.find(sign) != std::string::npos) return true;
-  return false;
-}
 
 std::uint32_t crc32(const void* data, std::size_t n) {
   // zlib's CRC-32 (the IEEE polynomial), in pieces that fit its uInt length.
@@ -102,7 +99,11 @@ std::string endpoint_key(int rank) { return "rank-" + std::to_string(rank) + ".e
 
 Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, rendezvous::Rendezvous& rendezvous, double timeout_s,
                                              const std::string& host) {
-  auto fail = [&](std::string what) { return Diagnostic{"", 0, 0, "rank " + std::to_string(rank), std::move(what)}; };
+  // Errors are ours (internal) but where a peer did not show up or answer (peer_lost) and
+  // where the rendezvous refused (its kind: a wrong token is invalid input).
+  auto fail = [&](std::string what, ErrorKind kind = ErrorKind::internal) {
+    return failure(kind, std::move(what), "rank " + std::to_string(rank));
+  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   auto seconds_left = [&] { return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count(); };
   int listener = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -115,7 +116,7 @@ Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, rendezvous::R
   ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return fail("'" + host + "' is not an IPv4 address");
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return fail("'" + host + "' is not an IPv4 address", ErrorKind::invalid_input);
   addr.sin_port = 0;
   if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 || ::listen(listener, world) < 0)
     return fail(sys("bind/listen"));
@@ -123,7 +124,7 @@ Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, rendezvous::R
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
   if (auto published = rendezvous.publish(endpoint_key(rank), host + ":" + std::to_string(ntohs(addr.sin_port)));
       !published)
-    return fail("cannot publish this rank's endpoint: " + to_string(published.errors()));
+    return fail("cannot publish this rank's endpoint: " + to_string(published.errors()), published.errors().front().kind);
   // The connections made so far; closed when connecting fails part way.
   struct Connections {
     std::vector<int> fds;
@@ -135,7 +136,7 @@ Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, rendezvous::R
   // Connect to every lower rank, announcing ourselves.
   for (int peer = 0; peer < rank; ++peer) {
     auto endpoint = rendezvous.wait(endpoint_key(peer), std::max(0.0, seconds_left()));
-    if (!endpoint) return fail("rank " + std::to_string(peer) + "'s endpoint: " + to_string(endpoint.errors()));
+    if (!endpoint) return fail("rank " + std::to_string(peer) + "'s endpoint: " + to_string(endpoint.errors()), endpoint.errors().front().kind);
     sockaddr_in to{};
     if (!parse_endpoint(*endpoint, to))
       return fail("rank " + std::to_string(peer) + " published '" + *endpoint + "', not an IPv4 host:port");
@@ -143,23 +144,23 @@ Result<std::unique_ptr<Peers>> Peers::connect(int rank, int world, rendezvous::R
     if (fd < 0) return fail(sys("socket"));
     made.fds[std::size_t(peer)] = fd;
     if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) < 0)
-      return fail(sys("connect to rank " + std::to_string(peer) + " at " + *endpoint));
+      return fail(sys("connect to rank " + std::to_string(peer) + " at " + *endpoint), ErrorKind::peer_lost);
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     std::int32_t me = rank;
-    if (!write_all(fd, reinterpret_cast<const char*>(&me), sizeof me)) return fail(sys("handshake"));
+    if (!write_all(fd, reinterpret_cast<const char*>(&me), sizeof me)) return fail(sys("handshake"), ErrorKind::peer_lost);
   }
   // Accept every higher rank.
   for (int k = rank + 1; k < world; ++k) {
     pollfd pfd{listener, POLLIN, 0};
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) <= 0)
-      return fail("timed out waiting for higher ranks to connect");
+      return fail("timed out waiting for higher ranks to connect", ErrorKind::peer_lost);
     int fd = ::accept(listener, nullptr, nullptr);
     if (fd < 0) return fail(sys("accept"));
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     std::int32_t who = -1;
-    auto err = read_all(fd, reinterpret_cast<char*>(&who), sizeof who, timeout_s, -1);
-    if (!err.empty() || who <= rank || who >= world || made.fds[std::size_t(who)] >= 0) {
+    auto read = read_all(fd, reinterpret_cast<char*>(&who), sizeof who, timeout_s, -1);
+    if (!read || who <= rank || who >= world || made.fds[std::size_t(who)] >= 0) {
       ::close(fd);
       return fail("bad handshake from a connecting peer");
     }
@@ -177,7 +178,7 @@ struct Peers::Link {
   std::condition_variable cv;
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::vector<char>>> queue;  // (queued at, frame)
   bool stop = false, busy = false;
-  std::string error;
+  std::optional<Diagnostic> error;    // the first write that failed
   double bandwidth = 0, latency = 0;    // shaping; 0: none
   std::thread thread;
   // Receiving: frames read ahead by `reader` as they arrive, taken by recv(); after the last
@@ -189,7 +190,7 @@ struct Peers::Link {
     std::vector<char> payload;
   };
   std::deque<Frame> inbox;
-  std::string in_error;
+  std::optional<Diagnostic> in_error;
   std::atomic<bool> in_stop{false};
   std::thread reader;
 };
@@ -227,7 +228,7 @@ Peers::~Peers() {
 // computes (the receiver's side of the overlap; send() is the sender's). Waits for the start
 // of a frame as long as it takes (idle links are normal); the body of a frame must keep coming.
 void Peers::reader_loop(Link& l) {
-  auto fail = [&](std::string why) {
+  auto fail = [&](Diagnostic why) {
     std::lock_guard<std::mutex> lock(l.in_mutex);
     l.in_error = std::move(why);
     l.in_cv.notify_all();
@@ -236,15 +237,16 @@ void Peers::reader_loop(Link& l) {
     pollfd pfd{l.fd, POLLIN, 0};
     const int r = ::poll(&pfd, 1, 100);
     if (r == 0 || (r < 0 && errno == EINTR)) continue;
-    if (r < 0) return fail(sys("poll"));
+    if (r < 0) return fail(ours(sys("poll")));
     Header h{};
-    if (auto err = read_all(l.fd, reinterpret_cast<char*>(&h), sizeof h, 3600, l.peer); !err.empty()) return fail(err);
-    if (h.magic != kMagic) return fail("garbage from rank " + std::to_string(l.peer) + " (not a hetexec frame)");
-    if (h.length > (std::uint64_t(1) << 40)) return fail("rank " + std::to_string(l.peer) + " announced a frame of " + std::to_string(h.length) + " bytes");
+    if (auto read = read_all(l.fd, reinterpret_cast<char*>(&h), sizeof h, 3600, l.peer); !read) return fail(read.errors().front());
+    if (h.magic != kMagic) return fail(ours("garbage from rank " + std::to_string(l.peer) + " (not a hetexec frame)"));
+    if (h.length > (std::uint64_t(1) << 40))
+      return fail(ours("rank " + std::to_string(l.peer) + " announced a frame of " + std::to_string(h.length) + " bytes"));
     Link::Frame f{h.tag, std::vector<char>(h.length)};
-    if (auto err = read_all(l.fd, f.payload.data(), f.payload.size(), 3600, l.peer); !err.empty()) return fail(err);
+    if (auto read = read_all(l.fd, f.payload.data(), f.payload.size(), 3600, l.peer); !read) return fail(read.errors().front());
     if (crc32(f.payload.data(), f.payload.size()) != h.crc)
-      return fail("corrupt message from rank " + std::to_string(l.peer) + " (CRC-32 mismatch)");
+      return fail(ours("corrupt message from rank " + std::to_string(l.peer) + " (CRC-32 mismatch)"));
     std::lock_guard<std::mutex> lock(l.in_mutex);
     l.inbox.push_back(std::move(f));
     l.in_cv.notify_all();
@@ -309,40 +311,40 @@ void Peers::sender_loop(Link& l) {
     const bool ok = write_all(l.fd, f.data(), f.size());
     lock.lock();
     l.busy = false;
-    if (!ok && l.error.empty()) l.error = sys("send to rank " + std::to_string(l.peer));
+    if (!ok && !l.error) l.error = lost(sys("send to rank " + std::to_string(l.peer)));
     l.cv.notify_all();
   }
 }
 
-std::string Peers::flush() {
+Result<Done> Peers::flush() {
   for (auto& l : links_) {
     if (!l) continue;
     std::unique_lock<std::mutex> lock(l->mutex);
     l->cv.wait(lock, [&] { return (l->queue.empty() && !l->busy) || l->stop; });
-    if (!l->error.empty()) return l->error;
+    if (l->error) return *l->error;
   }
-  return "";
+  return Done{};
 }
 
-std::string Peers::recv(int peer, std::uint32_t tag, void* data, std::size_t bytes) {
+Result<Done> Peers::recv(int peer, std::uint32_t tag, void* data, std::size_t bytes) {
   Link& l = *links_[std::size_t(peer)];
   std::unique_lock<std::mutex> lock(l.in_mutex);
   const bool arrived = l.in_cv.wait_for(lock, std::chrono::duration<double>(timeout_s_),
-                                        [&] { return !l.inbox.empty() || !l.in_error.empty(); });
+                                        [&] { return !l.inbox.empty() || l.in_error; });
   if (l.inbox.empty()) {  // frames that came before an error are still delivered
-    if (!arrived) return "no data from rank " + std::to_string(peer) + " for " + std::to_string(int(timeout_s_)) + " s";
-    return l.in_error;
+    if (!arrived) return lost("no data from rank " + std::to_string(peer) + " for " + std::to_string(int(timeout_s_)) + " s");
+    return *l.in_error;
   }
   Link::Frame f = std::move(l.inbox.front());
   l.inbox.pop_front();
   lock.unlock();
   if (f.payload.size() != bytes || f.tag != tag)
-    return "rank " + std::to_string(peer) + " sent tag " + std::to_string(f.tag) + " of " + std::to_string(f.payload.size()) +
-           " bytes; expected tag " + std::to_string(tag) + " of " + std::to_string(bytes);
+    return ours("rank " + std::to_string(peer) + " sent tag " + std::to_string(f.tag) + " of " + std::to_string(f.payload.size()) +
+                " bytes; expected tag " + std::to_string(tag) + " of " + std::to_string(bytes));
   if (bytes) std::memcpy(data, f.payload.data(), bytes);
   std::lock_guard<std::mutex> count_lock(count_mutex_);
   counts_[tag].received += bytes;
-  return "";
+  return Done{};
 }
 
 namespace {
@@ -370,8 +372,8 @@ int owned_chunk(const std::vector<int>& group, int rank) {
 }
 
 template <class T>
-std::string reduce_scatter_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
-  if (group.size() <= 1 || n == 0) return "";
+Result<Done> reduce_scatter_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
+  if (group.size() <= 1 || n == 0) return Done{};
   const Ring ring(peers, group, n);
   std::vector<T> buf(n / std::size_t(ring.p) + 1);
   // After p-1 steps member `me` holds the full sum of chunk me+1.
@@ -379,51 +381,51 @@ std::string reduce_scatter_sum(Peers& peers, const std::vector<int>& group, T* d
     auto [so, sn] = ring.chunk(ring.me - s);
     auto [ro, rn] = ring.chunk(ring.me - s - 1);
     peers.send(ring.right, tag, data + so, sn * sizeof(T));
-    if (auto err = peers.recv(ring.left, tag, buf.data(), rn * sizeof(T)); !err.empty()) return err;
+    if (auto got = peers.recv(ring.left, tag, buf.data(), rn * sizeof(T)); !got) return got;
     for (std::size_t i = 0; i < rn; ++i) data[ro + i] += buf[i];
   }
-  return "";
+  return Done{};
 }
 
 template <class T>
-std::string all_gather(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
-  if (group.size() <= 1 || n == 0) return "";
+Result<Done> all_gather(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
+  if (group.size() <= 1 || n == 0) return Done{};
   const Ring ring(peers, group, n);
   for (int s = 0; s < ring.p - 1; ++s) {
     auto [so, sn] = ring.chunk(ring.me + 1 - s);
     auto [ro, rn] = ring.chunk(ring.me - s);
     peers.send(ring.right, tag, data + so, sn * sizeof(T));
-    if (auto err = peers.recv(ring.left, tag, data + ro, rn * sizeof(T)); !err.empty()) return err;
+    if (auto got = peers.recv(ring.left, tag, data + ro, rn * sizeof(T)); !got) return got;
   }
-  return "";
+  return Done{};
 }
 
 template <class T>
-std::string all_reduce_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
-  if (auto err = reduce_scatter_sum(peers, group, data, n, tag); !err.empty()) return err;
+Result<Done> all_reduce_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag) {
+  if (auto got = reduce_scatter_sum(peers, group, data, n, tag); !got) return got;
   return all_gather(peers, group, data, n, tag);
 }
 
 template <class T>
-std::string broadcast(Peers& peers, const std::vector<int>& group, int root, T* data, std::size_t n, std::uint32_t tag) {
-  if (group.size() <= 1 || n == 0) return "";
+Result<Done> broadcast(Peers& peers, const std::vector<int>& group, int root, T* data, std::size_t n, std::uint32_t tag) {
+  if (group.size() <= 1 || n == 0) return Done{};
   const Ring ring(peers, group, n);
   const int r = static_cast<int>(std::find(group.begin(), group.end(), root) - group.begin());
   const int from_root = (ring.me - r + ring.p) % ring.p;  // hops from the root along the ring
   if (from_root != 0)
-    if (auto err = peers.recv(ring.left, tag, data, n * sizeof(T)); !err.empty()) return err;
+    if (auto got = peers.recv(ring.left, tag, data, n * sizeof(T)); !got) return got;
   if (from_root != ring.p - 1) peers.send(ring.right, tag, data, n * sizeof(T));
-  return "";
+  return Done{};
 }
 
 #define HET_COLLECTIVES(T)                                                                                          \
-  template std::string reduce_scatter_sum<T>(Peers&, const std::vector<int>&, T*, std::size_t, std::uint32_t);      \
-  template std::string all_gather<T>(Peers&, const std::vector<int>&, T*, std::size_t, std::uint32_t);              \
-  template std::string broadcast<T>(Peers&, const std::vector<int>&, int, T*, std::size_t, std::uint32_t);
+  template Result<Done> reduce_scatter_sum<T>(Peers&, const std::vector<int>&, T*, std::size_t, std::uint32_t);      \
+  template Result<Done> all_gather<T>(Peers&, const std::vector<int>&, T*, std::size_t, std::uint32_t);              \
+  template Result<Done> broadcast<T>(Peers&, const std::vector<int>&, int, T*, std::size_t, std::uint32_t);
 HET_COLLECTIVES(float)
 HET_COLLECTIVES(double)
 
-template std::string all_reduce_sum<float>(Peers&, const std::vector<int>&, float*, std::size_t, std::uint32_t);
-template std::string all_reduce_sum<double>(Peers&, const std::vector<int>&, double*, std::size_t, std::uint32_t);
+template Result<Done> all_reduce_sum<float>(Peers&, const std::vector<int>&, float*, std::size_t, std::uint32_t);
+template Result<Done> all_reduce_sum<double>(Peers&, const std::vector<int>&, double*, std::size_t, std::uint32_t);
 
 }  // namespace het::transport

@@ -5,7 +5,9 @@
 // full socket buffers); frames are read ahead by one reader thread per peer as they arrive, so
 // a transfer proceeds while both ranks compute. A receive takes the next frame from the peer,
 // waiting at most the timeout for it, and reports a closed peer (after its last frames), a
-// timeout, a tag out of order or a corrupt payload as an error value.
+// timeout, a tag out of order or a corrupt payload as an error value with its kind: a peer
+// that closed, reset or stayed silent is ErrorKind::peer_lost (the consequence of another
+// rank's failure); a frame out of order or corrupt is ErrorKind::internal.
 // Link emulation: a connection can be shaped to a bandwidth and latency (a token bucket: a
 // frame leaves when the link has carried the previous ones, and arrives `latency` later), so
 // a heterogeneous cluster's slow links can be reproduced on one machine.
@@ -18,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,10 +31,6 @@
 namespace het::transport {
 
 std::uint32_t crc32(const void* data, std::size_t n);
-
-// Whether a rank's error says that a peer went away (closed, reset, silent) — the consequence
-// of another rank's failure rather than a cause; launchers use it to name the root cause.
-bool lost_peer(const std::string& error);
 
 class Peers {
  public:
@@ -50,10 +49,9 @@ class Peers {
   // Queues a message (copied); returns at once.
   void send(int peer, std::uint32_t tag, const void* data, std::size_t bytes);
   // Receives the next message from `peer`, which must carry `tag` and `bytes` bytes.
-  // Returns an empty string, or what went wrong.
-  std::string recv(int peer, std::uint32_t tag, void* data, std::size_t bytes);
+  Result<Done> recv(int peer, std::uint32_t tag, void* data, std::size_t bytes);
   // Waits until every queued message is written (or the first write error).
-  std::string flush();
+  Result<Done> flush();
   // Shapes the connection to `peer` (bytes per second, seconds); bandwidth 0: unshaped.
   void shape(int peer, double bandwidth, double latency);
 
@@ -83,14 +81,14 @@ class Peers {
 // partial sums). Ring all-gather: member i contributes chunk (i+1) mod p; afterwards all hold
 // every chunk. All-reduce = reduce-scatter + all-gather; every member ends with the same bits.
 template <class T>
-std::string reduce_scatter_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag);
+Result<Done> reduce_scatter_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag);
 template <class T>
-std::string all_gather(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag);
+Result<Done> all_gather(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag);
 template <class T>
-std::string all_reduce_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag);
+Result<Done> all_reduce_sum(Peers& peers, const std::vector<int>& group, T* data, std::size_t n, std::uint32_t tag);
 // The root's n elements to every member, along the ring.
 template <class T>
-std::string broadcast(Peers& peers, const std::vector<int>& group, int root, T* data, std::size_t n, std::uint32_t tag);
+Result<Done> broadcast(Peers& peers, const std::vector<int>& group, int root, T* data, std::size_t n, std::uint32_t tag);
 // Member i's chunk index after reduce_scatter_sum (the chunk it owns in full).
 int owned_chunk(const std::vector<int>& group, int rank);
 

@@ -2,6 +2,19 @@
 
 namespace het {
 
+const char* to_string(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::invalid_input: return "invalid input";
+    case ErrorKind::unsupported: return "unsupported";
+    case ErrorKind::peer_lost: return "peer lost";
+    case ErrorKind::hung: return "hung";
+    case ErrorKind::killed: return "killed";
+    case ErrorKind::aborted: return "aborted";
+    case ErrorKind::internal: return "internal";
+  }
+  return "internal";
+}
+
 std::string Diagnostic::to_string() const {
   std::string out;
   if (!file.empty()) {
