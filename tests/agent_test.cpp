@@ -181,6 +181,20 @@ TEST_CASE("a worker that hangs fails the job on every node, naming its node and 
   CHECK(all_gone({"worker", agents.root()}, 15));
 }
 
+TEST_CASE("an agent stopped with SIGTERM is named as the cause (killed), not the nodes whose ranks lost its ranks") {
+  het::test::TempDir dir;
+  const std::string token = dir.write_private("token", "tok");
+  Agents agents(token);
+  Background submitter(submit_args(agents, token, {"--steps", "100000", "--seed", "626262"}));
+  REQUIRE(submitter.wait_for_output("tokens/s", 120));  // the step table: the ranks train
+  agents[1].signal(SIGTERM);                           // node a100/1 stops
+  auto r = submitter.wait(60);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("failed (killed): node a100/1"));
+  CHECK(all_gone({"worker", agents.root()}, 15));
+}
+
 TEST_CASE("when the submitter dies, the agents stop the job within its lease") {
   het::test::TempDir dir;
   const std::string token = dir.write_private("token", "tok");

@@ -546,7 +546,7 @@ void Agent::stop() {
       std::lock_guard lock(s.mu);
       s.stopping = true;
       for (auto& [id, j] : s.jobs) all.push_back(j);
-      for (auto& j : all) s.end_job(*j, ErrorKind::aborted, "the agent is stopping");
+      for (auto& j : all) s.end_job(*j, ErrorKind::killed, "the agent is stopping");  // this node goes away: a cause, not a consequence
       s.stopped_cv.notify_all();
       for (auto& j : all) j->changed.notify_all();
     }

@@ -19,8 +19,8 @@ enum class ErrorKind {
   unsupported,    // valid, but this build, backend or node cannot run it
   peer_lost,      // another rank or process went away or fell silent: a consequence
   hung,           // a process made no progress within its bound (the watchdog's verdict)
-  killed,         // a process ended by a signal nobody on our side sent, or a node vanished
-  aborted,        // stopped on request: an abort, an interrupt, a lease, another node's failure
+  killed,         // a process ended by a signal nobody on our side sent, or a node vanished or stopped
+  aborted,        // stopped on request: an abort, a lease, another node's failure
   internal,       // a failure of ours: a corrupt frame, a device error, a broken invariant
 };
 
