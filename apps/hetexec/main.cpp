@@ -20,6 +20,7 @@
 #include "options.hpp"
 #include "progress/progress.hpp"
 #include "spec/catalog.hpp"
+#include "runtime/checkpoints.hpp"
 #include "runtime/runtime.hpp"
 #include "control/credentials.hpp"
 #include "rendezvous/open.hpp"
@@ -35,6 +36,7 @@
 #include <csignal>
 #include <cstring>
 #include <thread>
+#include "checkpoint_commands.hpp"
 #include "control_commands.hpp"
 #include "machine_commands.hpp"
 #include "progress.hpp"
@@ -95,6 +97,9 @@ struct JobArgs {
   double time_dilation = 1;  // runtime::Options::time_dilation
   int gpus = 0;     // spread the ranks over this many GPUs; 0: every GPU found
   std::optional<double> hang_timeout;  // the watchdog's bound; 0: none; unset: the default
+  std::optional<std::string> checkpoint_dir, resume;  // launch::WorkerJob's
+  int checkpoint_every = 0, checkpoint_keep = 0;
+  std::optional<int> die_rank, die_step;  // a test's fault (WorkerJob::die_rank)
 };
 
 // The plan and the data every rank uses.
@@ -179,7 +184,21 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device) {
     return fail(seats.errors());
   }
   het::collective::Fabric fabric(**peers, std::move(*seats), **rendezvous, ordinal, 120);
+  std::optional<het::checkpoint::Checkpoint> resume;
+  if (a.resume) {
+    auto opened = het::checkpoint::Checkpoint::open(*a.resume);
+    if (!opened) return fail(opened.errors());
+    resume = std::move(*opened);
+  }
   het::runtime::Options opt;
+  opt.resume = resume ? &*resume : nullptr;
+  if (a.checkpoint_dir) {
+    opt.checkpointing.dir = *a.checkpoint_dir;
+    opt.checkpointing.every = a.checkpoint_every, opt.checkpointing.keep = a.checkpoint_keep;
+    opt.checkpointing.about = {{"seed", a.seed}, {"lr", a.lr}, {"data", a.data ? *a.data : "synthetic"},
+                               {"resumed_from", resume ? resume->dir() : ""}};
+    if (a.die_rank == rank) opt.checkpointing.die_while_saving = a.die_step;
+  }
   opt.fabric = &fabric;
   opt.steps = a.steps;
   opt.seed = a.seed;
@@ -212,12 +231,18 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device) {
   try {
     reports = het::runtime::run_rank(job->plan, **peers, **backend, job->batches, opt, [&](const het::runtime::StepReport& r) {
       if (rank != 0) return;
-      if (r.step == 0)
+      if (r.step == (resume ? resume->step() : 0)) {
+        if (resume) std::cout << "resumed from " << resume->dir() << " at step " << resume->step() << std::endl;
         std::cout << nlohmann::json{{"backend", (*backend)->describe()}, {"links", links}, {"collectives", fabric.summary()},
                                     {"lr", a.lr}, {"optimizer_state", r.optimizer_state}}.dump()
                   << std::endl;
+      }
       std::cout << nlohmann::json{{"step", r.step}, {"loss", r.loss}, {"step_s", r.seconds}, {"tokens_per_s", tokens / r.seconds}}.dump()
                 << std::endl;
+      if (!r.checkpoint.empty())
+        std::cout << nlohmann::json{{"checkpoint", r.checkpoint}, {"next_step", r.step + 1}, {"bytes", r.checkpoint_bytes},
+                                    {"seconds", r.checkpoint_s}}.dump()
+                  << std::endl;
     });
   } catch (const std::exception& e) {
     return fail({het::failure(het::ErrorKind::internal, (*backend)->name() + " backend: " + e.what())});
@@ -246,6 +271,33 @@ int run_local(const JobArgs& a) {
   if (auto backend = het::backend::open(a.backend, 1); !backend) {  // before any worker starts
     for (const auto& e : backend.errors()) std::cerr << "error: " << e.to_string() << "\n";
     return 2;
+  }
+  if (a.checkpoint_dir.has_value() != (a.checkpoint_every > 0)) {
+    std::cerr << "error: " << (a.checkpoint_dir ? "--checkpoint-dir needs --checkpoint-every N" : "--checkpoint-every and --keep need --checkpoint-dir")
+              << "\n";
+    return 2;
+  }
+  if (a.checkpoint_keep > 0 && !a.checkpoint_dir) {
+    std::cerr << "error: --keep needs --checkpoint-dir\n";
+    return 2;
+  }
+  int first_step = 0;
+  if (a.resume) {  // the checkpoint checked before any worker starts
+    auto from = het::checkpoint::Checkpoint::open(*a.resume);
+    if (!from) {
+      for (const auto& e : from.errors()) std::cerr << "error: " << e.to_string() << "\n";
+      return 2;
+    }
+    if (auto why = het::runtime::resume_problem(*from, job->plan.model); !why.empty()) {
+      std::cerr << "error: --resume " << *a.resume << ": " << why << "\n";
+      return 2;
+    }
+    if (from->step() >= a.steps) {
+      std::cerr << "error: --resume " << *a.resume << ": the checkpoint " << from->dir() << " is at step " << from->step() << "; --steps "
+                << a.steps << " counts from the start of training, so nothing is left to run\n";
+      return 2;
+    }
+    first_step = from->step();
   }
   het::launch::LocalJob lj;
   char self[4096] = {};
@@ -279,6 +331,8 @@ int run_local(const JobArgs& a) {
   w.steps = a.steps, w.seed = a.seed, w.lr = a.lr;
   w.backend = a.backend, w.threads = threads, w.time_dilation = a.time_dilation;
   w.emulate_links = a.emulate_links, w.emulate_devices = a.emulate_devices;
+  w.checkpoint_dir = a.checkpoint_dir, w.resume = a.resume, w.checkpoint_every = a.checkpoint_every, w.checkpoint_keep = a.checkpoint_keep;
+  w.die_rank = a.die_rank, w.die_step = a.die_step;
   // More busy ranks than cores: they contend, and the step times measured are not the plan's.
   if (a.backend == "cpu" && a.time_dilation * cores < double(lj.world * threads))
     std::cout << "note: " << lj.world << " ranks × " << threads << " thread" << (threads == 1 ? "" : "s") << " share " << cores
@@ -304,7 +358,9 @@ int run_local(const JobArgs& a) {
       return 2;
     }
   }
-  std::cout << "running " << lj.world << " ranks of " << *a.files.plan << " for " << a.steps << " steps on the "
+  std::cout << "running " << lj.world << " ranks of " << *a.files.plan << " for "
+            << (first_step > 0 ? "steps " + std::to_string(first_step) + " to " + std::to_string(a.steps - 1) : std::to_string(a.steps) + " steps")
+            << " on the "
             << a.backend << " backend, " << threads << " thread" << (threads == 1 ? "" : "s") << " per rank\n";
   auto [stage_of_rank, predicted_memory] = het::cli::rank_memory_predictions(job->plan);
   auto result = het::launch::run_local(
@@ -407,6 +463,19 @@ int main(int argc, char** argv) {
                     "call a rank hung and stop the run when no rank has made progress for this many seconds (default: "
                     "five predicted steps as the run executes them, at least 10; 0: never)")
       ->check(CLI::Range(0.0, 86400.0));
+  local->add_option("--checkpoint-dir", job.checkpoint_dir,
+                    "write checkpoints under this directory (each rank its part, in safetensors files; docs/checkpoints.md)");
+  local->add_option("--checkpoint-every", job.checkpoint_every, "with --checkpoint-dir: a checkpoint after every N steps and after the last")
+      ->check(CLI::PositiveNumber);
+  local->add_option("--keep", job.checkpoint_keep, "with --checkpoint-dir: keep the newest K checkpoints (default: all)")
+      ->check(CLI::PositiveNumber);
+  local->add_option("--resume", job.resume,
+                    "start from a checkpoint (its directory, or a --checkpoint-dir: the newest complete one), on this plan or any "
+                    "other of the same model; --steps counts from the start of training");
+  local->add_option("--fault-die-rank", job.die_rank, "a test's fault: this rank dies halfway through writing a checkpoint")
+      ->group("")->check(CLI::NonNegativeNumber);
+  local->add_option("--fault-die-step", job.die_step, "a test's fault: the step of the checkpoint --fault-die-rank dies writing")
+      ->group("")->check(CLI::PositiveNumber);
   local->add_option("--trace", job.trace, "write every rank's timeline as a Chrome trace (the simulator's event names)");
   local->add_option("--traffic-out", job.traffic,
                     "write every rank's bytes by kind, measured by the transport, beside the rank program's (JSON)");
@@ -418,6 +487,7 @@ int main(int argc, char** argv) {
   worker->add_option("--rank", worker_rank, "this rank")->required()->check(CLI::NonNegativeNumber);
   worker->add_option("--device", worker_device, "the CUDA device ordinal of this rank (cuda backend)")->check(CLI::NonNegativeNumber);
   het::cli::ControlCommands control(app, het::kVersion);
+  het::cli::CheckpointCommands checkpoints(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -426,6 +496,7 @@ int main(int argc, char** argv) {
   }
   if (int code = control.run(); code >= 0) return code;
   if (int code = machine.run(); code >= 0) return code;
+  if (int code = checkpoints.run(); code >= 0) return code;
   if (prepare->parsed()) return run_prepare_data(text_file, output);
   if (local->parsed()) return run_local(job);
   if (worker->parsed()) {

@@ -44,6 +44,14 @@ class StepPrinter {
       if (metrics_) *metrics_ << line << "\n" << std::flush;
       return;
     }
+    if (j.contains("checkpoint") && j["checkpoint"].is_string()) {
+      const double mb = j.value("bytes", 0.0) / 1e6, s = j.value("seconds", 0.0);
+      char buf[160];
+      std::snprintf(buf, sizeof buf, " (%.1f MB in %.3f s%s)", mb, s, s > 0 ? (", " + std::to_string(int(mb / s)) + " MB/s").c_str() : "");
+      std::cout << "checkpoint: " << j["checkpoint"].get<std::string>() << ", training resumes there at step " << j.value("next_step", 0) << buf
+                << std::endl;
+      return;
+    }
     if (!j.contains("step")) {
       std::cout << line << std::endl;
       return;

@@ -23,10 +23,12 @@ constexpr std::uint64_t kMaxJobFileBytes = 1 << 20;
 // node are the same binary, so this guards against stale files, not against skew).
 constexpr int kVersion = 1;
 
-constexpr std::array<std::string_view, 22> kFields = {
-    "version", "plan",    "model",    "cluster",       "data",          "steps",           "seed",  "lr",
-    "backend", "threads", "slowdown", "time_dilation", "emulate_links", "emulate_devices", "world", "rendezvous",
-    "host",    "token_file", "rendezvous_ca", "progress_dir", "trace_events", "traffic_events"};
+constexpr std::array<std::string_view, 28> kFields = {
+    "version",        "plan",         "model",          "cluster",          "data",            "steps",
+    "seed",           "lr",           "backend",        "threads",          "slowdown",        "time_dilation",
+    "emulate_links",  "emulate_devices", "world",       "rendezvous",       "host",            "token_file",
+    "rendezvous_ca",  "progress_dir", "trace_events",   "traffic_events",   "checkpoint_dir",  "resume",
+    "checkpoint_every", "checkpoint_keep", "die_rank",  "die_step"};
 
 // Reads one field of `j` into `out`, or records why it cannot.
 class Reader {
@@ -58,6 +60,9 @@ class Reader {
         out = int(v->get<std::int64_t>());
       else fail(key, "must be an integer");
     }
+  }
+  void integer(const char* key, std::optional<int>& out) {
+    if (find(key, false)) integer(key, out.emplace(), false);
   }
   void unsigned64(const char* key, std::uint64_t& out) {
     if (const auto* v = find(key, false)) {
@@ -105,8 +110,13 @@ nlohmann::json to_json(const WorkerJob& w) {
                       {"host", w.host}};
   for (auto [key, value] : {std::pair{"model", &w.model}, {"cluster", &w.cluster}, {"data", &w.data}, {"token_file", &w.token_file},
                             {"rendezvous_ca", &w.rendezvous_ca}, {"progress_dir", &w.progress_dir},
-                            {"trace_events", &w.trace_events}, {"traffic_events", &w.traffic_events}})
+                            {"trace_events", &w.trace_events}, {"traffic_events", &w.traffic_events},
+                            {"checkpoint_dir", &w.checkpoint_dir}, {"resume", &w.resume}})
     if (*value) j[key] = **value;
+  if (w.checkpoint_every) j["checkpoint_every"] = w.checkpoint_every;
+  if (w.checkpoint_keep) j["checkpoint_keep"] = w.checkpoint_keep;
+  if (w.die_rank) j["die_rank"] = *w.die_rank;
+  if (w.die_step) j["die_step"] = *w.die_step;
   return j;
 }
 
@@ -123,6 +133,12 @@ Diagnostics check(const WorkerJob& w, const std::string& file) {
   if (w.world < 1) fail("world", "must be at least 1, not " + std::to_string(w.world));
   if (w.rendezvous.empty()) fail("rendezvous", "must name a directory or grpc://HOST:PORT/JOB");
   if (w.host.empty()) fail("host", "must be an IPv4 address");
+  if (w.checkpoint_dir && w.checkpoint_every < 1) fail("checkpoint_every", "must be at least 1 with a checkpoint_dir");
+  if (!w.checkpoint_dir && (w.checkpoint_every || w.checkpoint_keep)) fail("checkpoint_dir", "is missing: checkpoint_every or checkpoint_keep is set");
+  if (w.checkpoint_every < 0) fail("checkpoint_every", "must not be negative");
+  if (w.checkpoint_keep < 0) fail("checkpoint_keep", "must not be negative");
+  if (w.die_rank.has_value() != w.die_step.has_value()) fail("die_rank", "and die_step come together");
+  if (w.die_rank && (*w.die_rank < 0 || *w.die_rank >= w.world)) fail("die_rank", "must be a rank of the job");
   // Paths travel to open(2): an embedded NUL would silently cut them.
   auto path = [&](const char* key, const std::string& p) {
     if (p.find('\0') != std::string::npos) fail(key, "contains a NUL byte");
@@ -130,7 +146,8 @@ Diagnostics check(const WorkerJob& w, const std::string& file) {
   path("plan", w.plan), path("rendezvous", w.rendezvous);
   for (auto [key, value] : {std::pair{"model", &w.model}, {"cluster", &w.cluster}, {"data", &w.data}, {"token_file", &w.token_file},
                             {"rendezvous_ca", &w.rendezvous_ca}, {"progress_dir", &w.progress_dir},
-                            {"trace_events", &w.trace_events}, {"traffic_events", &w.traffic_events}})
+                            {"trace_events", &w.trace_events}, {"traffic_events", &w.traffic_events},
+                            {"checkpoint_dir", &w.checkpoint_dir}, {"resume", &w.resume}})
     if (*value) path(key, **value);
   return out;
 }
@@ -158,6 +175,9 @@ Result<WorkerJob> worker_job_from_json(const nlohmann::json& j, const std::strin
   r.text("host", w.host, true);
   r.text("token_file", w.token_file), r.text("rendezvous_ca", w.rendezvous_ca), r.text("progress_dir", w.progress_dir);
   r.text("trace_events", w.trace_events), r.text("traffic_events", w.traffic_events);
+  r.text("checkpoint_dir", w.checkpoint_dir), r.text("resume", w.resume);
+  r.integer("checkpoint_every", w.checkpoint_every, false), r.integer("checkpoint_keep", w.checkpoint_keep, false);
+  r.integer("die_rank", w.die_rank), r.integer("die_step", w.die_step);
   for (auto& e : r.take()) errors.push_back(std::move(e));
   if (!errors.empty()) return errors;
   if (version != kVersion)

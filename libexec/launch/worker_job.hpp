@@ -42,6 +42,14 @@ struct WorkerJob {
   // What each rank writes besides its output: PREFIX.<rank>.
   std::optional<std::string> trace_events, traffic_events;
 
+  // Checkpoints (runtime::Options::checkpointing): written under checkpoint_dir every
+  // checkpoint_every steps (>= 1 when a directory is set) and after the last, the newest
+  // checkpoint_keep kept (0: all); resume: a checkpoint, or a directory of them (the newest).
+  std::optional<std::string> checkpoint_dir, resume;
+  int checkpoint_every = 0, checkpoint_keep = 0;
+  // A test's fault: rank die_rank dies halfway through writing the checkpoint of step die_step.
+  std::optional<int> die_rank, die_step;
+
   friend bool operator==(const WorkerJob&, const WorkerJob&) = default;
 };
 

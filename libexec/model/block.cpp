@@ -14,41 +14,36 @@ Block<T>::Block(const Shape& s, int layer, int rank, int tp, std::uint64_t seed)
     : s_(s), Hs_(s.H / tp), KHs_(s.KH / tp), Fs_(s.F / tp), params_(count) {
   const bool gpt = s.arch == Architecture::gpt;
   const std::string prefix = "layer" + std::to_string(layer) + ".";
-  const std::int64_t C = s.C, D = s.D;
-  // name, local size, init, local -> global index.
-  auto make = [&](Index i, const char* name, std::int64_t size, Init init, std::function<std::int64_t(std::int64_t)> g) {
+  const std::int64_t C = s.C, D = s.D, HD = std::int64_t(s.H) * D, KD = std::int64_t(s.KH) * D, F = s.F;
+  // name, init, where the shard sits in the full tensor.
+  auto make = [&](Index i, const char* name, Init init, Slice slice) {
     Param<T>& q = params_[i];
     q.name = prefix + name;
-    q.value.assign(std::size_t(size), T(0));
-    initialise(q, seed, init, s.L, g);
+    q.slice = std::move(slice);
+    initialise(q, seed, init, s.L);
   };
-  auto same = [](std::int64_t i) { return i; };
-  // A block of rows [row0, row0 + rows) of a [*, cols] matrix.
-  auto rows = [](std::int64_t row0, std::int64_t cols) { return [=](std::int64_t i) { return row0 * cols + i; }; };
-  // Columns [col0, col0 + ncols) of a [rows, full_cols] matrix, stored [rows, ncols].
-  auto cols = [](std::int64_t col0, std::int64_t ncols, std::int64_t full) {
-    return [=](std::int64_t i) { return (i / ncols) * full + col0 + i % ncols; };
-  };
+  using S = Slice;
+  // Column-parallel weights hold rows [x0, x0 + n) of [out, C], row-parallel ones columns of [C, in].
   const std::int64_t q0 = rank * Hs_ * D, kv0 = rank * KHs_ * D, f0 = std::int64_t(rank) * Fs_;
-  make(ln1_w, "ln1_w", C, Init::ones, same);
-  make(wq, "wq", Hs_ * D * C, Init::normal, rows(q0, C));
-  make(wk, "wk", KHs_ * D * C, Init::normal, rows(kv0, C));
-  make(wv, "wv", KHs_ * D * C, Init::normal, rows(kv0, C));
-  make(wo, "wo", C * Hs_ * D, Init::normal_scaled_out, cols(q0, Hs_ * D, std::int64_t(s.H) * D));
-  make(ln2_w, "ln2_w", C, Init::ones, same);
-  make(w1, gpt ? "wfc" : "wgate", Fs_ * C, Init::normal, rows(f0, C));
-  make(w2, gpt ? "wproj" : "wdown", C * Fs_, Init::normal_scaled_out, cols(f0, Fs_, s.F));
+  make(ln1_w, "ln1_w", Init::ones, S::whole({C}));
+  make(wq, "wq", Init::normal, S::row_block({HD, C}, q0, Hs_ * D));
+  make(wk, "wk", Init::normal, S::row_block({KD, C}, kv0, KHs_ * D));
+  make(wv, "wv", Init::normal, S::row_block({KD, C}, kv0, KHs_ * D));
+  make(wo, "wo", Init::normal_scaled_out, S::column_block({C, HD}, q0, Hs_ * D));
+  make(ln2_w, "ln2_w", Init::ones, S::whole({C}));
+  make(w1, gpt ? "wfc" : "wgate", Init::normal, S::row_block({F, C}, f0, Fs_));
+  make(w2, gpt ? "wproj" : "wdown", Init::normal_scaled_out, S::column_block({C, F}, f0, Fs_));
   if (gpt) {
-    make(ln1_b, "ln1_b", C, Init::zeros, same);
-    make(bq, "bq", Hs_ * D, Init::zeros, [=](std::int64_t i) { return q0 + i; });
-    make(bk, "bk", KHs_ * D, Init::zeros, [=](std::int64_t i) { return kv0 + i; });
-    make(bv, "bv", KHs_ * D, Init::zeros, [=](std::int64_t i) { return kv0 + i; });
-    make(bo, "bo", C, Init::zeros, same);
-    make(ln2_b, "ln2_b", C, Init::zeros, same);
-    make(b1, "bfc", Fs_, Init::zeros, [=](std::int64_t i) { return f0 + i; });
-    make(b2, "bproj", C, Init::zeros, same);
+    make(ln1_b, "ln1_b", Init::zeros, S::whole({C}));
+    make(bq, "bq", Init::zeros, S::column_block({HD}, q0, Hs_ * D));
+    make(bk, "bk", Init::zeros, S::column_block({KD}, kv0, KHs_ * D));
+    make(bv, "bv", Init::zeros, S::column_block({KD}, kv0, KHs_ * D));
+    make(bo, "bo", Init::zeros, S::whole({C}));
+    make(ln2_b, "ln2_b", Init::zeros, S::whole({C}));
+    make(b1, "bfc", Init::zeros, S::column_block({F}, f0, Fs_));
+    make(b2, "bproj", Init::zeros, S::whole({C}));
   } else {
-    make(w3, "wup", Fs_ * C, Init::normal, rows(f0, C));
+    make(w3, "wup", Init::normal, S::row_block({F, C}, f0, Fs_));
   }
 }
 

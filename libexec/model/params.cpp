@@ -30,11 +30,27 @@ double initial_value(std::uint64_t seed, const std::string& name, std::int64_t i
   return normal * std;
 }
 
+Slice Slice::whole(std::vector<std::int64_t> shape) {
+  Slice s{std::move(shape)};
+  s.rows = s.shape.size() == 2 ? s.shape[0] : 1, s.cols = s.full_cols();
+  return s;
+}
+Slice Slice::row_block(std::vector<std::int64_t> shape, std::int64_t row0, std::int64_t n) {
+  Slice s = whole(std::move(shape));
+  s.row0 = row0, s.rows = n;
+  return s;
+}
+Slice Slice::column_block(std::vector<std::int64_t> shape, std::int64_t col0, std::int64_t n) {
+  Slice s = whole(std::move(shape));
+  s.col0 = col0, s.cols = n;
+  return s;
+}
+
 template <class T>
-void initialise(Param<T>& p, std::uint64_t seed, Init init, int num_layers,
-                const std::function<std::int64_t(std::int64_t)>& global) {
+void initialise(Param<T>& p, std::uint64_t seed, Init init, int num_layers) {
+  p.value.assign(std::size_t(p.slice.elements()), T(0));
   for (std::size_t i = 0; i < p.value.size(); ++i)
-    p.value[i] = T(initial_value(seed, p.name, global(std::int64_t(i)), init, num_layers));
+    p.value[i] = T(initial_value(seed, p.name, p.slice.global(std::int64_t(i)), init, num_layers));
   p.grad.assign(p.value.size(), T(0));
 }
 
@@ -61,8 +77,8 @@ void adamw_step(Param<T>& p, const AdamW& o, int step) {
   adamw_update(p.value.data(), p.grad.data(), p.m.data(), p.v.data(), p.value.size(), o, step, decays(p.name));
 }
 
-template void initialise<float>(Param<float>&, std::uint64_t, Init, int, const std::function<std::int64_t(std::int64_t)>&);
-template void initialise<double>(Param<double>&, std::uint64_t, Init, int, const std::function<std::int64_t(std::int64_t)>&);
+template void initialise<float>(Param<float>&, std::uint64_t, Init, int);
+template void initialise<double>(Param<double>&, std::uint64_t, Init, int);
 template void adamw_update<float>(float*, const float*, float*, float*, std::size_t, const AdamW&, int, bool);
 template void adamw_update<double>(double*, const double*, double*, double*, std::size_t, const AdamW&, int, bool);
 template void adamw_step<float>(Param<float>&, const AdamW&, int);

@@ -3,7 +3,6 @@
 // (seed, parameter name, element index in the FULL tensor) so that every plan — however it
 // shards and places the model — starts from identical weights.
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,17 +14,37 @@ enum class Init { normal, normal_scaled_out, zeros, ones };
 // The value of element `index` of parameter `name` (its position in the unsharded tensor).
 double initial_value(std::uint64_t seed, const std::string& name, std::int64_t index, Init init, int num_layers);
 
+// Where a shard's elements sit in the full (unsharded) tensor: the full tensor's shape, [n] or
+// [rows, cols], and the box the shard holds — rows [row0, row0 + rows) × columns
+// [col0, col0 + cols) of its [rows, cols] view (a vector is one row) — stored row-major.
+struct Slice {
+  std::vector<std::int64_t> shape;
+  std::int64_t row0 = 0, col0 = 0, rows = 0, cols = 0;
+
+  // The whole tensor; rows [row0, row0 + n) of a matrix; columns [col0, col0 + n) of a matrix
+  // or elements [col0, col0 + n) of a vector.
+  static Slice whole(std::vector<std::int64_t> shape);
+  static Slice row_block(std::vector<std::int64_t> shape, std::int64_t row0, std::int64_t n);
+  static Slice column_block(std::vector<std::int64_t> shape, std::int64_t col0, std::int64_t n);
+
+  std::int64_t full_cols() const { return shape.back(); }
+  std::int64_t elements() const { return rows * cols; }
+  // The index in the full tensor (row-major) of local element i.
+  std::int64_t global(std::int64_t i) const { return (row0 + i / cols) * full_cols() + col0 + i % cols; }
+};
+
 template <class T>
 struct Param {
   std::string name;           // e.g. "layer3.wq"
+  Slice slice;                // which part of the full tensor this is
   std::vector<T> value, grad;
   std::vector<T> m, v;        // AdamW moments (allocated on the first step)
 };
 
-// Fills `p` (already sized) from the full tensor: local element i sits at global index
-// global(i) of a full tensor.
+// Sizes `p` to its slice and fills it from the full tensor (element i from global index
+// p.slice.global(i)); zeroes its gradient.
 template <class T>
-void initialise(Param<T>& p, std::uint64_t seed, Init init, int num_layers, const std::function<std::int64_t(std::int64_t)>& global);
+void initialise(Param<T>& p, std::uint64_t seed, Init init, int num_layers);
 
 struct AdamW {
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;

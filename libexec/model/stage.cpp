@@ -8,11 +8,11 @@ namespace het::model {
 
 namespace {
 template <class T>
-Param<T> make(const std::string& name, std::int64_t size, Init init, std::uint64_t seed, int layers) {
+Param<T> make(const std::string& name, std::vector<std::int64_t> shape, Init init, std::uint64_t seed, int layers) {
   Param<T> p;
   p.name = name;
-  p.value.assign(std::size_t(size), T(0));
-  initialise(p, seed, init, layers, [](std::int64_t i) { return i; });
+  p.slice = Slice::whole(std::move(shape));
+  initialise(p, seed, init, layers);
   return p;
 }
 }  // namespace
@@ -24,12 +24,12 @@ StageModel<T>::StageModel(const ModelSpec& spec, int first, int last, int tp_ran
   const bool gpt = s.arch == Architecture::gpt;
   for (int u = std::max(first, 1); u <= std::min(last, s.L); ++u) blocks_.emplace_back(s, u - 1, tp_rank, tp, seed);
   if (has_embedding() || (has_head() && gpt))  // gpt's head uses the (tied) token embedding
-    wte_ = make<T>("wte", std::int64_t(s.V) * s.C, Init::normal, seed, s.L);
-  if (has_embedding() && gpt) wpe_ = make<T>("wpe", std::int64_t(s.T) * s.C, Init::normal, seed, s.L);
+    wte_ = make<T>("wte", {s.V, s.C}, Init::normal, seed, s.L);
+  if (has_embedding() && gpt) wpe_ = make<T>("wpe", {s.T, s.C}, Init::normal, seed, s.L);
   if (has_head()) {
-    lnf_w_ = make<T>("lnf_w", s.C, Init::ones, seed, s.L);
-    if (gpt) lnf_b_ = make<T>("lnf_b", s.C, Init::zeros, seed, s.L);
-    else wout_ = make<T>("wout", std::int64_t(s.V) * s.C, Init::normal, seed, s.L);
+    lnf_w_ = make<T>("lnf_w", {s.C}, Init::ones, seed, s.L);
+    if (gpt) lnf_b_ = make<T>("lnf_b", {s.C}, Init::zeros, seed, s.L);
+    else wout_ = make<T>("wout", {s.V, s.C}, Init::normal, seed, s.L);
   }
 }
 

@@ -9,10 +9,14 @@
 #include <set>
 #include <stdexcept>
 
+#include <csignal>
+
 #include "model/stage.hpp"
 #include "runtime/buckets.hpp"
+#include "runtime/checkpoints.hpp"
 #include "runtime/pace.hpp"
 #include "runtime/sync_plan.hpp"
+#include "plan/plan_io.hpp"
 #include "predict/predict.hpp"
 #include "schedule/schedule.hpp"
 
@@ -31,7 +35,7 @@ void check(const Result<Done>& done) {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-enum Tag : std::uint32_t { kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6, kMemory = 7 };
+enum Tag : std::uint32_t { kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6, kMemory = 7, kCheckpoint = 8 };
 
 // ---- Moving a micro-batch between stages: the program's messages --------------------------
 
@@ -150,6 +154,46 @@ double gather_loss(transport::Peers& peers, const program::Topology& topo, doubl
     total += part;
   }
   return total;
+}
+
+// The checkpoint of step `next` (checkpoint/checkpoint.hpp): every rank writes what it owns and
+// reports it to rank 0 (the length of its answer, then the answer's JSON text), which commits
+// once every answer is in. Rank 0 returns the checkpoint's directory and bytes; others nothing.
+template <class At>
+std::optional<std::pair<std::string, std::uint64_t>> save_checkpoint(transport::Peers& peers, const std::vector<Bucket>& buckets, bool zero,
+                                                                      const Options::Checkpointing& c, int next, Pace& pace, At&& at) {
+  const int me = peers.rank();
+  at(progress::Activity::computing, "checkpoint");
+  std::function<void()> die;
+  if (c.die_while_saving == next) die = [] { std::raise(SIGKILL); };
+  auto answer = checkpoint::write_rank(c.dir, next, me, checkpoint_pieces(buckets, me, zero), die);
+  if (!answer) throw Failure{answer.errors().front()};
+  if (me != 0) {
+    const std::string text = answer->dump();
+    const std::uint64_t length = text.size();
+    peers.send(0, kCheckpoint, &length, sizeof length);
+    peers.send(0, kCheckpoint, text.data(), text.size());
+    return std::nullopt;
+  }
+  std::vector<nlohmann::json> ranks{*answer};
+  for (int r = 1; r < peers.world(); ++r) {
+    at(progress::Activity::receiving, "checkpoint", r);
+    std::uint64_t length = 0;
+    check(pace.wait([&] { return peers.recv(r, kCheckpoint, &length, sizeof length); }));
+    if (length > (std::uint64_t{1} << 30))
+      throw Failure{failure(ErrorKind::internal, "rank " + std::to_string(r) + " reported a checkpoint answer of " + std::to_string(length) + " bytes")};
+    std::string text(length, '\0');
+    check(pace.wait([&] { return peers.recv(r, kCheckpoint, text.data(), text.size()); }));
+    ranks.push_back(nlohmann::json::parse(text, nullptr, false));
+    if (ranks.back().is_discarded()) throw Failure{failure(ErrorKind::internal, "rank " + std::to_string(r) + " reported a corrupt checkpoint answer")};
+  }
+  nlohmann::json about = c.about;  // the caller's, the model and the plan
+  about["world"] = peers.world();
+  auto committed = checkpoint::commit(c.dir, next, about, ranks, c.keep);
+  if (!committed) throw Failure{committed.errors().front()};
+  std::uint64_t bytes = 0;
+  for (const auto& r : ranks) bytes += r["bytes"].get<std::uint64_t>();
+  return std::pair{*committed, bytes};
 }
 
 // Every rank's memory peak on rank 0 (by rank); elsewhere `out` is the rank's own.
@@ -355,6 +399,16 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   if (auto connected = connect(sync, *fabric, kSync, zero); !connected) return connected.errors();
   std::size_t optimizer_state = 0;
   for (const auto& bucket : sync) optimizer_state += 2 * (bucket.hi - bucket.lo);
+  // Resuming: the parameters and moments from the checkpoint, then its steps onwards.
+  int first_step = 0;
+  if (opt.resume) {
+    if (auto why = resume_problem(*opt.resume, plan.model); !why.empty()) return failure(ErrorKind::invalid_input, why);
+    if (auto loaded = load_checkpoint(*opt.resume, model->params(), sync); !loaded) return loaded.errors();
+    first_step = opt.resume->step();
+    if (first_step >= opt.steps)
+      return failure(ErrorKind::invalid_input, "the checkpoint " + opt.resume->dir() + " is at step " + std::to_string(first_step) +
+                                                   ": training to step " + std::to_string(opt.steps) + " leaves nothing to run");
+  }
   // What the rank holds besides activations, constant over the run; the meter samples it with
   // the activations in flight after every forward, backward and optimizer step.
   MemoryUse state;
@@ -395,11 +449,15 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     run_hop(peers, tag, hop, held);
   };
 
+  // Checkpoints record the model and the plan besides what the caller gives.
+  Options::Checkpointing checkpointing = opt.checkpointing;
+  if (!checkpointing.dir.empty()) checkpointing.about["model"] = to_json(plan.model), checkpointing.about["plan"] = to_json(plan);
+
   const bool first = here.stage == 0, last = here.stage + 1 == int(pipe.stages.size());
   std::vector<StepReport> reports;
   try {
     std::vector<int> in(std::size_t(b) * Tl), tg(in.size()), seq_in(static_cast<std::size_t>(Tn)), seq_tg(seq_in.size());
-    for (step = 0; step < opt.steps; ++step) {
+    for (step = first_step; step < opt.steps; ++step) {
       at(progress::Activity::computing, "zero_grad");
       const double step_start = now_s();
       model->zero_grad();
@@ -435,11 +493,22 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       at(progress::Activity::collective, "loss");
       sample_memory();
       const double start = now_s();
-      StepReport report{step, pace.wait([&] { return gather_loss(peers, topo, loss_sum, kLoss); }) * scale, 0, optimizer_state};
+      StepReport report;
+      report.step = step, report.optimizer_state = optimizer_state;
+      report.loss = pace.wait([&] { return gather_loss(peers, topo, loss_sum, kLoss); }) * scale;
       check(pace.wait([&] { return peers.flush(); }));
       record("loss", start);
       record("step", step_start);
       report.seconds = now_s() - step_start;
+      const int next = step + 1;
+      if (const auto& c = checkpointing; !c.dir.empty() && c.every > 0 && (next % c.every == 0 || next == opt.steps)) {
+        const double saving = now_s();
+        if (auto saved = save_checkpoint(peers, sync, zero, c, next, pace, at)) {
+          std::tie(report.checkpoint, report.checkpoint_bytes) = *saved;
+          report.checkpoint_s = now_s() - saving;
+        }
+        record("checkpoint", saving);
+      }
       reports.push_back(report);
       if (on_step) on_step(report);
     }

@@ -14,12 +14,14 @@
 // loss of each step (mean over the global batch's tokens) is gathered on rank 0.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "collective/collective.hpp"
 #include "data/data.hpp"
 #include "diag/diag.hpp"
@@ -87,6 +89,22 @@ struct Options {
   // When set, the rank publishes where it is (step, operation, computing or waiting for whom)
   // before every operation, for its supervisor's watchdog (progress/progress.hpp).
   progress::Reporter* progress = nullptr;
+  // Checkpoints (checkpoint/checkpoint.hpp, runtime/checkpoints.hpp): when `dir` is set, after
+  // every `every` steps and after the last one, every rank writes the part of the parameters and
+  // AdamW moments it owns under `dir`; rank 0, once every rank has reported, writes the manifest
+  // (recording `about` too: seed, optimizer, data, ...) and keeps the newest `keep` (0: all).
+  struct Checkpointing {
+    std::string dir;
+    int every = 0;
+    int keep = 0;
+    nlohmann::json about = nlohmann::json::object();
+    // A test's fault: this rank dies (SIGKILL) halfway through writing the checkpoint of this
+    // step (the one written after step - 1).
+    std::optional<int> die_while_saving;
+  } checkpointing;
+  // Resume: the parameters and AdamW moments from this checkpoint, then the steps from its
+  // step to `steps` (steps count from 0 over the whole training, resumed or not).
+  const checkpoint::Checkpoint* resume = nullptr;
 };
 
 struct StepReport {
@@ -94,6 +112,11 @@ struct StepReport {
   double loss = 0;     // mean token loss of the global batch (rank 0 only)
   double seconds = 0;  // wall time of the step on this rank
   std::size_t optimizer_state = 0;  // AdamW moments this rank holds (elements)
+  // Rank 0, after a step that wrote a checkpoint: where it is, its size and the time from the
+  // step's end until it was complete (this rank's write, then waiting for every other rank's).
+  std::string checkpoint;
+  std::uint64_t checkpoint_bytes = 0;
+  double checkpoint_s = 0;
 };
 
 // Runs `options.steps` steps as `peers.rank()` on `backend`; calls on_step after each (rank

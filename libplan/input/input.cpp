@@ -203,6 +203,21 @@ Result<std::size_t> InputFile::read(void* into, std::size_t n) {
   return done;
 }
 
+Result<Done> InputFile::read_at(std::uint64_t offset, void* into, std::size_t n) const {
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd_, static_cast<char*>(into) + done, std::min<std::size_t>(n - done, std::size_t{1} << 30),
+                                off_t(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return Diagnostic{path_, 0, 0, "", std::string("cannot read the file: ") + std::strerror(errno)};
+    if (got == 0)
+      return Diagnostic{path_, 0, 0, "", "cannot read the file: it ends at byte " + std::to_string(offset + done) + ", before byte " +
+                                             std::to_string(offset + n)};
+    done += static_cast<std::size_t>(got);
+  }
+  return Done{};
+}
+
 Result<InputFile> open_file(const std::string& path, std::uint64_t max_bytes) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)

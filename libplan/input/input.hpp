@@ -59,6 +59,9 @@ class InputFile {
   std::uint64_t size() const { return size_; }  // when it was opened
   // Reads up to n bytes into `into`: fewer only at the end of the file. Errors name the file.
   Result<std::size_t> read(void* into, std::size_t n);
+  // Reads exactly n bytes at `offset` (the position read() uses is left alone); a file that
+  // ends before is an error naming the file.
+  Result<Done> read_at(std::uint64_t offset, void* into, std::size_t n) const;
 
  private:
   friend Result<InputFile> open_file(const std::string& path, std::uint64_t max_bytes);

@@ -1,0 +1,291 @@
+#include "checkpoint/checkpoint.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+
+#include "input/input.hpp"
+
+namespace het::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "hetexec checkpoint";
+constexpr int kVersion = 1;
+// The longest manifest read (a manifest holds a few spans per tensor: far less).
+constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{1} << 30;
+
+std::string padded(int n, int width) {
+  std::string s = std::to_string(n);
+  return std::string(std::size_t(std::max(0, width - int(s.size()))), '0') + s;
+}
+
+Diagnostic io_error(const std::string& path, const std::string& doing, const std::error_code& ec) {
+  return Diagnostic{path, 0, 0, "", "cannot " + doing + ": " + ec.message(), ErrorKind::internal};
+}
+
+nlohmann::json to_json(const std::vector<Span>& spans) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& s : spans) a.push_back({s.start, s.run, s.stride, s.count});
+  return a;
+}
+
+// The step of a directory named step-N, or nullopt.
+std::optional<int> step_of_name(const std::string& name) {
+  static const std::regex re("step-([0-9]{8,9})");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return std::nullopt;
+  return std::stoi(m[1]);
+}
+
+std::optional<int> step_of_partial(const std::string& name) {
+  static const std::regex re("\\.step-([0-9]{8,9})\\.partial");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return std::nullopt;
+  return std::stoi(m[1]);
+}
+
+}  // namespace
+
+std::vector<Span> spans_of(const model::Slice& slice, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+  std::vector<Span> out;
+  auto add = [&](std::int64_t g, std::int64_t n) {  // a contiguous run [g, g + n) of the full tensor
+    if (!out.empty()) {
+      Span& s = out.back();
+      if (s.count == 1 && g == s.start + s.run) {  // continues the one run
+        s.run += n;
+        return;
+      }
+      if (n == s.run && (s.count == 1 ? g > s.start : g == s.start + s.count * s.stride)) {  // the next run at the same distance
+        if (s.count == 1) s.stride = g - s.start;
+        ++s.count;
+        return;
+      }
+    }
+    out.push_back({g, n, n, 1});
+  };
+  for (auto [first, n] : ranges)
+    for (std::int64_t i = first; i < first + n;) {  // split where the shard's rows end
+      const std::int64_t k = std::min(first + n - i, slice.cols - i % slice.cols);
+      add(slice.global(i), k);
+      i += k;
+    }
+  // A span of one run: its stride is its run (the form every span of one run has).
+  for (auto& s : out)
+    if (s.count == 1) s.stride = s.run;
+  return out;
+}
+
+std::string step_dir(const std::string& root, int step) { return (fs::path(root) / ("step-" + padded(step, 8))).string(); }
+std::string partial_dir(const std::string& root, int step) { return (fs::path(root) / (".step-" + padded(step, 8) + ".partial")).string(); }
+std::string rank_file(int rank) { return "rank-" + padded(rank, 5) + ".safetensors"; }
+
+Result<nlohmann::json> write_rank(const std::string& root, int step, int rank, const std::vector<PieceOut>& pieces,
+                                  const std::function<void()>& pause_at_half) {
+  const std::string dir = partial_dir(root, step);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return io_error(dir, "create the checkpoint directory", ec);
+  nlohmann::json tensors = nlohmann::json::object();
+  std::vector<TensorOut> out;
+  std::map<std::string, int> seen;  // pieces per tensor, for their keys
+  std::uint64_t bytes = 0;
+  for (const auto& p : pieces) {
+    const std::string key = p.tensor + ":" + std::to_string(seen[p.tensor]++);
+    const std::int64_t n = std::int64_t(p.value.size());
+    for (auto [field, data] : {std::pair{"value", &p.value}, std::pair{"m", &p.m}, std::pair{"v", &p.v}})
+      out.push_back({key + ":" + field, {n}, data->data()});
+    bytes += 3 * std::uint64_t(n) * sizeof(float);
+    auto& t = tensors[p.tensor];
+    t["shape"] = p.shape;
+    t["pieces"].push_back({{"key", key}, {"spans", to_json(p.spans)}});
+  }
+  std::string file;
+  if (!out.empty()) {
+    file = rank_file(rank);
+    if (auto written = write((fs::path(dir) / file).string(), out, {{"format", kFormat}, {"rank", std::to_string(rank)}}, pause_at_half);
+        !written)
+      return written.errors();
+  }
+  return nlohmann::json{{"file", file}, {"bytes", bytes}, {"tensors", tensors}};
+}
+
+std::vector<std::string> complete_checkpoints(const std::string& root) {
+  std::vector<std::pair<int, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const auto step = step_of_name(e.path().filename().string());
+    if (step && fs::is_regular_file(e.path() / "manifest.json", ec)) found.emplace_back(*step, e.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+Result<std::string> commit(const std::string& root, int step, const nlohmann::json& about, const std::vector<nlohmann::json>& ranks,
+                           int keep) {
+  nlohmann::ordered_json manifest{{"format", kFormat}, {"version", kVersion}, {"step", step}};
+  for (const auto& [k, v] : about.items()) manifest[k] = v;
+  nlohmann::json files = nlohmann::json::array(), tensors = nlohmann::json::object();
+  std::uint64_t bytes = 0;
+  for (const auto& r : ranks) {
+    bytes += r["bytes"].get<std::uint64_t>();
+    if (r["file"].get<std::string>().empty()) continue;
+    const int file = int(files.size());
+    files.push_back(r["file"]);
+    for (const auto& [name, t] : r["tensors"].items()) {
+      auto& into = tensors[name];
+      into["shape"] = t["shape"];
+      for (auto piece : t["pieces"]) {
+        piece["file"] = file;
+        into["pieces"].push_back(piece);
+      }
+    }
+  }
+  manifest["bytes"] = bytes;
+  manifest["files"] = files;
+  manifest["tensors"] = tensors;
+  const std::string partial = partial_dir(root, step), final_dir = step_dir(root, step);
+  if (auto w = write_file((fs::path(partial) / "manifest.json").string(), manifest.dump(1) + "\n"); !w) return w.errors();
+  if (auto s = sync_directory(partial); !s) return s.errors();
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) fs::remove_all(final_dir, ec);  // an older run's checkpoint of the same step
+  fs::rename(partial, final_dir, ec);
+  if (ec) return io_error(final_dir, "rename " + partial + " to it", ec);
+  if (auto s = sync_directory(root); !s) return s.errors();
+  // What is no longer needed: checkpoints beyond the newest `keep`, partial ones up to this step.
+  const auto complete = complete_checkpoints(root);
+  if (keep > 0)
+    for (std::size_t i = 0; i + std::size_t(keep) < complete.size(); ++i) fs::remove_all(complete[i], ec);
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const auto s = step_of_partial(e.path().filename().string());
+    if (s && *s <= step) fs::remove_all(e.path(), ec);
+  }
+  return final_dir;
+}
+
+Result<Checkpoint> Checkpoint::open(const std::string& path) {
+  std::error_code ec;
+  std::string dir = path;
+  if (!fs::is_regular_file(fs::path(path) / "manifest.json", ec)) {
+    if (!fs::is_directory(path, ec)) return Diagnostic{path, 0, 0, "", "no checkpoint here: not a directory"};
+    const auto complete = complete_checkpoints(path);
+    if (complete.empty()) return Diagnostic{path, 0, 0, "", "no checkpoint here: neither a manifest.json nor a complete step-N directory"};
+    dir = complete.back();
+  }
+  const std::string file = (fs::path(dir) / "manifest.json").string();
+  auto text = input::read_file(file, kMaxManifestBytes);
+  if (!text) return text.errors();
+  Checkpoint c;
+  c.dir_ = dir;
+  c.manifest_ = nlohmann::json::parse(*text, nullptr, false);
+  auto bad = [&](const std::string& field, const std::string& why) { return Diagnostic{file, 0, 0, field, why}; };
+  const auto& m = c.manifest_;
+  if (m.is_discarded() || !m.is_object()) return bad("", "not a JSON object");
+  if (m.value("format", "") != kFormat) return bad("format", "is not \"" + std::string(kFormat) + "\"");
+  if (!m.contains("version") || m["version"] != kVersion) return bad("version", "is not " + std::to_string(kVersion) + ", the one this hetexec reads");
+  if (!m.contains("step") || !m["step"].is_number_unsigned() || m["step"].get<std::uint64_t>() > (1u << 30)) return bad("step", "is not a step number");
+  c.step_ = m["step"].get<int>();
+  if (!m.contains("files") || !m["files"].is_array()) return bad("files", "is not a list of file names");
+  for (std::size_t i = 0; i < m["files"].size(); ++i) {
+    const auto& f = m["files"][i];
+    const std::string field = "files[" + std::to_string(i) + "]";
+    if (!f.is_string() || f.get<std::string>().empty() || f.get<std::string>().find('/') != std::string::npos)
+      return bad(field, "is not a file name in the checkpoint's directory");
+    auto reader = Reader::open((fs::path(dir) / f.get<std::string>()).string());
+    if (!reader) return reader.errors();
+    c.files_.push_back(std::make_shared<Reader>(std::move(*reader)));
+  }
+  if (!m.contains("tensors") || !m["tensors"].is_object()) return bad("tensors", "is not an object of tensors");
+  for (const auto& [name, t] : m["tensors"].items()) {
+    const std::string at = "tensors." + name;
+    if (!t.is_object() || !t.contains("shape") || !t["shape"].is_array() || t["shape"].empty() || t["shape"].size() > 2)
+      return bad(at + ".shape", "is not the shape of a vector or a matrix");
+    std::int64_t total = 1;
+    std::vector<std::int64_t> shape;
+    for (const auto& d : t["shape"]) {
+      if (!d.is_number_unsigned() || d.get<std::uint64_t>() == 0 || d.get<std::uint64_t>() > (std::uint64_t{1} << 40))
+        return bad(at + ".shape", "has " + d.dump());
+      shape.push_back(d.get<std::int64_t>());
+      total *= shape.back();
+      if (total > (std::int64_t{1} << 40)) return bad(at + ".shape", "is too large");
+    }
+    c.shapes_[name] = shape;
+    if (!t.contains("pieces") || !t["pieces"].is_array()) return bad(at + ".pieces", "is not a list");
+    auto& stored = c.stored_[name];
+    for (std::size_t i = 0; i < t["pieces"].size(); ++i) {
+      const auto& p = t["pieces"][i];
+      const std::string pat = at + ".pieces[" + std::to_string(i) + "]";
+      if (!p.is_object() || !p.contains("file") || !p["file"].is_number_unsigned() || p["file"].get<std::uint64_t>() >= c.files_.size())
+        return bad(pat + ".file", "is not the index of a file in files");
+      if (!p.contains("key") || !p["key"].is_string()) return bad(pat + ".key", "is not a string");
+      if (!p.contains("spans") || !p["spans"].is_array()) return bad(pat + ".spans", "is not a list of spans");
+      const int f = p["file"].get<int>();
+      const std::string key = p["key"].get<std::string>();
+      std::int64_t at_piece = 0;
+      for (const auto& s : p["spans"]) {
+        if (!s.is_array() || s.size() != 4 || !std::all_of(s.begin(), s.end(), [](const auto& x) { return x.is_number_unsigned(); }))
+          return bad(pat + ".spans", "holds " + s.dump() + ", not [start, run, stride, count]");
+        const Span sp{s[0].get<std::int64_t>(), s[1].get<std::int64_t>(), s[2].get<std::int64_t>(), s[3].get<std::int64_t>()};
+        if (sp.run <= 0 || sp.count <= 0 || sp.start < 0 || sp.start > total || sp.run > total || sp.count > total ||
+            (sp.count > 1 && sp.stride < sp.run) || sp.stride > total || sp.start + (sp.count - 1) * sp.stride + sp.run > total)
+          return bad(pat + ".spans", s.dump() + " lies outside the tensor's " + std::to_string(total) + " elements");
+        for (std::int64_t k = 0; k < sp.count; ++k) {
+          stored.push_back({sp.start + k * sp.stride, sp.run, f, key, at_piece});
+          at_piece += sp.run;
+        }
+      }
+      for (const char* field : {"value", "m", "v"}) {
+        const auto& tensors = c.files_[std::size_t(f)]->tensors();
+        const auto it = tensors.find(key + ":" + field);
+        if (it == tensors.end() || it->second.elements() != at_piece)
+          return bad(pat, c.files_[std::size_t(f)]->path() + " has no tensor \"" + key + ":" + field + "\" of " + std::to_string(at_piece) +
+                              " elements");
+      }
+    }
+    std::sort(stored.begin(), stored.end(), [](const Stored& a, const Stored& b) { return a.start < b.start; });
+    std::int64_t covered = 0;
+    for (const auto& s : stored) {
+      if (s.start != covered)
+        return bad(at, s.start < covered ? "two pieces hold element " + std::to_string(s.start)
+                                         : "no piece holds elements [" + std::to_string(covered) + ", " + std::to_string(s.start) + ")");
+      covered += s.n;
+    }
+    if (covered != total) return bad(at, "its pieces hold " + std::to_string(covered) + " of its " + std::to_string(total) + " elements");
+  }
+  return c;
+}
+
+Result<Done> Checkpoint::read(const std::string& tensor, const std::vector<std::int64_t>& shape, Field field, const std::vector<Span>& spans,
+                              float* out) const {
+  const auto it = shapes_.find(tensor);
+  if (it == shapes_.end()) return Diagnostic{dir_, 0, 0, "", "the checkpoint has no tensor \"" + tensor + "\": it is of another model"};
+  auto shape_text = [](const std::vector<std::int64_t>& s) {
+    std::string t;
+    for (auto d : s) t += (t.empty() ? "[" : ", ") + std::to_string(d);
+    return t + "]";
+  };
+  if (it->second != shape)
+    return Diagnostic{dir_, 0, 0, "", "tensor \"" + tensor + "\" is " + shape_text(it->second) + " in the checkpoint, " + shape_text(shape) +
+                                          " in this model: it is of another model"};
+  const auto& stored = stored_.at(tensor);
+  const char* suffix = field == Field::value ? ":value" : field == Field::m ? ":m" : ":v";
+  for (const auto& sp : spans)
+    for (std::int64_t k = 0; k < sp.count; ++k)
+      for (std::int64_t g = sp.start + k * sp.stride, end = g + sp.run; g < end;) {
+        // The stored run holding g: the last one starting at or before it (they tile the tensor).
+        auto s = std::upper_bound(stored.begin(), stored.end(), g, [](std::int64_t x, const Stored& r) { return x < r.start; });
+        --s;
+        const std::int64_t n = std::min(end, s->start + s->n) - g;
+        if (auto got = files_[std::size_t(s->file)]->read(s->key + suffix, s->at + (g - s->start), n, out); !got) return got.errors();
+        out += n, g += n;
+      }
+  return Done{};
+}
+
+}  // namespace het::checkpoint

@@ -1,0 +1,30 @@
+#pragma once
+// A rank's part of a checkpoint (checkpoint/checkpoint.hpp), in terms of its gradient-sync
+// buckets (buckets.hpp): every element of every parameter is in exactly one sync group, and the
+// group's members hold the same values and, between them, its AdamW moments — the whole
+// bucket each, or with ZeRO one share each. So a checkpoint holds every element once when a
+// rank writes the part of each bucket it owns under ZeRO, or, without ZeRO, the whole bucket
+// where it is the group's first rank. Resuming, any plan's rank reads its parameters' values
+// whole and the moments of the part of each bucket it owns.
+#include <vector>
+
+#include "checkpoint/checkpoint.hpp"
+#include "diag/diag.hpp"
+#include "runtime/buckets.hpp"
+
+namespace het::runtime {
+
+// Why `model` cannot resume from `from` (empty when it can): another architecture or size, or
+// another sequence length or global batch (the data position would mean other sequences).
+std::string resume_problem(const checkpoint::Checkpoint& from, const ModelSpec& model);
+
+// The pieces `rank` writes (values, m and v of the same elements).
+std::vector<checkpoint::PieceOut> checkpoint_pieces(const std::vector<Bucket>& buckets, int rank, bool zero);
+
+// Reads every parameter's values and the moments of the owned part of every bucket of this
+// rank from `from`. Errors: a tensor the checkpoint lacks or holds in another shape (another
+// model), an unreadable file.
+Result<Done> load_checkpoint(const checkpoint::Checkpoint& from, const std::vector<model::Param<float>*>& params,
+                             std::vector<Bucket>& buckets);
+
+}  // namespace het::runtime

@@ -1,0 +1,142 @@
+// Checkpoints (checkpoint/checkpoint.hpp): spans of sharded tensors, safetensors files, and a
+// checkpoint written in pieces by several ranks and read back in other slices.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "checkpoint/checkpoint.hpp"
+#include "checkpoint/safetensors.hpp"
+#include "process.hpp"
+
+namespace ck = het::checkpoint;
+using het::model::Slice;
+
+namespace {
+
+// Every full-tensor index the spans name, in order.
+std::vector<std::int64_t> indices(const std::vector<ck::Span>& spans) {
+  std::vector<std::int64_t> out;
+  for (const auto& s : spans)
+    for (std::int64_t k = 0; k < s.count; ++k)
+      for (std::int64_t i = 0; i < s.run; ++i) out.push_back(s.start + k * s.stride + i);
+  return out;
+}
+
+std::string errors_of(const het::Diagnostics& d) { return het::to_string(d); }
+
+}  // namespace
+
+TEST_CASE("checkpoint spans: a shard's local elements as strided runs of the full tensor") {
+  // Columns [4, 8) of a [3, 10] matrix: three runs of 4 at stride 10, one span.
+  const Slice cols = Slice::column_block({3, 10}, 4, 4);
+  CHECK(ck::spans_of(cols, {{0, 12}}) == std::vector<ck::Span>{{4, 4, 10, 3}});
+  // Part of it, from the middle of the first row to the middle of the last: a partial run, a
+  // whole one, a partial one (each its own span of one run).
+  const auto part = ck::spans_of(cols, {{2, 7}});
+  CHECK(indices(part) == std::vector<std::int64_t>{6, 7, 14, 15, 16, 17, 24});
+  // Rows [2, 4) of a [5, 3] matrix: one contiguous run.
+  CHECK(ck::spans_of(Slice::row_block({5, 3}, 2, 2), {{0, 6}}) == std::vector<ck::Span>{{6, 6, 6, 1}});
+  // Elements [8, 16) of a vector; local ranges that are not contiguous stay apart.
+  CHECK(indices(ck::spans_of(Slice::column_block({32}, 8, 8), {{0, 2}, {5, 3}})) == std::vector<std::int64_t>{8, 9, 13, 14, 15});
+  // Every element of every slice maps to slice.global(), whatever the ranges.
+  const Slice s = Slice::column_block({7, 9}, 3, 5);
+  std::vector<std::int64_t> want;
+  for (std::int64_t i = 0; i < s.elements(); ++i) want.push_back(s.global(i));
+  CHECK(indices(ck::spans_of(s, {{0, 13}, {13, 22}})) == want);
+}
+
+TEST_CASE("safetensors: files read back bit for bit, and a malformed one is refused naming what is wrong") {
+  het::test::TempDir dir;
+  std::vector<float> a(6), b{1.5f, -2.0f};
+  std::iota(a.begin(), a.end(), 0.25f);
+  const std::string path = dir.path() + "/t.safetensors";
+  REQUIRE(ck::write(path, {{"a", {2, 3}, a.data()}, {"b", {2}, b.data()}}, {{"k", "v"}}).ok());
+  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+  auto r = ck::Reader::open(path);
+  REQUIRE(r.ok());
+  CHECK(r->metadata().at("k") == "v");
+  CHECK(r->tensors().at("a").shape == std::vector<std::int64_t>{2, 3});
+  std::vector<float> got(4);
+  REQUIRE(r->read("a", 2, 4, got.data()).ok());
+  CHECK(got == std::vector<float>{a[2], a[3], a[4], a[5]});
+  CHECK_THAT(errors_of(r->read("a", 4, 3, got.data()).errors()), Catch::Contains("has 6 elements, not [4, 7)"));
+
+  auto refused = [&](const std::string& bytes) {
+    const std::string bad = dir.write("bad.safetensors", bytes);
+    auto opened = ck::Reader::open(bad);
+    REQUIRE_FALSE(opened.ok());
+    return errors_of(opened.errors());
+  };
+  auto file = [](const std::string& header, std::size_t data) {
+    const std::uint64_t n = header.size();
+    return std::string(reinterpret_cast<const char*>(&n), 8) + header + std::string(data, '\0');
+  };
+  CHECK_THAT(refused("abc"), Catch::Contains("shorter than its 8-byte header length"));
+  CHECK_THAT(refused(std::string("\xff\xff\xff\xff\xff\xff\xff\x0f", 8)), Catch::Contains("header length"));
+  CHECK_THAT(refused(file("[1]", 0)), Catch::Contains("not a JSON object"));
+  CHECK_THAT(refused(file(R"({"x":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})", 2)), Catch::Contains("is not F32"));
+  CHECK_THAT(refused(file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4)), Catch::Contains("its shape 8"));
+  CHECK_THAT(refused(file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4)), Catch::Contains("outside the file"));
+  CHECK_THAT(refused(file(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"y":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", 8)),
+             Catch::Contains("overlap"));
+}
+
+TEST_CASE("a checkpoint written in pieces by two ranks is read back in any slice, and one that misses a piece is refused") {
+  het::test::TempDir dir;
+  const std::string root = dir.path() + "/ck";
+  // A [4, 6] tensor w: rank 0 holds columns [0, 3), rank 1 columns [3, 6); a vector b, whole on rank 1.
+  std::vector<float> full(24);
+  std::iota(full.begin(), full.end(), 1.0f);
+  auto piece = [&](const Slice& s, const std::string& name) {
+    ck::PieceOut p{name, s.shape, ck::spans_of(s, {{0, s.elements()}}), {}, {}, {}};
+    for (std::int64_t i = 0; i < s.elements(); ++i) {
+      const float x = name == "b" ? float(s.global(i)) : full[std::size_t(s.global(i))];
+      p.value.push_back(x), p.m.push_back(x / 10), p.v.push_back(x / 100);
+    }
+    return p;
+  };
+  auto r0 = ck::write_rank(root, 4, 0, {piece(Slice::column_block({4, 6}, 0, 3), "w")});
+  auto r1 = ck::write_rank(root, 4, 1, {piece(Slice::column_block({4, 6}, 3, 3), "w"), piece(Slice::whole({5}), "b")});
+  REQUIRE(r0.ok());
+  REQUIRE(r1.ok());
+  // Not visible until committed.
+  CHECK(ck::complete_checkpoints(root).empty());
+  CHECK_FALSE(ck::Checkpoint::open(root).ok());
+  auto dir4 = ck::commit(root, 4, {{"seed", 1}}, {*r0, *r1}, 0);
+  REQUIRE(dir4.ok());
+  CHECK(*dir4 == ck::step_dir(root, 4));
+  CHECK_FALSE(std::filesystem::exists(ck::partial_dir(root, 4)));
+
+  auto c = ck::Checkpoint::open(root);
+  REQUIRE(c.ok());
+  CHECK(c->step() == 4);
+  CHECK(c->manifest()["seed"] == 1);
+  // Rows [1, 3) of w (a TP shard of another plan): they cross both ranks' pieces.
+  const Slice rows = Slice::row_block({4, 6}, 1, 2);
+  std::vector<float> got(12), m(12);
+  REQUIRE(c->read("w", {4, 6}, ck::Field::value, ck::spans_of(rows, {{0, 12}}), got.data()).ok());
+  REQUIRE(c->read("w", {4, 6}, ck::Field::m, ck::spans_of(rows, {{0, 12}}), m.data()).ok());
+  for (std::size_t i = 0; i < 12; ++i) {
+    CHECK(got[i] == full[6 + i]);
+    CHECK(m[i] == full[6 + i] / 10);
+  }
+  CHECK_THAT(errors_of(c->read("w", {6, 4}, ck::Field::value, {{0, 1, 1, 1}}, got.data()).errors()),
+             Catch::Contains("is [4, 6] in the checkpoint, [6, 4] in this model"));
+  CHECK_THAT(errors_of(c->read("q", {1}, ck::Field::value, {{0, 1, 1, 1}}, got.data()).errors()), Catch::Contains("has no tensor \"q\""));
+
+  // A later checkpoint with keep 1 removes this one; a partial one is never opened.
+  auto again = ck::commit(root, 6, {}, {*ck::write_rank(root, 6, 0, {piece(Slice::whole({4, 6}), "w"), piece(Slice::whole({5}), "b")})}, 1);
+  REQUIRE(again.ok());
+  CHECK(ck::complete_checkpoints(root) == std::vector<std::string>{ck::step_dir(root, 6)});
+  REQUIRE(ck::write_rank(root, 8, 0, {piece(Slice::whole({5}), "b")}).ok());
+  CHECK(ck::Checkpoint::open(root)->step() == 6);
+
+  // A manifest whose pieces leave part of w uncovered (rank 1's file dropped from it).
+  auto r1_only = ck::write_rank(root, 10, 0, {piece(Slice::column_block({4, 6}, 0, 3), "w")});
+  REQUIRE(ck::commit(root, 10, {}, {*r1_only}, 0).ok());
+  auto missing = ck::Checkpoint::open(root);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(errors_of(missing.errors()), Catch::Contains("tensors.w") && Catch::Contains("no piece holds elements [3, 6)"));
+}
