@@ -17,6 +17,7 @@ packages=(
   zlib1g-dev  # the transport's CRC-32 (zlib's is several times faster than a byte table)
   openssl  # tests make throw-away TLS certificates with it (the TLS tests skip without it)
   python3-jsonschema  # tests check every plan against docs/plan.schema.json (skipped without it)
+  python3-numpy  # the independent safetensors reader of the checkpoint export test (tests/read_safetensors.py)
   chromium fonts-dejavu-core  # tests render hetplan show's pictures headless (skipped without chromium)
   clang libclang-rt-14-dev  # libFuzzer harnesses (scripts/fuzz.sh; the fuzz test skips without them)
 )

@@ -25,6 +25,7 @@
 #include "kept_plans.hpp"
 #include "launch/worker_job.hpp"
 #include "process.hpp"
+#include "run_local.hpp"
 #include "rendezvous/directory.hpp"
 #include "rendezvous/server.hpp"
 #include "plan/plan.hpp"
@@ -35,40 +36,14 @@
 
 using het::test::find_processes;
 using het::test::run_process;
+using het::test::check_equal;
+using het::test::kCluster;
+using het::test::reference;
+using het::test::run_local;
 
 namespace {
 
 const std::string kSrc = HET_SOURCE_DIR;
-const std::string kCluster = kSrc + "/configs/clusters/demo-1x4a100-1x4v100.yaml";
-
-std::vector<double> reference(const std::string& model, int steps) {
-  auto spec = het::load_model(model);
-  REQUIRE(spec.ok());
-  auto batches = het::data::Batches::synthetic(spec->vocab_size, spec->seq_length, 1);
-  het::train::Settings st;
-  st.steps = steps;
-  st.optimizer.lr = 1e-3;
-  return het::train::train_reference<float>(*spec, batches, st);
-}
-
-std::vector<double> run_local(const std::string& plan, const std::string& model, int steps,
-                              const std::vector<std::string>& extra = {}, std::string* out = nullptr) {
-  het::test::TempDir dir;
-  const std::string metrics = dir.path() + "/m.jsonl";
-  std::vector<std::string> argv = {HETEXEC_BIN, "run-local", plan, "--model", model, "--cluster", kCluster, "--steps",
-                                   std::to_string(steps), "--metrics-out", metrics};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  auto r = run_process(argv, 300);
-  if (out) *out = r.out;
-  INFO(r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-  std::ifstream in(metrics);
-  std::vector<double> losses;
-  for (std::string line; std::getline(in, line);)  // step lines, then the memory line
-    if (auto j = nlohmann::json::parse(line); j.contains("loss")) losses.push_back(j["loss"].get<double>());
-  return losses;
-}
-
 // run-local makes its job's directory under $TMPDIR, and its workers' command lines name the
 // job file there: a TMPDIR of the test's own tells its workers from those of tests beside it.
 class OwnTmpdir {
@@ -84,14 +59,6 @@ class OwnTmpdir {
   het::test::TempDir dir_;
   std::optional<std::string> previous_;
 };
-
-void check_equal(const std::vector<double>& got, const std::vector<double>& want) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    INFO("step " << i);
-    CHECK(got[i] == Approx(want[i]).epsilon(1e-5));
-  }
-}
 
 }  // namespace
 
