@@ -407,3 +407,36 @@ TEST_CASE("bad agent lists, inventories and agent flags are refused with file, l
   CHECK(devices.exit_code == 2);
   CHECK_THAT(devices.err, Catch::Contains("devices: unknown kind 'gpu'"));
 }
+
+TEST_CASE("a job on agents checkpoints under their checkpoint root and resumes on fewer nodes with another plan, losses continuing") {
+  het::test::TempDir dir;
+  const std::string token = dir.write_private("token", "s3cret-token\n");
+  Agents agents(token);
+  auto submit = [&](const std::vector<std::string>& more, const std::string& name) {
+    auto r = run_process(submit_args(agents, token, more), 180);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return losses(dir.path() + "/" + name);
+  };
+  const auto whole = submit({"--steps", "10", "--metrics-out", dir.path() + "/whole.jsonl"}, "whole.jsonl");
+  const auto first = submit({"--steps", "6", "--checkpoint-dir", "ck", "--checkpoint-every", "3", "--metrics-out", dir.path() + "/first.jsonl"},
+                            "first.jsonl");
+  REQUIRE(whole.size() == 10);
+  CHECK(first == std::vector<double>(whole.begin(), whole.begin() + 6));
+  CHECK(std::filesystem::is_regular_file(agents.checkpoint_root() + "/ck/step-00000006/manifest.json"));
+  // The two a100 nodes only, tp 2 | dp 2 instead of tp 2 | dp 2 | cp 2 over both subclusters.
+  auto r = run_process({HETEXEC_BIN, "submit", kSrc + "/tests/data/agents/plan-a100.json", "--model", kModel, "--cluster", kCluster,
+                        "--agents", agents.entry(0) + "," + agents.entry(1), "--token-file", token, "--steps", "10", "--resume", "ck",
+                        "--metrics-out", dir.path() + "/rest.jsonl"},
+                       180);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("resumed from " + agents.checkpoint_root() + "/ck/step-00000006 at step 6"));
+  const auto rest = losses(dir.path() + "/rest.jsonl");
+  REQUIRE(rest.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(rest[i] == Approx(whole[6 + i]).epsilon(1e-5));
+  // A path out of the agents' checkpoint root is refused before any worker starts.
+  auto out = run_process(submit_args(agents, token, {"--steps", "2", "--checkpoint-dir", "../elsewhere", "--checkpoint-every", "1"}), 60);
+  CHECK(out.exit_code != 0);
+  CHECK_THAT(out.err, Catch::Contains("is not inside node") && Catch::Contains("checkpoint root"));
+}

@@ -5,6 +5,7 @@
 // worker they start names its job file there, so root() tells one test's workers from those of
 // tests running beside it. Needs HETEXEC_BIN and HET_SOURCE_DIR.
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,6 +25,7 @@ class Agents {
 
   explicit Agents(const std::string& token_file, std::vector<std::string> devices = {"cpu:2", "cpu:2", "cpu:1", "cpu:1"})
       : token_file_(token_file), devices_(std::move(devices)), agents_(4), addresses_(4) {
+    std::filesystem::create_directories(checkpoint_root());
     for (int i = 0; i < 4; ++i) launch(i);
     for (int i = 0; i < 4; ++i) wait_listening(i);
   }
@@ -34,6 +36,10 @@ class Agents {
     return out;
   }
   const std::string& root() const { return work_.path(); }
+  // Every agent's --checkpoint-root: one directory, as nodes sharing a file system would see it.
+  std::string checkpoint_root() const { return work_.path() + "/checkpoints"; }
+  // SUB/IDX=HOST:PORT of agent i.
+  std::string entry(int i) const { return std::string(kNodes[i]) + "=" + addresses_[std::size_t(i)]; }
   Background& operator[](int i) { return *agents_[std::size_t(i)]; }
   // Starts agent i anew (after it was killed), on a new port.
   void restart(int i) {
@@ -46,7 +52,7 @@ class Agents {
   void launch(int i) {
     std::vector<std::string> argv = {HETEXEC_BIN, "agent", "--listen", "127.0.0.1:0", "--node", kNodes[i], "--devices",
                                      devices_[std::size_t(i)], "--token-file", token_file_, "--workdir",
-                                     work_.path() + "/agent-" + std::to_string(i)};
+                                     work_.path() + "/agent-" + std::to_string(i), "--checkpoint-root", checkpoint_root()};
     if (i >= 2) argv.insert(argv.end(), {"--emulate-slowdown", "2"});
     agents_[std::size_t(i)] = std::make_unique<Background>(argv);
   }

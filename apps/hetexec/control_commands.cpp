@@ -85,6 +85,9 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
   agent_->add_option("--tls-ca", tls_ca_, "require client certificates signed by this CA");
   agent_->add_option("--workdir", workdir_, "where job files go (default: a new directory under /tmp)");
   agent_->add_option("--data-root", data_root_, "serve only data files under this directory (relative paths are taken from it)");
+  agent_->add_option("--checkpoint-root", checkpoint_root_,
+                     "take jobs' checkpoints (--checkpoint-dir, --resume) under this directory, the same one on every node "
+                     "(relative paths are taken from it; default: refuse checkpoints)");
   agent_->add_option("--advertise", advertise_, "IPv4 address the workers listen on for their peers (default 127.0.0.1)");
 
   submit_ = app.add_subcommand("submit", "Run a plan on node agents and follow it");
@@ -106,6 +109,15 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
                       "call a rank hung and stop the job when none of a node's ranks has made progress for this many seconds "
                       "(default: five predicted steps as the job runs them, at least 10)")
       ->check(CLI::Range(0.0, 86400.0));
+  submit_->add_option("--checkpoint-dir", settings_.checkpoint_dir,
+                      "write checkpoints there, under every agent's --checkpoint-root (docs/checkpoints.md)");
+  submit_->add_option("--checkpoint-every", settings_.checkpoint_every, "with --checkpoint-dir: a checkpoint after every N steps and after the last")
+      ->check(CLI::Range(1, 10'000'000));
+  submit_->add_option("--keep", settings_.checkpoint_keep, "with --checkpoint-dir: keep the newest K checkpoints (default: all)")
+      ->check(CLI::Range(1, 1'000'000));
+  submit_->add_option("--resume", settings_.resume,
+                      "start from a checkpoint (or the newest under a --checkpoint-dir), under every agent's --checkpoint-root, on this "
+                      "plan or any other of the same model; --steps counts from the start of training");
   submit_->add_option("--metrics-out", metrics_out_, "write JSON lines {step, loss, step_s, tokens_per_s}, then {memory: [each rank's peak]}");
   submit_->add_flag("--detach", detach_, "return once training runs (no lease: stop it with `hetexec abort`)");
   submit_->add_option("--rendezvous-listen", rendezvous_listen_, "HOST:PORT for the job's rendezvous (default 127.0.0.1:0)");
@@ -180,6 +192,12 @@ int ControlCommands::run_agent() {
     if (!std::filesystem::is_directory(data_root_, ec)) return report({{"", 0, 0, "--data-root", data_root_ + " is not a directory"}});
     o.data_root = data_root_;
   }
+  if (!checkpoint_root_.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(checkpoint_root_, ec))
+      return report({{"", 0, 0, "--checkpoint-root", checkpoint_root_ + " is not a directory"}});
+    o.checkpoint_root = checkpoint_root_;
+  }
   o.advertise = advertise_;
   o.worker_executable = self_executable();
   o.version = version_;
@@ -223,6 +241,9 @@ int ControlCommands::run_submit() {
   if (rendezvous_cert_.empty() != rendezvous_key_.empty())
     return report({{"", 0, 0, "", "the rendezvous's TLS needs both --rendezvous-tls-cert and --rendezvous-tls-key"}});
   o.rendezvous_tls_cert = rendezvous_cert_, o.rendezvous_tls_key = rendezvous_key_, o.rendezvous_tls_ca = rendezvous_ca_;
+  if (settings_.checkpoint_dir.empty() != (settings_.checkpoint_every == 0) || (settings_.checkpoint_keep && settings_.checkpoint_dir.empty()))
+    return report({{"", 0, 0, "", settings_.checkpoint_dir.empty() ? "--checkpoint-every and --keep need --checkpoint-dir"
+                                                                    : "--checkpoint-dir needs --checkpoint-every N"}});
   o.settings = settings_;
   o.heartbeat_timeout_s = heartbeat_timeout_;
   o.heartbeat_interval_s = std::min(1.0, heartbeat_timeout_ / 3);

@@ -29,7 +29,7 @@ class ControlCommands {
   std::string plan_, model_, cluster_, metrics_out_, agents_, inventory_, client_token_file_, client_tls_ca_;
   std::string rendezvous_listen_ = "127.0.0.1:0", rendezvous_advertise_, format_ = "text", job_id_;
   std::string rendezvous_cert_, rendezvous_key_, rendezvous_ca_;
-  std::string data_root_, client_tls_cert_, client_tls_key_;
+  std::string data_root_, checkpoint_root_, client_tls_cert_, client_tls_key_;
   bool insecure_ = false;
   submit::Settings settings_;
   bool detach_ = false;

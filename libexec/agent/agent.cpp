@@ -122,6 +122,25 @@ Result<std::string> data_file(const std::string& path, const std::string& root, 
   return real.string();
 }
 
+// A job's checkpoint path (settings.checkpoint_dir or settings.resume) as its workers will use
+// it: under `root` (Options::checkpoint_root), which must be set. Errors are sentences.
+Result<std::string> checkpoint_path(const std::string& path, const std::string& root, const std::string& node, const char* field) {
+  namespace fs = std::filesystem;
+  auto refuse = [&](const std::string& why) { return Diagnostic{"", 0, 0, std::string("settings.") + field, why}; };
+  const std::string name = std::string("settings.") + field;
+  if (root.empty()) return refuse(name + ": node " + node + " takes no checkpoints (its agent has no --checkpoint-root)");
+  if (path.find('\0') != std::string::npos) return refuse(name + " contains a NUL byte");
+  if (path.size() > 4096) return refuse(name + " is longer than 4096 bytes");
+  std::error_code ec;
+  const fs::path base = fs::canonical(root, ec);
+  if (ec) return refuse(name + ": node " + node + "'s checkpoint root " + root + " is gone");
+  const fs::path real = fs::weakly_canonical(fs::path(path).is_absolute() ? fs::path(path) : base / path, ec);
+  const auto rel = ec ? fs::path("..") : real.lexically_relative(base);
+  if (rel.empty() || *rel.begin() == ".." || rel == ".")
+    return refuse(name + ": " + path + " is not inside node " + node + "'s checkpoint root " + root);
+  return real.string();
+}
+
 }  // namespace
 
 struct Agent::State final : public pb::Agent::Service {
@@ -274,6 +293,22 @@ struct Agent::State final : public pb::Agent::Service {
       if (!checked) return refuse(checked.errors().front().message);
       data = *checked;
     }
+    std::string checkpoint_dir, resume;  // as the workers will use them
+    if (!st.checkpoint_dir().empty()) {
+      auto checked = checkpoint_path(st.checkpoint_dir(), opt.checkpoint_root, opt.node.to_string(), "checkpoint_dir");
+      if (!checked) return refuse(checked.errors().front().message);
+      checkpoint_dir = *checked;
+      if (st.checkpoint_every() < 1 || st.checkpoint_every() > 10'000'000)
+        return refuse("settings.checkpoint_every must be in [1, 10000000] with a checkpoint_dir");
+    } else if (st.checkpoint_every() || st.checkpoint_keep()) {
+      return refuse("settings.checkpoint_every and checkpoint_keep need a checkpoint_dir");
+    }
+    if (st.checkpoint_keep() > 1'000'000) return refuse("settings.checkpoint_keep must be at most 1000000");
+    if (!st.resume().empty()) {
+      auto checked = checkpoint_path(st.resume(), opt.checkpoint_root, opt.node.to_string(), "resume");
+      if (!checked) return refuse(checked.errors().front().message);
+      resume = *checked;
+    }
     if (!valid_address(request->rendezvous_address())) return refuse("rendezvous_address must be HOST:PORT");
     if (request->lease_seconds() > 86400) return refuse("lease_seconds must be at most 86400");
     if (request->rendezvous_ca_pem().size() > (1 << 20)) return refuse("rendezvous_ca_pem must be at most 1 MiB");
@@ -330,6 +365,11 @@ struct Agent::State final : public pb::Agent::Service {
                                  : std::max(1, int(std::thread::hardware_concurrency()) / std::max<int>(1, int(j->ranks.size())));
     w.slowdown = opt.emulate_slowdown, w.time_dilation = std::max(1.0, st.time_dilation());
     w.emulate_links = st.emulate_links(), w.emulate_devices = st.emulate_devices();
+    if (!checkpoint_dir.empty()) {
+      w.checkpoint_dir = checkpoint_dir;
+      w.checkpoint_every = int(st.checkpoint_every()), w.checkpoint_keep = int(st.checkpoint_keep());
+    }
+    if (!resume.empty()) w.resume = resume;
     w.world = j->world;
     w.rendezvous = "grpc://" + request->rendezvous_address() + "/" + request->job_id();
     w.host = opt.advertise;

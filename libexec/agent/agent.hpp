@@ -37,6 +37,9 @@ struct Options {
   // A job's data file (settings.data_path) must resolve, symlinks followed, to a regular file
   // under this directory; a relative path is taken from it. Empty: any file the agent can read.
   std::string data_root;
+  // A job's checkpoint_dir and resume (JobSettings) must lie under this directory; a relative
+  // path is taken from it. Empty: the agent refuses checkpoints.
+  std::string checkpoint_root;
   std::string worker_executable;       // the hetexec binary
   std::string version;
   std::shared_ptr<spdlog::logger> log; // structured log lines; null: spdlog's default logger

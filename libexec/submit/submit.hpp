@@ -37,6 +37,9 @@ struct Settings {
   int threads = 0;
   double time_dilation = 1;  // runtime::Options::time_dilation
   double hang_timeout_s = 0;  // the agents' watchdog bound; 0: their default (progress/progress.hpp)
+  // Checkpoints, under every agent's --checkpoint-root (JobSettings): empty dir/resume: none.
+  std::string checkpoint_dir, resume;
+  int checkpoint_every = 0, checkpoint_keep = 0;
 };
 
 struct Options {
