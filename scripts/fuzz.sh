@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 src="$PWD"
 
-all=(input model cluster catalog profile plan importer worker_job agent)
+all=(input model cluster catalog profile plan importer worker_job agent checkpoint)
 seconds=60 only="" build="build-fuzz" jobs="$(nproc)" timeout=25 rss=2048 opt=1 format=table
 while (( $# )); do
   case "$1" in
@@ -90,7 +90,7 @@ for f in $peer/baselines/Metis/profiles/OPT-350/A100-40/*.json; do
 done
 { printf '\2'; cat $peer/misc/llm_info.json; } > "$seeds/importer/llm_info.json"
 { printf '\3'; cat $peer/misc/training_config_opt_350.json; } > "$seeds/importer/training_config.json"
-"$build/tests/fuzz/fuzz_seeds" "$seeds"  # agent/ and worker_job/
+"$build/tests/fuzz/fuzz_seeds" "$seeds"  # agent/, worker_job/ and checkpoint/
 
 # ---- runs -----------------------------------------------------------------------------------
 # ASan's default quarantine (256 MiB of freed memory held back to catch a use after free) let a

@@ -52,7 +52,12 @@ TEST_CASE("safetensors: files read back bit for bit, and a malformed one is refu
   std::vector<float> a(6), b{1.5f, -2.0f};
   std::iota(a.begin(), a.end(), 0.25f);
   const std::string path = dir.path() + "/t.safetensors";
-  REQUIRE(ck::write(path, {{"a", {2, 3}, a.data()}, {"b", {2}, b.data()}}, {{"k", "v"}}).ok());
+  // Progress is told at half of the data (32 bytes: inside "a") and at its end, in order.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> told;
+  REQUIRE(ck::write(path, {{"a", {2, 3}, a.data()}, {"b", {2}, b.data()}}, {{"k", "v"}},
+                    [&](std::uint64_t written, std::uint64_t total) { told.emplace_back(written, total); })
+              .ok());
+  CHECK(told == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{16, 32}, {32, 32}});
   CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
   auto r = ck::Reader::open(path);
   REQUIRE(r.ok());

@@ -85,7 +85,7 @@ std::string partial_dir(const std::string& root, int step) { return (fs::path(ro
 std::string rank_file(int rank) { return "rank-" + padded(rank, 5) + ".safetensors"; }
 
 Result<nlohmann::json> write_rank(const std::string& root, int step, int rank, const std::vector<PieceOut>& pieces,
-                                  const std::function<void()>& pause_at_half) {
+                                  const Progress& progress) {
   const std::string dir = partial_dir(root, step);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -107,7 +107,7 @@ Result<nlohmann::json> write_rank(const std::string& root, int step, int rank, c
   std::string file;
   if (!out.empty()) {
     file = rank_file(rank);
-    if (auto written = write((fs::path(dir) / file).string(), out, {{"format", kFormat}, {"rank", std::to_string(rank)}}, pause_at_half);
+    if (auto written = write((fs::path(dir) / file).string(), out, {{"format", kFormat}, {"rank", std::to_string(rank)}}, progress);
         !written)
       return written.errors();
   }

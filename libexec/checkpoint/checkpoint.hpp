@@ -62,9 +62,9 @@ std::string rank_file(int rank);
 // Writes rank `rank`'s pieces into the partial directory of `step` under `root` (created if
 // missing). Returns what rank 0 needs for the manifest: {"file", "bytes", "tensors": {name:
 // {"shape", "pieces": [{"key", "spans"}]}}} ("file" empty when the rank owns nothing).
-// `pause_at_half` as safetensors::write.
+// `progress` as safetensors::write's.
 Result<nlohmann::json> write_rank(const std::string& root, int step, int rank, const std::vector<PieceOut>& pieces,
-                                  const std::function<void()>& pause_at_half = {});
+                                  const Progress& progress = {});
 
 // Rank 0, once every rank's write_rank() answer is in `ranks`: writes the manifest
 // ({"format", "version", "step", "ranks", "tensors"} and the fields of `about`), makes the

@@ -81,33 +81,33 @@ Result<Done> sync_directory(const std::string& dir) {
 }
 
 Result<Done> write(const std::string& path, const std::vector<TensorOut>& tensors, const std::map<std::string, std::string>& metadata,
-                   const std::function<void()>& pause_at_half) {
+                   const Progress& progress) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::uint64_t at = 0;
+  std::uint64_t total = 0;
   for (const auto& t : tensors) {
     const std::uint64_t bytes = std::uint64_t(product(t.shape)) * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
-    at += bytes;
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {total, total + bytes}}};
+    total += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned, as the format recommends
   const std::uint64_t length = text.size();
-
   return write_durably(path, [&](int fd) {
     if (!write_all(fd, &length, sizeof length) || !write_all(fd, text.data(), text.size())) return false;
+    // The data in chunks that end at every kProgressBytes and at half of it, each reported.
     std::uint64_t written = 0;
-    bool paused = false;
+    const std::uint64_t half = total / 2;
     for (const auto& t : tensors) {
-      const std::size_t bytes = std::size_t(product(t.shape)) * sizeof(float);
-      const std::size_t half = !paused && pause_at_half && written + bytes >= at / 2 ? std::size_t(at / 2 - written) : bytes;
-      if (!write_all(fd, t.data, half)) return false;
-      if (half < bytes) {
-        paused = true;
-        pause_at_half();
-        if (!write_all(fd, reinterpret_cast<const char*>(t.data) + half, bytes - half)) return false;
+      const char* p = reinterpret_cast<const char*>(t.data);
+      const std::uint64_t end = written + std::uint64_t(product(t.shape)) * sizeof(float);
+      while (written < end) {
+        std::uint64_t stop = std::min(end, (written / kProgressBytes + 1) * kProgressBytes);
+        if (written < half && half < stop) stop = half;
+        if (!write_all(fd, p, std::size_t(stop - written))) return false;
+        p += stop - written, written = stop;
+        if (progress && (written % kProgressBytes == 0 || written == half || written == total)) progress(written, total);
       }
-      written += bytes;
     }
     return true;
   });

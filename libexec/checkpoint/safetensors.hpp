@@ -24,11 +24,15 @@ struct TensorOut {
   const float* data = nullptr;  // product(shape) elements
 };
 
+// Told how much of the data is written: (bytes written, bytes in all); at least after every
+// kProgressBytes, exactly once at half of the data, and at the end.
+using Progress = std::function<void(std::uint64_t written, std::uint64_t total)>;
+inline constexpr std::uint64_t kProgressBytes = std::uint64_t{64} << 20;
+
 // Writes `tensors` (names unique) to `path`: to path + ".tmp", fsync, rename, so that `path` is
-// either absent or whole. `pause_at_half` (a test's fault injection, may be null) is called once
-// half of the data is written. Errors name the file.
+// either absent or whole. Errors name the file.
 Result<Done> write(const std::string& path, const std::vector<TensorOut>& tensors, const std::map<std::string, std::string>& metadata,
-                   const std::function<void()>& pause_at_half = {});
+                   const Progress& progress = {});
 
 struct TensorEntry {
   std::vector<std::int64_t> shape;

@@ -1,12 +1,13 @@
 // fuzz_seeds OUTDIR: writes the seeds that are not shipped as files, with the project's own
 // writers, for scripts/fuzz.sh: OUTDIR/agent/ (a call-sequence byte and a PrepareRequest, as
 // the agent harness reads its input, for each test plan that loads with tiny-gpt on the
-// demo cluster, naming its ranks on node a100/0) and OUTDIR/worker_job/ (job files as run-local
-// and the agent write them).
+// demo cluster, naming its ranks on node a100/0), OUTDIR/worker_job/ (job files as run-local
+// and the agent write them) and OUTDIR/checkpoint/ (checkpoint_base.hpp's files).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
+#include "checkpoint_base.hpp"
 #include "control/admission.hpp"
 #include "hetexec.grpc.pb.h"
 #include "job/placement.hpp"
@@ -76,11 +77,25 @@ void worker_job_seeds(const fs::path& out) {
 
 }  // namespace
 
+// The checkpoint harness's: each file of the base checkpoint after the byte that picks it.
+int checkpoint_seeds(const fs::path& out) {
+  fs::create_directories(out);
+  const std::string dir = fuzz::write_base_checkpoint((out / "base").string());
+  if (dir.empty()) return 1;
+  for (std::size_t i = 0; i < fuzz::kCheckpointFiles.size(); ++i) {
+    std::ifstream in(dir + "/" + fuzz::kCheckpointFiles[i], std::ios::binary);
+    write(out / (std::to_string(i) + "-" + fuzz::kCheckpointFiles[i]), char(i) + std::string(std::istreambuf_iterator<char>(in), {}));
+  }
+  fs::remove_all(out / "base");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::cerr << "usage: fuzz_seeds OUTDIR\n";
     return 2;
   }
   worker_job_seeds(fs::path(argv[1]) / "worker_job");
+  if (checkpoint_seeds(fs::path(argv[1]) / "checkpoint") != 0) return 1;
   return agent_seeds(fs::path(argv[1]) / "agent");
 }
