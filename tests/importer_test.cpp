@@ -199,6 +199,31 @@ TEST_CASE("Metis files carry their own memory, so --llm-info is refused for them
   CHECK_THAT(p.errors()[0].message, Catch::Contains("the Metis files carry their own memory"));
 }
 
+TEST_CASE("a peer profile keyed by a tp or micro-batch size of 0, or not a number, is refused naming the file and key (found by fuzzing)") {
+  // The importer took tp "0" with std::stoi and wrote a profile its own reader refuses.
+  test::TempDir dir;
+  const std::string gpu = dir.path() + "/A100-40";
+  std::filesystem::create_directories(gpu);
+  auto refused = [&](const std::string& mbs, const std::string& tp) {
+    dir.write("A100-40/profile.json", R"({")" + mbs + R"(": {")" + tp + R"(": {"0": [0.001, 0.0, 0.001], "1": [0.002, 0.005, 0.001],
+                                                                   "2": [0.003, 0.004, 0.001]}}})");
+    auto p = importer::import_profile({"sailor", gpu, opt350(), {}, {}});
+    REQUIRE_FALSE(p.ok());
+    return p.errors()[0].to_string();
+  };
+  CHECK_THAT(refused("8", "0"), Catch::Contains("A100-40/profile.json: 8.0: expected a tensor-parallel degree from 1 to"));
+  CHECK_THAT(refused("0", "2"), Catch::Contains("profile.json: 0: expected a micro-batch size from 1 to"));
+  CHECK_THAT(refused("8", "4x"), Catch::Contains("8.4x: expected a tensor-parallel degree"));
+  CHECK_THAT(refused("-1", "2"), Catch::Contains("-1: expected a micro-batch size"));
+  // Metis names them in its files: mbs0_tmp1.json.
+  const std::string metis = dir.path() + "/metis/A100-40";
+  std::filesystem::create_directories(metis);
+  std::filesystem::copy_file(kMetisA100 + "/mbs1_tmp1.json", metis + "/mbs0_tmp1.json");
+  auto m = importer::import_profile({"metis", metis, opt350(), {}, {}});
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.errors()[0].to_string(), Catch::Contains("mbs0_tmp1.json: expected mbs<b>_tmp<t>.json with b from 1"));
+}
+
 TEST_CASE("import errors name the file") {
   importer::Options o{"sailor", HET_SOURCE_DIR "/tests/data/nothing-here", opt350(), {}, {}};
   auto p = importer::import_profile(o);

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <regex>
 
 #include <nlohmann/json.hpp>
 
 #include "input/input.hpp"
+#include "spec/limits.hpp"
 
 namespace het::importer {
 
@@ -45,6 +47,17 @@ Result<nlohmann::json> read_json(const fs::path& file) {
   } catch (const nlohmann::json::exception& e) {
     return Diagnostic{file.string(), 0, 0, "", std::string("not valid JSON: ") + e.what()};
   }
+}
+
+// A key or file-name part that counts (a tp, a micro-batch size): digits only, from 1 to the
+// limit the profile reader holds it to — the profile written must read back. nullopt otherwise
+// (std::stoi would take "0", "-2" and "4x").
+std::optional<int> count_of(const std::string& text, const input::Limit& limit) {
+  if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  const int n = std::stoi(text);
+  if (n < 1 || n > limit.max) return std::nullopt;
+  return n;
 }
 
 double median(std::vector<double> v) {
@@ -137,12 +150,20 @@ Result<ProfileSpec> import_sailor(const Options& o, const nlohmann::json& memory
   const double bytes = dtype_bytes(o.model.dtype);
   try {
     for (const auto& [mbs_text, by_tp] : doc->items()) {
-      const int mbs = std::stoi(mbs_text);
+      const auto mbs_count = count_of(mbs_text, limits::kGlobalBatchSize);
+      if (!mbs_count)
+        return Diagnostic{file.string(), 0, 0, mbs_text,
+                          "expected a micro-batch size from 1 to " + std::to_string(limits::kGlobalBatchSize.max) + " as the key"};
+      const int mbs = *mbs_count;
       for (const auto& by_tp_entry : by_tp.items()) {
         // Named, not a structured binding: the row lambda captures it (clang before 16 cannot).
         const std::string& tp_text = by_tp_entry.key();
         const auto& layers = by_tp_entry.value();
-        const int tp = std::stoi(tp_text);
+        const auto tp_count = count_of(tp_text, limits::kAttentionHeads);
+        if (!tp_count)
+          return Diagnostic{file.string(), 0, 0, mbs_text + "." + tp_text,
+                            "expected a tensor-parallel degree from 1 to " + std::to_string(limits::kAttentionHeads.max) + " as the key"};
+        const int tp = *tp_count;
         const int n = static_cast<int>(layers.size());
         if (n < 3) return Diagnostic{file.string(), 0, 0, mbs_text + "." + tp_text, "expected embedding, blocks and head"};
         auto row = [&](UnitKind kind, double f, double b, int layer_index) {
@@ -198,7 +219,12 @@ Result<ProfileSpec> import_metis(const Options& o) {
     auto doc = read_json(file);
     if (!doc) return doc.errors();
     try {
-      const int mbs = std::stoi(m[1]), tp = std::stoi(m[2]);
+      const auto mbs_count = count_of(m[1], limits::kGlobalBatchSize), tp_count = count_of(m[2], limits::kAttentionHeads);
+      if (!mbs_count || !tp_count)
+        return Diagnostic{file.string(), 0, 0, "",
+                          "expected mbs<b>_tmp<t>.json with b from 1 to " + std::to_string(limits::kGlobalBatchSize.max) + " and t from 1 to " +
+                              std::to_string(limits::kAttentionHeads.max)};
+      const int mbs = *mbs_count, tp = *tp_count;
       const auto& time = doc->at("execution_time");
       const auto& times = time.at("layer_compute_total_ms");
       const auto& memory = doc->at("execution_memory").at("layer_memory_total_mb");
