@@ -133,7 +133,10 @@ Result<Reader> Reader::open(const std::string& path) {
   if (header.is_discarded() || !header.is_object()) return file_error(path, "not a safetensors file: its header is not a JSON object");
   const std::uint64_t data = 8 + length, data_bytes = r.file_.size() - data;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
-  for (const auto& [name, t] : header.items()) {
+  for (const auto& entry : header.items()) {
+    // Named, not a structured binding: the lambda below captures it (clang before 16 cannot).
+    const std::string& name = entry.key();
+    const nlohmann::json& t = entry.value();
     if (name == "__metadata__") {
       if (!t.is_object()) return file_error(path, "its __metadata__ is not an object of strings");
       for (const auto& [k, v] : t.items()) {

@@ -56,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz::require(n <= (std::int64_t{1} << 40), "an accepted tensor's size is bounded");
     // The pieces were checked to tile the tensor and to be in their files: bounded by the files.
     if (n > (std::int64_t{1} << 24)) continue;
-    std::vector<float> out(std::size_t(n));
+    std::vector<float> out(static_cast<std::size_t>(n));
     for (auto field : {checkpoint::Field::value, checkpoint::Field::m, checkpoint::Field::v}) {
       auto got = c->read(name, shape, field, {{0, n, n, 1}}, out.data());
       if (!got) fuzz::require(!got.errors().front().message.empty(), "a failed read says why");
