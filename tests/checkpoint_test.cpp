@@ -145,3 +145,23 @@ TEST_CASE("a checkpoint written in pieces by two ranks is read back in any slice
   REQUIRE_FALSE(missing.ok());
   CHECK_THAT(errors_of(missing.errors()), Catch::Contains("tensors.w") && Catch::Contains("no piece holds elements [3, 6)"));
 }
+
+TEST_CASE("a manifest whose fields have the wrong types is refused, not thrown on (found by fuzzing)") {
+  het::test::TempDir dir;
+  const std::string root = dir.path() + "/ck";
+  std::vector<float> x{1, 2, 3};
+  ck::PieceOut p{"b", {3}, {{0, 3, 3, 1}}, x, x, x};
+  auto r0 = ck::write_rank(root, 1, 0, {p});
+  REQUIRE(r0.ok());
+  REQUIRE(ck::commit(root, 1, {}, {*r0}, 0).ok());
+  const std::string manifest = ck::step_dir(root, 1) + "/manifest.json";
+  std::ifstream in(manifest);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const auto at = text.find("\"hetexec checkpoint\"");
+  REQUIRE(at != std::string::npos);
+  std::ofstream(manifest) << text.replace(at, 20, "7");
+  auto c = ck::Checkpoint::open(root);
+  REQUIRE_FALSE(c.ok());
+  CHECK_THAT(errors_of(c.errors()), Catch::Contains("format: is not \"hetexec checkpoint\""));
+}

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
 
 #include "cost/compute.hpp"
 #include "importer/importer.hpp"
@@ -222,6 +223,17 @@ TEST_CASE("a peer profile keyed by a tp or micro-batch size of 0, or not a numbe
   auto m = importer::import_profile({"metis", metis, opt350(), {}, {}});
   REQUIRE_FALSE(m.ok());
   CHECK_THAT(m.errors()[0].to_string(), Catch::Contains("mbs0_tmp1.json: expected mbs<b>_tmp<t>.json with b from 1"));
+}
+
+TEST_CASE("llm_info with a negative parameter count is refused naming the file (found by fuzzing)") {
+  test::TempDir dir;
+  std::ifstream in(kPeer + "/misc/llm_info.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("53608448"), 8, "-53608448");
+  const std::string info = dir.write("llm_info.json", text);
+  auto p = importer::import_profile({"sailor", kSailorA100, opt350(), {}, info});
+  REQUIRE_FALSE(p.ok());
+  CHECK_THAT(p.errors()[0].to_string(), Catch::Contains("profile.json") && Catch::Contains("must be non-negative counts"));
 }
 
 TEST_CASE("import errors name the file") {

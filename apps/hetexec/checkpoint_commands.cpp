@@ -16,6 +16,10 @@ std::int64_t elements(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
+// A manifest field as written (any JSON), null when absent: the manifest was checked for what
+// resuming needs, not for these, which are only shown.
+nlohmann::json shown(const nlohmann::json& m, const char* key) { return m.is_object() && m.contains(key) ? m[key] : nlohmann::json(); }
+
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string t;
   for (auto d : shape) t += (t.empty() ? "[" : ", ") + std::to_string(d);
@@ -56,26 +60,26 @@ int CheckpointCommands::run_inspect() {
     parameters += elements(shape);
   }
   if (format_ == "json") {
-    std::cout << nlohmann::json{{"dir", c->dir()},         {"step", c->step()},           {"world", m.value("world", 0)},
-                                {"bytes", m.value("bytes", 0)}, {"files", m["files"].size()}, {"parameters", parameters},
-                                {"seed", m.value("seed", nlohmann::json())}, {"lr", m.value("lr", nlohmann::json())},
-                                {"data", m.value("data", nlohmann::json())}, {"tensors", tensors}}
+    std::cout << nlohmann::json{{"dir", c->dir()},         {"step", c->step()},           {"world", shown(m, "world")},
+                                {"bytes", shown(m, "bytes")}, {"files", m["files"].size()}, {"parameters", parameters},
+                                {"seed", shown(m, "seed")}, {"lr", shown(m, "lr")},
+                                {"data", shown(m, "data")}, {"tensors", tensors}}
                      .dump(1)
               << "\n";
     return 0;
   }
   std::cout << "checkpoint " << c->dir() << "\n"
-            << "  training resumes at step " << c->step() << "; written by " << m.value("world", 0) << " ranks into " << m["files"].size()
-            << " files, " << m.value("bytes", std::uint64_t{0}) << " bytes\n"
+            << "  training resumes at step " << c->step() << "; written by " << shown(m, "world").dump() << " ranks into " << m["files"].size()
+            << " files, " << shown(m, "bytes").dump() << " bytes\n"
             << "  " << parameters << " parameters in " << c->shapes().size() << " tensors (fp32 values and AdamW moments)\n";
-  if (m.contains("model")) std::cout << "  model: " << m["model"].value("name", "?") << " (" << m["model"].value("architecture", "?") << ")\n";
-  if (m.contains("plan") && m["plan"].contains("pipelines")) {
-    std::cout << "  written under a plan of " << m["plan"]["pipelines"].size() << " pipeline(s):";
-    for (const auto& p : m["plan"]["pipelines"]) std::cout << " " << p["stages"].size() << " stage(s)";
+  const nlohmann::json model = shown(m, "model"), pipelines = shown(shown(m, "plan"), "pipelines");
+  if (model.is_object()) std::cout << "  model: " << shown(model, "name").dump() << " (" << shown(model, "architecture").dump() << ")\n";
+  if (pipelines.is_array()) {
+    std::cout << "  written under a plan of " << pipelines.size() << " pipeline(s):";
+    for (const auto& p : pipelines) std::cout << " " << shown(p, "stages").size() << " stage(s)";
     std::cout << "\n";
   }
-  std::cout << "  seed " << m.value("seed", nlohmann::json()).dump() << ", lr " << m.value("lr", nlohmann::json()).dump() << ", data "
-            << m.value("data", nlohmann::json()).dump() << "\n"
+  std::cout << "  seed " << shown(m, "seed").dump() << ", lr " << shown(m, "lr").dump() << ", data " << shown(m, "data").dump() << "\n"
             << "  tensor                     shape            pieces\n";
   for (const auto& [name, shape] : c->shapes()) {
     char line[160];

@@ -187,7 +187,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
   auto bad = [&](const std::string& field, const std::string& why) { return Diagnostic{file, 0, 0, field, why}; };
   const auto& m = c.manifest_;
   if (m.is_discarded() || !m.is_object()) return bad("", "not a JSON object");
-  if (m.value("format", "") != kFormat) return bad("format", "is not \"" + std::string(kFormat) + "\"");
+  if (!m.contains("format") || m["format"] != kFormat) return bad("format", "is not \"" + std::string(kFormat) + "\"");
   if (!m.contains("version") || m["version"] != kVersion) return bad("version", "is not " + std::to_string(kVersion) + ", the one this hetexec reads");
   if (!m.contains("step") || !m["step"].is_number_unsigned() || m["step"].get<std::uint64_t>() > (1u << 30)) return bad("step", "is not a step number");
   c.step_ = m["step"].get<int>();

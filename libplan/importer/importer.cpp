@@ -1,6 +1,8 @@
 #include "importer/importer.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -177,8 +179,13 @@ Result<ProfileSpec> import_sailor(const Options& o, const nlohmann::json& memory
           const std::string layer = std::to_string(layer_index);
           if (!memory.is_null() && memory.contains(tp_text) && memory[tp_text].contains(layer)) {
             const auto& li = memory[tp_text][layer];
-            r.parameter_memory = li.at("params_floats").get<double>() * bytes;
-            r.activation_memory = li.at("act_mem_floats").get<double>() * bytes * mbs;
+            const double params = li.at("params_floats").get<double>(), acts = li.at("act_mem_floats").get<double>();
+            // A count: the profile written must read back (found by fuzzing: -12911616 floats).
+            if (!(params >= 0 && acts >= 0 && std::isfinite(params) && std::isfinite(acts)))
+              throw std::invalid_argument("llm_info's params_floats and act_mem_floats of tp " + tp_text + ", layer " + layer +
+                                          " must be non-negative counts");
+            r.parameter_memory = params * bytes;
+            r.activation_memory = acts * bytes * mbs;
           }
           p.units.push_back(r);
         };
