@@ -10,21 +10,9 @@ namespace het::cli {
 
 namespace {
 
-std::int64_t elements(const std::vector<std::int64_t>& shape) {
-  std::int64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
-}
-
 // A manifest field as written (any JSON), null when absent: the manifest was checked for what
 // resuming needs, not for these, which are only shown.
 nlohmann::json shown(const nlohmann::json& m, const char* key) { return m.is_object() && m.contains(key) ? m[key] : nlohmann::json(); }
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string t;
-  for (auto d : shape) t += (t.empty() ? "[" : ", ") + std::to_string(d);
-  return t + "]";
-}
 
 }  // namespace
 
@@ -57,7 +45,7 @@ int CheckpointCommands::run_inspect() {
   std::int64_t parameters = 0;
   for (const auto& [name, shape] : c->shapes()) {
     tensors[name] = {{"shape", shape}, {"pieces", m["tensors"][name]["pieces"].size()}};
-    parameters += elements(shape);
+    parameters += checkpoint::elements_of(shape);
   }
   if (format_ == "json") {
     std::cout << nlohmann::json{{"dir", c->dir()},         {"step", c->step()},           {"world", shown(m, "world")},
@@ -83,7 +71,7 @@ int CheckpointCommands::run_inspect() {
             << "  tensor                     shape            pieces\n";
   for (const auto& [name, shape] : c->shapes()) {
     char line[160];
-    std::snprintf(line, sizeof line, "  %-26s %-16s %6zu", name.c_str(), shape_text(shape).c_str(), m["tensors"][name]["pieces"].size());
+    std::snprintf(line, sizeof line, "  %-26s %-16s %6zu", name.c_str(), checkpoint::shape_text(shape).c_str(), m["tensors"][name]["pieces"].size());
     std::cout << line << "\n";
   }
   return 0;
@@ -100,7 +88,7 @@ int CheckpointCommands::run_export() {
   std::vector<checkpoint::TensorOut> out;
   data.reserve(c->shapes().size() * (moments_ ? 3 : 1));
   for (const auto& [name, shape] : c->shapes()) {
-    const std::int64_t n = elements(shape);
+    const std::int64_t n = checkpoint::elements_of(shape);
     const std::vector<checkpoint::Span> whole{{0, n, n, 1}};
     for (auto [field, suffix] : {std::pair{checkpoint::Field::value, ""}, {checkpoint::Field::m, ".adam_m"}, {checkpoint::Field::v, ".adam_v"}}) {
       if (field != checkpoint::Field::value && !moments_) continue;

@@ -34,18 +34,11 @@ nlohmann::json to_json(const std::vector<Span>& spans) {
   return a;
 }
 
-// The step of a directory named step-N, or nullopt.
-std::optional<int> step_of_name(const std::string& name) {
-  static const std::regex re("step-([0-9]{8,9})");
+// The step N of a directory named as `pattern` names them (step-N, .step-N.partial), or nullopt.
+const std::regex kComplete("step-([0-9]{8,9})"), kPartial("\\.step-([0-9]{8,9})\\.partial");
+std::optional<int> step_of(const std::string& name, const std::regex& pattern) {
   std::smatch m;
-  if (!std::regex_match(name, m, re)) return std::nullopt;
-  return std::stoi(m[1]);
-}
-
-std::optional<int> step_of_partial(const std::string& name) {
-  static const std::regex re("\\.step-([0-9]{8,9})\\.partial");
-  std::smatch m;
-  if (!std::regex_match(name, m, re)) return std::nullopt;
+  if (!std::regex_match(name, m, pattern)) return std::nullopt;
   return std::stoi(m[1]);
 }
 
@@ -56,8 +49,8 @@ std::vector<Span> spans_of(const model::Slice& slice, const std::vector<std::pai
   auto add = [&](std::int64_t g, std::int64_t n) {  // a contiguous run [g, g + n) of the full tensor
     if (!out.empty()) {
       Span& s = out.back();
-      if (s.count == 1 && g == s.start + s.run) {  // continues the one run
-        s.run += n;
+      if (s.count == 1 && g == s.start + s.run) {  // continues the one run (a span of one run has stride = run)
+        s.run += n, s.stride = s.run;
         return;
       }
       if (n == s.run && (s.count == 1 ? g > s.start : g == s.start + s.count * s.stride)) {  // the next run at the same distance
@@ -74,9 +67,6 @@ std::vector<Span> spans_of(const model::Slice& slice, const std::vector<std::pai
       add(slice.global(i), k);
       i += k;
     }
-  // A span of one run: its stride is its run (the form every span of one run has).
-  for (auto& s : out)
-    if (s.count == 1) s.stride = s.run;
   return out;
 }
 
@@ -118,7 +108,7 @@ std::vector<std::string> complete_checkpoints(const std::string& root) {
   std::vector<std::pair<int, std::string>> found;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
-    const auto step = step_of_name(e.path().filename().string());
+    const auto step = step_of(e.path().filename().string(), kComplete);
     if (step && fs::is_regular_file(e.path() / "manifest.json", ec)) found.emplace_back(*step, e.path().string());
   }
   std::sort(found.begin(), found.end());
@@ -127,8 +117,8 @@ std::vector<std::string> complete_checkpoints(const std::string& root) {
   return out;
 }
 
-Result<std::string> commit(const std::string& root, int step, const nlohmann::json& about, const std::vector<nlohmann::json>& ranks,
-                           int keep) {
+Result<Committed> commit(const std::string& root, int step, const nlohmann::json& about, const std::vector<nlohmann::json>& ranks,
+                         int keep) {
   nlohmann::ordered_json manifest{{"format", kFormat}, {"version", kVersion}, {"step", step}};
   for (const auto& [k, v] : about.items()) manifest[k] = v;
   nlohmann::json files = nlohmann::json::array(), tensors = nlohmann::json::object();
@@ -163,10 +153,10 @@ Result<std::string> commit(const std::string& root, int step, const nlohmann::js
   if (keep > 0)
     for (std::size_t i = 0; i + std::size_t(keep) < complete.size(); ++i) fs::remove_all(complete[i], ec);
   for (const auto& e : fs::directory_iterator(root, ec)) {
-    const auto s = step_of_partial(e.path().filename().string());
+    const auto s = step_of(e.path().filename().string(), kPartial);
     if (s && *s <= step) fs::remove_all(e.path(), ec);
   }
-  return final_dir;
+  return Committed{final_dir, bytes};
 }
 
 Result<Checkpoint> Checkpoint::open(const std::string& path) {
@@ -265,11 +255,6 @@ Result<Done> Checkpoint::read(const std::string& tensor, const std::vector<std::
                               float* out) const {
   const auto it = shapes_.find(tensor);
   if (it == shapes_.end()) return Diagnostic{dir_, 0, 0, "", "the checkpoint has no tensor \"" + tensor + "\": it is of another model"};
-  auto shape_text = [](const std::vector<std::int64_t>& s) {
-    std::string t;
-    for (auto d : s) t += (t.empty() ? "[" : ", ") + std::to_string(d);
-    return t + "]";
-  };
   if (it->second != shape)
     return Diagnostic{dir_, 0, 0, "", "tensor \"" + tensor + "\" is " + shape_text(it->second) + " in the checkpoint, " + shape_text(shape) +
                                           " in this model: it is of another model"};

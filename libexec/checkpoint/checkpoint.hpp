@@ -69,9 +69,13 @@ Result<nlohmann::json> write_rank(const std::string& root, int step, int rank, c
 // Rank 0, once every rank's write_rank() answer is in `ranks`: writes the manifest
 // ({"format", "version", "step", "ranks", "tensors"} and the fields of `about`), makes the
 // checkpoint visible, then removes complete checkpoints beyond the newest `keep` (0: none) and
-// partial ones of steps up to this. Returns the checkpoint's directory.
-Result<std::string> commit(const std::string& root, int step, const nlohmann::json& about, const std::vector<nlohmann::json>& ranks,
-                           int keep);
+// partial ones of steps up to this. Returns the checkpoint's directory and its bytes.
+struct Committed {
+  std::string dir;
+  std::uint64_t bytes = 0;  // values and moments of every rank
+};
+Result<Committed> commit(const std::string& root, int step, const nlohmann::json& about, const std::vector<nlohmann::json>& ranks,
+                         int keep);
 
 // The complete checkpoints under `root`, oldest first (directories step-N with a manifest).
 std::vector<std::string> complete_checkpoints(const std::string& root);

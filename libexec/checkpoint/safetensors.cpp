@@ -35,12 +35,6 @@ bool write_all(int fd, const void* data, std::size_t n) {
   return true;
 }
 
-std::int64_t product(const std::vector<std::int64_t>& shape) {
-  std::int64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
-}
-
 std::string parent_of(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
@@ -67,7 +61,19 @@ Result<Done> write_durably(const std::string& path, const std::function<bool(int
 
 }  // namespace
 
-std::int64_t TensorEntry::elements() const { return product(shape); }
+std::int64_t elements_of(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string t;
+  for (auto d : shape) t += (t.empty() ? "[" : ", ") + std::to_string(d);
+  return t + "]";
+}
+
+std::int64_t TensorEntry::elements() const { return elements_of(shape); }
 
 Result<Done> sync_directory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -86,7 +92,7 @@ Result<Done> write(const std::string& path, const std::vector<TensorOut>& tensor
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t total = 0;
   for (const auto& t : tensors) {
-    const std::uint64_t bytes = std::uint64_t(product(t.shape)) * sizeof(float);
+    const std::uint64_t bytes = std::uint64_t(elements_of(t.shape)) * sizeof(float);
     header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {total, total + bytes}}};
     total += bytes;
   }
@@ -100,7 +106,7 @@ Result<Done> write(const std::string& path, const std::vector<TensorOut>& tensor
     const std::uint64_t half = total / 2;
     for (const auto& t : tensors) {
       const char* p = reinterpret_cast<const char*>(t.data);
-      const std::uint64_t end = written + std::uint64_t(product(t.shape)) * sizeof(float);
+      const std::uint64_t end = written + std::uint64_t(elements_of(t.shape)) * sizeof(float);
       while (written < end) {
         std::uint64_t stop = std::min(end, (written / kProgressBytes + 1) * kProgressBytes);
         if (written < half && half < stop) stop = half;

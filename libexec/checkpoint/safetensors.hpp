@@ -18,10 +18,14 @@ namespace het::checkpoint {
 // The longest header read: the format's own limit (100 MB, safetensors' MAX_HEADER_SIZE).
 inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
+// The number of elements of a tensor of this shape; "[4, 6]".
+std::int64_t elements_of(const std::vector<std::int64_t>& shape);
+std::string shape_text(const std::vector<std::int64_t>& shape);
+
 struct TensorOut {
   std::string name;
   std::vector<std::int64_t> shape;
-  const float* data = nullptr;  // product(shape) elements
+  const float* data = nullptr;  // elements_of(shape) elements
 };
 
 // Told how much of the data is written: (bytes written, bytes in all); at least after every

@@ -160,7 +160,7 @@ double gather_loss(transport::Peers& peers, const program::Topology& topo, doubl
 // reports it to rank 0 (the length of its answer, then the answer's JSON text), which commits
 // once every answer is in. Rank 0 returns the checkpoint's directory and bytes; others nothing.
 template <class At>
-std::optional<std::pair<std::string, std::uint64_t>> save_checkpoint(transport::Peers& peers, const std::vector<Bucket>& buckets, bool zero,
+std::optional<checkpoint::Committed> save_checkpoint(transport::Peers& peers, const std::vector<Bucket>& buckets, bool zero,
                                                                       const Options::Checkpointing& c, int next, Pace& pace, At&& at) {
   const int me = peers.rank();
   at(progress::Activity::computing, "checkpoint");
@@ -195,9 +195,7 @@ std::optional<std::pair<std::string, std::uint64_t>> save_checkpoint(transport::
   about["world"] = peers.world();
   auto committed = checkpoint::commit(c.dir, next, about, ranks, c.keep);
   if (!committed) throw Failure{committed.errors().front()};
-  std::uint64_t bytes = 0;
-  for (const auto& r : ranks) bytes += r["bytes"].get<std::uint64_t>();
-  return std::pair{*committed, bytes};
+  return *committed;
 }
 
 // Every rank's memory peak on rank 0 (by rank); elsewhere `out` is the rank's own.
@@ -508,7 +506,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       if (const auto& c = checkpointing; !c.dir.empty() && c.every > 0 && (next % c.every == 0 || next == opt.steps)) {
         const double saving = now_s();
         if (auto saved = save_checkpoint(peers, sync, zero, c, next, pace, at)) {
-          std::tie(report.checkpoint, report.checkpoint_bytes) = *saved;
+          report.checkpoint = saved->dir, report.checkpoint_bytes = saved->bytes;
           report.checkpoint_s = now_s() - saving;
         }
         record("checkpoint", saving);

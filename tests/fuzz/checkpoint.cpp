@@ -51,8 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   for (const auto& [name, shape] : c->shapes()) {
-    std::int64_t n = 1;
-    for (auto x : shape) n *= x;
+    const std::int64_t n = checkpoint::elements_of(shape);
     fuzz::require(n <= (std::int64_t{1} << 40), "an accepted tensor's size is bounded");
     // The pieces were checked to tile the tensor and to be in their files: bounded by the files.
     if (n > (std::int64_t{1} << 24)) continue;

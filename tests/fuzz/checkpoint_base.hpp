@@ -24,7 +24,7 @@ inline std::string write_base_checkpoint(const std::string& root) {
   auto r1 = checkpoint::write_rank(root, 2, 1, {piece(model::Slice::column_block({4, 6}, 3, 3), "w"), piece(model::Slice::whole({5}), "b")});
   if (!r0 || !r1) return "";
   auto dir = checkpoint::commit(root, 2, {{"seed", 1}}, {*r0, *r1}, 0);
-  return dir ? *dir : "";
+  return dir ? dir->dir : "";
 }
 
 // The files of a checkpoint, in the order the harness's first byte picks them.
