@@ -225,6 +225,20 @@ TEST_CASE("a peer profile keyed by a tp or micro-batch size of 0, or not a numbe
   CHECK_THAT(m.errors()[0].to_string(), Catch::Contains("mbs0_tmp1.json: expected mbs<b>_tmp<t>.json with b from 1"));
 }
 
+TEST_CASE("a Sailor profile without measurements is refused naming the file (found by fuzzing)") {
+  // The importer wrote `units:` empty, which the profile reader refuses.
+  test::TempDir dir;
+  const std::string gpu = dir.path() + "/A100-40";
+  std::filesystem::create_directories(gpu);
+  for (const std::string text : {"{}", R"({"8": {}})"}) {
+    INFO(text);
+    dir.write("A100-40/profile.json", text);
+    auto p = importer::import_profile({"sailor", gpu, opt350(), {}, {}});
+    REQUIRE_FALSE(p.ok());
+    CHECK_THAT(p.errors()[0].to_string(), Catch::Contains("A100-40/profile.json") && Catch::Contains("no measurements"));
+  }
+}
+
 TEST_CASE("llm_info with a negative parameter count is refused naming the file (found by fuzzing)") {
   test::TempDir dir;
   std::ifstream in(kPeer + "/misc/llm_info.json");

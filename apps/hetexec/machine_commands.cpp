@@ -96,7 +96,7 @@ MachineCommands::MachineCommands(CLI::App& app, std::string version) : version_(
   profile_->add_option("--spread", spread_percent_,
                        "then measure a point until the 95% interval of each median is within +-this many percent (default 1)")
       ->check(CLI::NonNegativeNumber);
-  profile_->add_option("--max-seconds", options_.stop.max_seconds, "or for at most this long per point (default 1)")
+  profile_->add_option("--max-seconds", options_.stop.max_seconds, "or for at most this long per point (default 1; X times as long under --time-dilation X)")
       ->check(CLI::NonNegativeNumber);
   profile_->add_option("--device", options_.device,
                        "device type the profile is for (as in the cluster; default: cpu, or the catalog's type of the GPU)");

@@ -41,6 +41,7 @@ struct Options {
   // what a pause costs the compute after it (caches and a core gone cold) is in the times. The
   // times are still this machine's (not X times them, the pauses left out even on the wall
   // clock): simulate --time-dilation X scales.
+  // The stop rule's max_seconds is then X times as long on the wall clock (of this machine's time).
   double time_dilation = 1;
   std::string device = "cpu";
 };

@@ -6,7 +6,7 @@
 // units' forward rows), backward (backward and recompute rows: a recomputing stage's measured
 // backward holds its recomputation) and optimizer (optimizer_step). Each is the mean of its
 // stages' ratios weighted by their unit counts (the least-squares fit of one factor to the
-// stages' relative errors), taken from the per-micro-batch medians compare() reads. The fit is
+// stages' relative errors), taken from the per-micro-batch times compare() reads. The fit is
 // repeated on the rescaled profile until the factors settle (units costed analytically inside a
 // profiled device type do not scale, so one pass can fall short).
 //

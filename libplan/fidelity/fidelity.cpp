@@ -111,14 +111,18 @@ StageTimes measure(const Steps& s, std::size_t n) {
   std::vector<double> f, b, compute, wait, sync, opt, step;
   for (std::size_t k = 1; k < n; ++k) {
     double c = 0, sy = 0, op = 0;
+    double fs = 0, bs = 0;  // the step's forwards and backwards
+    int fn = 0, bn = 0;
     for (const auto& e : s.inside[k]) {
       const bool fwd = starts_with(e.name, "F"), bwd = starts_with(e.name, "B");
-      if (fwd) f.push_back(e.duration_s);
-      if (bwd) b.push_back(e.duration_s);
+      if (fwd) fs += e.duration_s, ++fn;
+      if (bwd) bs += e.duration_s, ++bn;
       if (fwd || bwd) c += e.duration_s;
       if (e.name == "sync" || e.name == "gather") sy += e.duration_s;
       if (e.name == "optimizer") op += e.duration_s;
     }
+    if (fn) f.push_back(fs / fn);
+    if (bn) b.push_back(bs / bn);
     compute.push_back(c), sync.push_back(sy), opt.push_back(op), step.push_back(s.step[k].duration_s);
     wait.push_back(s.step[k].duration_s - c - sy - op);
   }

@@ -11,7 +11,10 @@
 // with events F<j>, B<j>, "wait F<j>", "wait B<j>", zero_grad, sync, optimizer, gather, loss,
 // and "step" around each step (libexec/runtime/runtime.hpp). compare() reads, per stage, the
 // median over the steps after the first (the first warms caches and connections) and sets it
-// beside the prediction.
+// beside the prediction. A forward or backward per micro-batch is, per step, the mean of the
+// step's micro-batches (a step pays for its slow ones too: the median of all micro-batches
+// leaves them out, and on this shared machine it was 5% under what a step of 8 paid), then the
+// median over steps.
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,7 +46,7 @@ Result<std::vector<sim::TraceEvent>> read_chrome_trace(const std::string& file);
 
 // A stage's times in one step (the measured ones: medians over the steps used).
 struct StageTimes {
-  double forward_s = 0, backward_s = 0;  // per micro-batch
+  double forward_s = 0, backward_s = 0;  // per micro-batch (measured: the step's mean)
   double compute_s = 0;                  // all forwards and backwards of the step
   double wait_s = 0;                     // the rest of the step before the sync: blocked on data, idle
   double sync_s = 0, optimizer_s = 0;    // gradient sync (with ZeRO's gather), optimizer step

@@ -207,6 +207,11 @@ Result<ProfileSpec> import_sailor(const Options& o, const nlohmann::json& memory
   } catch (const std::exception& e) {
     return Diagnostic{file.string(), 0, 0, "", std::string("not a Sailor profile: ") + e.what()};
   }
+  // A profile without rows does not read back (found by fuzzing: `{}`, or micro-batch sizes
+  // with no tp under them).
+  if (p.units.empty())
+    return Diagnostic{file.string(), 0, 0, "",
+                      "no measurements: expected {\"<micro-batch size>\": {\"<tp>\": {\"0\": [forward, backward, update], ...}}}"};
   return p;
 }
 
