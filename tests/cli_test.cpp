@@ -514,3 +514,39 @@ TEST_CASE("hetplan search --write-top writes distinct plans") {
   }
   CHECK(seen.size() >= 3);
 }
+
+TEST_CASE("hetplan replan plans for the devices left, the new plan validates, and the switch's bytes are reported") {
+  het::test::TempDir dir;
+  const std::string old = dir.path() + "/old.plan.json", now = dir.path() + "/new.plan.json";
+  auto s = run_process({HETPLAN_BIN, "search", "--model", kSrc + "/configs/models/tiny-gpt.yaml", "--cluster",
+                        kSrc + "/configs/clusters/tiny-cpu.yaml", "--time-budget", "2", "-o", old});
+  INFO(s.out << s.err);
+  REQUIRE(s.exit_code == 0);
+  auto r = run_process({HETPLAN_BIN, "replan", old, "--without", "fast/0:1", "--time-budget", "2", "-o", now, "--format", "json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["new_iteration_s"].get<double>() > 0);
+  const auto& by = j["switch"]["bytes_by_link"];
+  std::int64_t total = 0;
+  for (const auto& [k, v] : by.items()) total += v.get<std::int64_t>();
+  // The new plan holds the whole model at least once: 12 bytes per parameter element.
+  CHECK(total >= 12 * 100000);
+  CHECK(j["plan"]["cluster"]["subclusters"].dump().find("fast-n0") != std::string::npos);
+  auto v = run_process({HETPLAN_BIN, "validate", "--plan", now});
+  INFO(v.out << v.err);
+  CHECK(v.exit_code == 0);
+  auto t = run_process({HETPLAN_BIN, "replan", old, "--without", "slow/0", "--time-budget", "1"});
+  INFO(t.out << t.err);
+  CHECK(t.exit_code == 0);
+  CHECK_THAT(t.out, Catch::Contains("switch: bytes by link") && Catch::Contains("predicted switch time"));
+  // Bad input: exit 2 with a sentence.
+  auto unknown = run_process({HETPLAN_BIN, "replan", old, "--without", "gpu/0"});
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.err, Catch::Contains("no subcluster 'gpu'"));
+  auto neither = run_process({HETPLAN_BIN, "replan", old});
+  CHECK(neither.exit_code == 2);
+  CHECK_THAT(neither.err, Catch::Contains("one of them"));
+  auto both = run_process({HETPLAN_BIN, "replan", old, "--without", "slow/0", "--cluster", kSrc + "/configs/clusters/tiny-cpu.yaml"});
+  CHECK(both.exit_code == 2);
+}

@@ -21,7 +21,9 @@
 #include "plan/plan_io.hpp"
 #include "plan/profiles.hpp"
 #include "fidelity/fidelity.hpp"
+#include "plan/validate.hpp"
 #include "predict/predict.hpp"
+#include "replan/replan.hpp"
 #include "report/report.hpp"
 #include "calibrate_command.hpp"
 #include "review_commands.hpp"
@@ -303,6 +305,85 @@ int run_search(const SearchArgs& a) {
   return 0;
 }
 
+// `hetplan replan PLAN (--without SUB/NODE[:DEVICE]... | --cluster NEW.yaml)`: the best plan for
+// the devices left (or the new cluster), searched as `hetplan search` does, and the switch to it
+// from PLAN (libplan/replan).
+struct ReplanArgs {
+  std::string plan, new_cluster;
+  std::vector<std::string> without;
+};
+int run_replan(const ReplanArgs& r, const SearchArgs& a) {
+  if (r.without.empty() == r.new_cluster.empty()) {
+    std::cerr << "error: give the devices lost (--without SUB/NODE[:DEVICE], repeatable) or the new cluster (--cluster), one of them\n";
+    return kInvalid;
+  }
+  het::InputFiles files;
+  files.plan = r.plan, files.profiles = a.profiles, files.catalog = a.catalog;
+  auto loaded = het::load_plan_inputs(files);
+  if (!loaded) {
+    print_errors(loaded.errors());
+    return kInvalid;
+  }
+  const het::Plan& old = loaded->plan;
+  het::Result<het::replan::Reduced> reduced = het::replan::Reduced{};
+  if (!r.without.empty()) {
+    reduced = het::replan::without(old.cluster, r.without);
+  } else {
+    auto catalog = a.catalog ? het::load_catalog(*a.catalog) : het::builtin_catalog();
+    if (!catalog) {
+      print_errors(catalog.errors());
+      return kInvalid;
+    }
+    auto c = het::load_cluster(r.new_cluster, *catalog);
+    if (!c) {
+      print_errors(c.errors());
+      return kInvalid;
+    }
+    reduced = het::replan::matched(old.cluster, *c);
+  }
+  if (!reduced) {
+    print_errors(reduced.errors());
+    return kInvalid;
+  }
+  het::cost::ComputeModel compute(old.model, loaded->profiles.specs());
+  auto out = het::search::run(a.algo, old.model, reduced->cluster, compute, search_options(a));
+  if (isatty(2)) std::cerr << "\r\033[K" << std::flush;
+  if (!out) {
+    print_errors(out.errors());
+    return kInvalid;
+  }
+  auto& best = out->plans.front();
+  best.plan.profiles = loaded->profiles.used;
+  if (auto problems = het::validate_plan(best.plan, "the new plan"); !problems.empty()) {
+    print_errors(problems);
+    std::cerr << "error: internal: the searched plan does not validate on the new cluster\n";
+    return 1;
+  }
+  auto sw = het::replan::switch_between(old, best.plan, *reduced);
+  if (!sw) {
+    print_errors(sw.errors());
+    return kInvalid;
+  }
+  const std::string text = het::write_plan(best.plan);
+  if (!a.output.empty() && !write_file(a.output, text)) return kInvalid;
+  if (a.format == "json") {
+    nlohmann::ordered_json j;
+    j["old_iteration_s"] = old.predicted ? nlohmann::ordered_json(old.predicted->iteration_s) : nlohmann::ordered_json();
+    j["new_iteration_s"] = best.plan.predicted->iteration_s;
+    j["switch"] = het::replan::to_json(*sw);
+    j["plan"] = nlohmann::ordered_json::parse(text);
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << het::report::stage_table(best) << "\n" << het::report::summary(best) << "\n";
+  if (old.predicted)
+    std::cout << "iteration: " << fmt("%.4f", old.predicted->iteration_s) << " s before, " << fmt("%.4f", best.plan.predicted->iteration_s)
+              << " s on the new cluster\n";
+  std::cout << het::replan::table(*sw);
+  if (!a.output.empty()) std::cout << "wrote " << a.output << "\n";
+  return 0;
+}
+
 int run_compare(const SearchArgs& a) {
   auto in = load_search_inputs(a);
   if (!in) {
@@ -504,6 +585,23 @@ int main(int argc, char** argv) {
   compare->add_option("--algos", search_args.algos, "algorithms (default: uniform heteroauto hapt mcts hexiscale auto)")
       ->check(CLI::IsMember(het::search::algorithm_names()));
 
+  ReplanArgs replan_args;
+  auto* replan = app.add_subcommand("replan", "The best plan for the devices a plan's cluster has left (or a new cluster), and the switch to it");
+  replan->add_option("plan", replan_args.plan, "the plan running now (plan.json)")->required();
+  replan->add_option("--without", replan_args.without, "a lost node SUB/NODE or device SUB/NODE:DEVICE (repeatable)");
+  replan->add_option("--cluster", replan_args.new_cluster, "the new cluster.yaml instead (devices of the same subcluster, node and index are the same)");
+  replan->add_option("--profile", search_args.profiles, "profile.yaml (repeatable), replacing the plan's own for its device type");
+  replan->add_option("--catalog", search_args.catalog, "device catalog (default: built in)");
+  replan->add_option("--time-budget", search_args.time_budget, "seconds for the search (as hetplan search)")->check(CLI::PositiveNumber);
+  replan->add_option("--threads", search_args.threads, "worker threads (default: all cores)")->check(not_negative);
+  replan->add_option("-o,--output", search_args.output, "write the new plan to this file");
+  replan->add_option("--format", search_args.format, "table (default) or json (the new plan and the switch)")
+      ->check(CLI::IsMember({"table", "json"}));
+  replan->footer(
+      "The switch: what each device of the new plan must receive, values and AdamW moments (fp32), from a surviving\n"
+      "holder over the fastest link, least loaded first, else from the checkpoint (Hetu v2 4.3, 6). ZeRO-0 plans.\n"
+      "docs/checkpoints.md.");
+
   ImportArgs import_args;
   auto* profile = app.add_subcommand("profile", "Work with profiles of measured costs");
   profile->require_subcommand(1);
@@ -531,6 +629,7 @@ int main(int argc, char** argv) {
   if (import->parsed()) return run_import(import_args);
   if (search->parsed()) return run_search(search_args);
   if (compare->parsed()) return run_compare(search_args);
+  if (replan->parsed()) return run_replan(replan_args, search_args);
   if (auto status = review.run()) return *status;
   if (auto status = calibrate.run()) return *status;
   return kInvalid;

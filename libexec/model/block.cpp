@@ -2,6 +2,10 @@
 
 #include "model/ops.hpp"
 
+#include <iterator>
+#include <stdexcept>
+#include <utility>
+
 namespace het::model {
 
 Shape Shape::of(const ModelSpec& m) {
@@ -12,38 +16,28 @@ Shape Shape::of(const ModelSpec& m) {
 template <class T>
 Block<T>::Block(const Shape& s, int layer, int rank, int tp, std::uint64_t seed)
     : s_(s), Hs_(s.H / tp), KHs_(s.KH / tp), Fs_(s.F / tp), params_(count) {
+  // Where each piece of program::layer_pieces (its order) goes and how it starts.
+  using enum Init;
+  static constexpr std::pair<Index, Init> kGpt[] = {
+      {ln1_w, ones},  {ln1_b, zeros}, {wq, normal}, {bq, zeros}, {wk, normal}, {bk, zeros},
+      {wv, normal},   {bv, zeros},    {wo, normal_scaled_out},   {bo, zeros},  {ln2_w, ones},
+      {ln2_b, zeros}, {w1, normal},   {b1, zeros},  {w2, normal_scaled_out},   {b2, zeros}};
+  static constexpr std::pair<Index, Init> kLlama[] = {{ln1_w, ones}, {wq, normal}, {wk, normal},
+                                                      {wv, normal},  {wo, normal_scaled_out}, {ln2_w, ones},
+                                                      {w1, normal},  {w2, normal_scaled_out}, {w3, normal}};
+  ModelSpec dims;  // the dimensions layer_pieces reads
+  dims.architecture = s.arch, dims.hidden_size = s.C, dims.num_attention_heads = s.H, dims.num_kv_heads = s.KH;
+  dims.ffn_hidden_size = s.F;
+  auto pieces = program::layer_pieces(dims, layer, rank, tp);
   const bool gpt = s.arch == Architecture::gpt;
-  const std::string prefix = "layer" + std::to_string(layer) + ".";
-  const std::int64_t C = s.C, D = s.D, HD = std::int64_t(s.H) * D, KD = std::int64_t(s.KH) * D, F = s.F;
-  // name, init, where the shard sits in the full tensor.
-  auto make = [&](Index i, const char* name, Init init, Slice slice) {
-    Param<T>& q = params_[i];
-    q.name = prefix + name;
-    q.slice = std::move(slice);
+  const std::size_t n = gpt ? std::size(kGpt) : std::size(kLlama);
+  if (pieces.size() != n) throw std::logic_error("layer_pieces and the block disagree on the parameters");
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [index, init] = gpt ? kGpt[i] : kLlama[i];
+    Param<T>& q = params_[index];
+    q.name = std::move(pieces[i].name);
+    q.slice = std::move(pieces[i].slice);
     initialise(q, seed, init, s.L);
-  };
-  using S = Slice;
-  // Column-parallel weights hold rows [x0, x0 + n) of [out, C], row-parallel ones columns of [C, in].
-  const std::int64_t q0 = rank * Hs_ * D, kv0 = rank * KHs_ * D, f0 = std::int64_t(rank) * Fs_;
-  make(ln1_w, "ln1_w", Init::ones, S::whole({C}));
-  make(wq, "wq", Init::normal, S::row_block({HD, C}, q0, Hs_ * D));
-  make(wk, "wk", Init::normal, S::row_block({KD, C}, kv0, KHs_ * D));
-  make(wv, "wv", Init::normal, S::row_block({KD, C}, kv0, KHs_ * D));
-  make(wo, "wo", Init::normal_scaled_out, S::column_block({C, HD}, q0, Hs_ * D));
-  make(ln2_w, "ln2_w", Init::ones, S::whole({C}));
-  make(w1, gpt ? "wfc" : "wgate", Init::normal, S::row_block({F, C}, f0, Fs_));
-  make(w2, gpt ? "wproj" : "wdown", Init::normal_scaled_out, S::column_block({C, F}, f0, Fs_));
-  if (gpt) {
-    make(ln1_b, "ln1_b", Init::zeros, S::whole({C}));
-    make(bq, "bq", Init::zeros, S::column_block({HD}, q0, Hs_ * D));
-    make(bk, "bk", Init::zeros, S::column_block({KD}, kv0, KHs_ * D));
-    make(bv, "bv", Init::zeros, S::column_block({KD}, kv0, KHs_ * D));
-    make(bo, "bo", Init::zeros, S::whole({C}));
-    make(ln2_b, "ln2_b", Init::zeros, S::whole({C}));
-    make(b1, "bfc", Init::zeros, S::column_block({F}, f0, Fs_));
-    make(b2, "bproj", Init::zeros, S::whole({C}));
-  } else {
-    make(w3, "wup", Init::normal, S::row_block({F, C}, f0, Fs_));
   }
 }
 

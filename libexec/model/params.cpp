@@ -30,22 +30,6 @@ double initial_value(std::uint64_t seed, const std::string& name, std::int64_t i
   return normal * std;
 }
 
-Slice Slice::whole(std::vector<std::int64_t> shape) {
-  Slice s{std::move(shape)};
-  s.rows = s.shape.size() == 2 ? s.shape[0] : 1, s.cols = s.full_cols();
-  return s;
-}
-Slice Slice::row_block(std::vector<std::int64_t> shape, std::int64_t row0, std::int64_t n) {
-  Slice s = whole(std::move(shape));
-  s.row0 = row0, s.rows = n;
-  return s;
-}
-Slice Slice::column_block(std::vector<std::int64_t> shape, std::int64_t col0, std::int64_t n) {
-  Slice s = whole(std::move(shape));
-  s.col0 = col0, s.cols = n;
-  return s;
-}
-
 template <class T>
 void initialise(Param<T>& p, std::uint64_t seed, Init init, int num_layers) {
   p.value.assign(std::size_t(p.slice.elements()), T(0));

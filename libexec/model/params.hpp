@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "program/shards.hpp"
+
 namespace het::model {
 
 // GPT-2 style initialisation of a parameter element.
@@ -14,24 +16,9 @@ enum class Init { normal, normal_scaled_out, zeros, ones };
 // The value of element `index` of parameter `name` (its position in the unsharded tensor).
 double initial_value(std::uint64_t seed, const std::string& name, std::int64_t index, Init init, int num_layers);
 
-// Where a shard's elements sit in the full (unsharded) tensor: the full tensor's shape, [n] or
-// [rows, cols], and the box the shard holds — rows [row0, row0 + rows) × columns
-// [col0, col0 + cols) of its [rows, cols] view (a vector is one row) — stored row-major.
-struct Slice {
-  std::vector<std::int64_t> shape;
-  std::int64_t row0 = 0, col0 = 0, rows = 0, cols = 0;
-
-  // The whole tensor; rows [row0, row0 + n) of a matrix; columns [col0, col0 + n) of a matrix
-  // or elements [col0, col0 + n) of a vector.
-  static Slice whole(std::vector<std::int64_t> shape);
-  static Slice row_block(std::vector<std::int64_t> shape, std::int64_t row0, std::int64_t n);
-  static Slice column_block(std::vector<std::int64_t> shape, std::int64_t col0, std::int64_t n);
-
-  std::int64_t full_cols() const { return shape.back(); }
-  std::int64_t elements() const { return rows * cols; }
-  // The index in the full tensor (row-major) of local element i.
-  std::int64_t global(std::int64_t i) const { return (row0 + i / cols) * full_cols() + col0 + i % cols; }
-};
+// Where a shard's elements sit in the full tensor: the planner's description (program/shards.hpp),
+// so that what a rank holds is what the planner counts.
+using Slice = program::Slice;
 
 template <class T>
 struct Param {

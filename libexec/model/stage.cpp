@@ -6,31 +6,28 @@
 
 namespace het::model {
 
-namespace {
-template <class T>
-Param<T> make(const std::string& name, std::vector<std::int64_t> shape, Init init, std::uint64_t seed, int layers) {
-  Param<T> p;
-  p.name = name;
-  p.slice = Slice::whole(std::move(shape));
-  initialise(p, seed, init, layers);
-  return p;
-}
-}  // namespace
-
 template <class T>
 StageModel<T>::StageModel(const ModelSpec& spec, int first, int last, int tp_rank, int tp, std::uint64_t seed, Comm<T> comm)
     : shape_(Shape::of(spec)), first_(first), last_(last), comm_(std::move(comm)), Tl_(shape_.T / comm_.cp) {
   const Shape& s = shape_;
-  const bool gpt = s.arch == Architecture::gpt;
   for (int u = std::max(first, 1); u <= std::min(last, s.L); ++u) blocks_.emplace_back(s, u - 1, tp_rank, tp, seed);
-  if (has_embedding() || (has_head() && gpt))  // gpt's head uses the (tied) token embedding
-    wte_ = make<T>("wte", {s.V, s.C}, Init::normal, seed, s.L);
-  if (has_embedding() && gpt) wpe_ = make<T>("wpe", {s.T, s.C}, Init::normal, seed, s.L);
-  if (has_head()) {
-    lnf_w_ = make<T>("lnf_w", {s.C}, Init::ones, seed, s.L);
-    if (gpt) lnf_b_ = make<T>("lnf_b", {s.C}, Init::zeros, seed, s.L);
-    else wout_ = make<T>("wout", {s.V, s.C}, Init::normal, seed, s.L);
-  }
+  // The embedding's and the head's tensors, where program::stage_pieces places them (gpt's head
+  // holds the tied token embedding); the layers' pieces are the blocks'.
+  const struct {
+    const char* name;
+    std::optional<Param<T>> StageModel::*member;
+    Init init;
+  } outer[] = {{"wte", &StageModel::wte_, Init::normal}, {"wpe", &StageModel::wpe_, Init::normal},
+               {"lnf_w", &StageModel::lnf_w_, Init::ones}, {"lnf_b", &StageModel::lnf_b_, Init::zeros},
+               {"wout", &StageModel::wout_, Init::normal}};
+  for (auto& piece : program::stage_pieces(spec, first, last, tp_rank, tp))
+    for (const auto& o : outer)
+      if (piece.name == o.name) {
+        Param<T>& p = (this->*o.member).emplace();
+        p.name = std::move(piece.name);
+        p.slice = std::move(piece.slice);
+        initialise(p, seed, o.init, s.L);
+      }
 }
 
 template <class T>
