@@ -549,4 +549,14 @@ TEST_CASE("hetplan replan plans for the devices left, the new plan validates, an
   CHECK_THAT(neither.err, Catch::Contains("one of them"));
   auto both = run_process({HETPLAN_BIN, "replan", old, "--without", "slow/0", "--cluster", kSrc + "/configs/clusters/tiny-cpu.yaml"});
   CHECK(both.exit_code == 2);
+  // A plan without its model and cluster takes them as --model and --old-cluster.
+  const std::string bare = kSrc + "/tests/data/plans/tensor.plan.json";
+  auto missing = run_process({HETPLAN_BIN, "replan", bare, "--without", "a100/0:1"});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("give one with --old-cluster"));
+  auto given = run_process({HETPLAN_BIN, "replan", bare, "--model", kSrc + "/configs/models/tiny-gpt.yaml", "--old-cluster",
+                            kCluster, "--without", "a100/0:1", "--time-budget", "1"});
+  INFO(given.out << given.err);
+  CHECK(given.exit_code == 0);
+  CHECK_THAT(given.out, Catch::Contains("from the checkpoint"));
 }

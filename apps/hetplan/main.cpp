@@ -310,6 +310,7 @@ int run_search(const SearchArgs& a) {
 // from PLAN (libplan/replan).
 struct ReplanArgs {
   std::string plan, new_cluster;
+  std::optional<std::string> model, old_cluster;  // for a plan that does not embed them
   std::vector<std::string> without;
 };
 int run_replan(const ReplanArgs& r, const SearchArgs& a) {
@@ -319,9 +320,14 @@ int run_replan(const ReplanArgs& r, const SearchArgs& a) {
   }
   het::InputFiles files;
   files.plan = r.plan, files.profiles = a.profiles, files.catalog = a.catalog;
+  files.model = r.model, files.cluster = r.old_cluster;
   auto loaded = het::load_plan_inputs(files);
   if (!loaded) {
-    print_errors(loaded.errors());
+    auto errors = loaded.errors();
+    for (auto& e : errors)  // here --cluster names the new cluster
+      if (auto at = e.message.find("give one with --cluster"); at != std::string::npos)
+        e.message.replace(at, std::strlen("give one with --cluster"), "give one with --old-cluster");
+    print_errors(errors);
     return kInvalid;
   }
   const het::Plan& old = loaded->plan;
@@ -590,6 +596,8 @@ int main(int argc, char** argv) {
   replan->add_option("plan", replan_args.plan, "the plan running now (plan.json)")->required();
   replan->add_option("--without", replan_args.without, "a lost node SUB/NODE or device SUB/NODE:DEVICE (repeatable)");
   replan->add_option("--cluster", replan_args.new_cluster, "the new cluster.yaml instead (devices of the same subcluster, node and index are the same)");
+  replan->add_option("--model", replan_args.model, "model.yaml, for a plan that does not embed its model");
+  replan->add_option("--old-cluster", replan_args.old_cluster, "the cluster.yaml the plan runs on, for a plan that does not embed it");
   replan->add_option("--profile", search_args.profiles, "profile.yaml (repeatable), replacing the plan's own for its device type");
   replan->add_option("--catalog", search_args.catalog, "device catalog (default: built in)");
   replan->add_option("--time-budget", search_args.time_budget, "seconds for the search (as hetplan search)")->check(CLI::PositiveNumber);
