@@ -71,8 +71,10 @@ cmake --build "$build" --target het_fuzzers -j "$jobs" > "$probe/build.log" || {
 log "built in $((SECONDS - start)) s"
 
 # ---- seeds: the shipped files each harness reads --------------------------------------------
-seeds="$build/seeds"
-rm -rf "$seeds"
+# One directory per run, so that two runs on one build (two harnesses side by side) do not remove
+# each other's seeds (they did: "rm: cannot remove .../seeds/catalog: Directory not empty").
+seeds="$(mktemp -d "$build/seeds.XXXXXX")"
+trap 'rm -rf "$probe" "$seeds"' EXIT
 mkdir -p "$seeds"/{input,model,cluster,catalog,profile,plan,importer}
 cp configs/models/*.yaml "$seeds/model/"
 cp configs/clusters/*.yaml tests/data/*.yaml tests/data/agents/cluster.yaml "$seeds/cluster/"
