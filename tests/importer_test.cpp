@@ -239,6 +239,20 @@ TEST_CASE("a Sailor profile without measurements is refused naming the file (fou
   }
 }
 
+TEST_CASE("a Metis file with more parameter bytes than a long holds is refused with the number in the sentence (found by fuzzing)") {
+  // The refusal converted 5e34 to long for its message: undefined behaviour (UBSan).
+  test::TempDir dir;
+  const std::string metis = dir.path() + "/A100-40";
+  std::filesystem::create_directories(metis);
+  std::ifstream in(kMetisA100 + "/mbs1_tmp1.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("214433792"), 9, "5e34");
+  dir.write("A100-40/mbs1_tmp1.json", text);
+  auto p = importer::import_profile({"metis", metis, opt350(), {}, {}});
+  REQUIRE_FALSE(p.ok());
+  CHECK_THAT(p.errors()[0].to_string(), Catch::Contains("parameters_per_layer_bytes[0] = 5e+34"));
+}
+
 TEST_CASE("llm_info with a negative parameter count is refused naming the file (found by fuzzing)") {
   test::TempDir dir;
   std::ifstream in(kPeer + "/misc/llm_info.json");

@@ -1,5 +1,7 @@
 #include "importer/importer.hpp"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -215,6 +217,13 @@ Result<ProfileSpec> import_sailor(const Options& o, const nlohmann::json& memory
   return p;
 }
 
+// A count read as a double, as text (found by fuzzing: 5e34 converted to long is undefined).
+std::string count_text(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.15g", x);
+  return buf;
+}
+
 Result<ProfileSpec> import_metis(const Options& o) {
   ProfileSpec p = empty_profile(o);
   const double to_model = dtype_bytes(o.model.dtype) / kMetisBytesPerValue;  // the files' bytes -> the model's
@@ -256,7 +265,7 @@ Result<ProfileSpec> import_metis(const Options& o) {
         if (act < -0.5)
           return Diagnostic{file.string(), 0, 0, "execution_memory.layer_memory_total_mb[" + std::to_string(k) + "]",
                             "holds less than the 20 bytes a parameter of model state that Sailor's Metis files count "
-                            "(parameters_per_layer_bytes[" + std::to_string(k) + "] = " + std::to_string(long(par)) + ")"};
+                            "(parameters_per_layer_bytes[" + std::to_string(k) + "] = " + count_text(par) + ")"};
         layers.push_back({times.at(k).get<double>() * 1e-3, par * to_model, std::max(0.0, act) * to_model});
       }
       auto row = [&](UnitKind kind, const Layer& l) {

@@ -42,7 +42,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fs::remove_all(d.work);
   fs::create_directories(d.work);
   for (const auto& f : fuzz::kCheckpointFiles)
-    if (f != replaced) fs::copy_file(d.base + "/" + f, d.work + "/" + f);
+    if (f != replaced) {  // streams, not fs::copy_file: its copy gave up on EINTR (libFuzzer's signals)
+      std::ifstream in(d.base + "/" + f, std::ios::binary);
+      std::ofstream(d.work + "/" + f, std::ios::binary) << in.rdbuf();
+    }
   std::ofstream(d.work + "/" + replaced, std::ios::binary).write(reinterpret_cast<const char*>(data + 1), std::streamsize(size - 1));
 
   auto c = checkpoint::Checkpoint::open(d.work);
