@@ -252,6 +252,23 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// The search `hetplan search` runs, on `cluster`: its best plan first, carrying the profiles it
+// was costed with and their notes. Errors are printed (nullopt then).
+std::optional<het::search::SearchOutput> search_on(const het::ModelSpec& model, const het::ClusterSpec& cluster,
+                                                   const het::ProfileChoice& profiles, const SearchArgs& a) {
+  het::cost::ComputeModel compute(model, profiles.specs());
+  auto out = het::search::run(a.algo, model, cluster, compute, search_options(a));
+  if (isatty(2)) std::cerr << "\r\033[K" << std::flush;
+  if (!out) {
+    print_errors(out.errors());
+    return std::nullopt;
+  }
+  auto& best = out->plans.front();
+  best.plan.profiles = profiles.used;
+  best.notes.insert(best.notes.begin(), profiles.notes.begin(), profiles.notes.end());
+  return std::move(*out);
+}
+
 int run_search(const SearchArgs& a) {
   if (a.write_top > 0 && a.output.empty()) {
     std::cerr << "error: --write-top writes next to the plan of -o/--output; give -o\n";
@@ -262,16 +279,9 @@ int run_search(const SearchArgs& a) {
     print_errors(in.errors());
     return kInvalid;
   }
-  het::cost::ComputeModel compute(in->model, in->profiles.specs());
-  auto out = het::search::run(a.algo, in->model, in->cluster, compute, search_options(a));
-  if (isatty(2)) std::cerr << "\r\033[K" << std::flush;
-  if (!out) {
-    print_errors(out.errors());
-    return kInvalid;
-  }
+  auto out = search_on(in->model, in->cluster, in->profiles, a);
+  if (!out) return kInvalid;
   auto& best = out->plans.front();
-  best.plan.profiles = in->profiles.used;
-  best.notes.insert(best.notes.begin(), in->profiles.notes.begin(), in->profiles.notes.end());
   const std::string text = het::write_plan(best.plan);
   if (!a.output.empty() && !write_file(a.output, text)) return kInvalid;
   if (a.write_top > 0) {  // the best plans in the search's order (its prediction), for measuring the ranking
@@ -351,15 +361,9 @@ int run_replan(const ReplanArgs& r, const SearchArgs& a) {
     print_errors(reduced.errors());
     return kInvalid;
   }
-  het::cost::ComputeModel compute(old.model, loaded->profiles.specs());
-  auto out = het::search::run(a.algo, old.model, reduced->cluster, compute, search_options(a));
-  if (isatty(2)) std::cerr << "\r\033[K" << std::flush;
-  if (!out) {
-    print_errors(out.errors());
-    return kInvalid;
-  }
+  auto out = search_on(old.model, reduced->cluster, loaded->profiles, a);
+  if (!out) return kInvalid;
   auto& best = out->plans.front();
-  best.plan.profiles = loaded->profiles.used;
   if (auto problems = het::validate_plan(best.plan, "the new plan"); !problems.empty()) {
     print_errors(problems);
     std::cerr << "error: internal: the searched plan does not validate on the new cluster\n";

@@ -191,12 +191,10 @@ LinkSpec link_of(const ClusterSpec& c, const Device& a, const Device& b, Route& 
   return sub.inter_node.value_or(sub.intra_node);
 }
 
-// A box of a tensor's [rows, cols] view.
-struct Box {
-  std::int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
-  bool contains(std::int64_t r, std::int64_t c) const { return r0 <= r && r < r1 && c0 <= c && c < c1; }
-};
-Box box_of(const program::Slice& s) { return {s.row0, s.row0 + s.rows, s.col0, s.col0 + s.cols}; }
+// Whether the slice holds element (r, c) of its tensor's [rows, cols] view.
+bool holds(const program::Slice& s, std::int64_t r, std::int64_t c) {
+  return s.row0 <= r && r < s.row0 + s.rows && s.col0 <= c && c < s.col0 + s.cols;
+}
 
 }  // namespace
 
@@ -215,29 +213,30 @@ Result<Switch> switch_between(const Plan& old_plan, const Plan& new_plan, const 
   for (const auto& [now, was] : reduced.old_of)
     if (was) new_of[*was] = now;
   struct Held {
-    Box box;
+    program::Slice slice;
     Device device;  // in the new cluster
   };
   std::map<std::string, std::vector<Held>> holders;
   for (auto& h : holdings(old_plan)) {
     auto it = new_of.find(h.device);
     if (it == new_of.end()) continue;  // lost with its device
-    for (auto& p : h.pieces) holders[p.name].push_back({box_of(p.slice), it->second});
+    for (auto& p : h.pieces) holders[p.name].push_back({std::move(p.slice), it->second});
   }
   Switch out;
   std::map<std::pair<std::optional<Device>, Device>, std::int64_t> bytes;  // (from, to) -> bytes
   std::map<Device, std::int64_t> load;  // bytes a holder sends so far
   for (auto& h : holdings(new_plan)) {
     for (auto& p : h.pieces) {
-      const Box need = box_of(p.slice);
+      const program::Slice& need = p.slice;
       const auto& held = holders[p.name];
       // The grid of every holder's edges inside the piece: each cell is held whole or not at all.
-      std::set<std::int64_t> rows = {need.r0, need.r1}, cols = {need.c0, need.c1};
+      const std::int64_t r0 = need.row0, r1 = need.row0 + need.rows, c0 = need.col0, c1 = need.col0 + need.cols;
+      std::set<std::int64_t> rows = {r0, r1}, cols = {c0, c1};
       for (const auto& x : held) {
-        for (auto r : {x.box.r0, x.box.r1})
-          if (need.r0 < r && r < need.r1) rows.insert(r);
-        for (auto c : {x.box.c0, x.box.c1})
-          if (need.c0 < c && c < need.c1) cols.insert(c);
+        for (auto r : {x.slice.row0, x.slice.row0 + x.slice.rows})
+          if (r0 < r && r < r1) rows.insert(r);
+        for (auto c : {x.slice.col0, x.slice.col0 + x.slice.cols})
+          if (c0 < c && c < c1) cols.insert(c);
       }
       for (auto r = rows.begin(); std::next(r) != rows.end(); ++r)
         for (auto c = cols.begin(); std::next(c) != cols.end(); ++c) {
@@ -246,7 +245,7 @@ Result<Switch> switch_between(const Plan& old_plan, const Plan& new_plan, const 
           Route best_route = Route::checkpoint;
           double best_bw = -1;
           for (const auto& x : held) {
-            if (!x.box.contains(*r, *c)) continue;
+            if (!holds(x.slice, *r, *c)) continue;
             if (x.device == h.device) {  // already here
               from = x.device, best_route = Route::in_place;
               break;
@@ -267,7 +266,7 @@ Result<Switch> switch_between(const Plan& old_plan, const Plan& new_plan, const 
   for (const auto& [ends, n] : bytes) {
     Transfer t{ends.first, ends.second, Route::checkpoint, n};
     if (t.from) {
-      const LinkSpec l = link_of(reduced.cluster, *t.from, t.to, t.link);
+      const LinkSpec l = link_of(reduced.cluster, *t.from, t.to, t.route);
       const double s = l.latency + double(n) / l.bandwidth;
       send_s[*t.from] += s, receive_s[t.to] += s;
     }
@@ -289,7 +288,7 @@ nlohmann::ordered_json to_json(const Switch& s) {
   for (const auto& t : s.transfers)
     j["transfers"].push_back({{"from", t.from ? to_string(*t.from) : std::string("checkpoint")},
                               {"to", to_string(t.to)},
-                              {"link", to_string(t.link)},
+                              {"route", to_string(t.route)},
                               {"bytes", t.bytes}});
   return j;
 }

@@ -61,7 +61,7 @@ const char* to_string(Route c);
 struct Transfer {
   std::optional<Device> from;  // absent: from the checkpoint
   Device to;                   // in the new cluster
-  Route link = Route::checkpoint;
+  Route route = Route::checkpoint;
   std::int64_t bytes = 0;
 };
 
