@@ -222,7 +222,7 @@ TEST_CASE("an agent survives 1,000+ malformed and hostile requests and then runs
   submit::Options o;
   o.plan = plan;
   o.plan_json = plan_json;
-  o.agents = {{*job::parse_node_id("a100/0"), a100->address()}, {*job::parse_node_id("v100/0"), v100->address()}};
+  o.agents = {{*job::parse_node_id("a100/0"), a100->address(), std::nullopt}, {*job::parse_node_id("v100/0"), v100->address(), std::nullopt}};
   o.security.token = "robust-token";
   o.settings.steps = 3;
   std::vector<std::string> lines;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -21,6 +22,7 @@
 #include "memory_prediction.hpp"
 #include "options.hpp"
 #include "plan/plan_io.hpp"
+#include "program/program.hpp"
 #include "submit/submit.hpp"
 #include "validation/inputs.hpp"
 
@@ -60,6 +62,51 @@ Result<control::ClientSecurity> client_security(const std::string& token_file, c
 // Whether a listening address is reachable from this machine only.
 bool loopback(const std::string& host) {
   return host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+// A recovery of an elastic job, for people: what was lost, the new plan, what it cost.
+std::string recovery_text(const submit::Recovery& r) {
+  std::ostringstream out;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "elastic: node %s lost after step %d; re-planned in %.2f s, training again %.2f s after the failure, "
+                "from step %d (%d step%s lost)\n",
+                r.lost.to_string().c_str(), r.failed_step, r.replan_s, r.recovery_s, r.resumed_step, r.steps_lost,
+                r.steps_lost == 1 ? "" : "s");
+  out << buf << "elastic: the new plan, " << program::Topology(r.plan).ranks() << " ranks:\n";
+  for (std::size_t p = 0; p < r.plan.pipelines.size(); ++p)
+    for (const auto& s : r.plan.pipelines[p].stages) {
+      std::snprintf(buf, sizeof buf, "  pipeline %zu  %-12s layers %d-%d  tp %d dp %d cp %d\n", p, s.subcluster.c_str(), s.first, s.last, s.tp,
+                    s.dp, s.cp);
+      out << buf;
+    }
+  if (r.plan.predicted) {
+    std::snprintf(buf, sizeof buf, "elastic: predicted %.4f s per iteration\n", r.plan.predicted->iteration_s);
+    out << buf;
+  }
+  out << "elastic: the switch (what each device needs, by where it comes from; the state is read from the checkpoint):\n"
+      << r.switch_table;
+  return out.str();
+}
+
+nlohmann::ordered_json recoveries_json(const std::vector<submit::Recovery>& recoveries) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (std::size_t k = 0; k < recoveries.size(); ++k) {
+    const auto& r = recoveries[k];
+    out.push_back({{"lost", r.lost.to_string()}, {"why", r.why}, {"failed_step", r.failed_step}, {"resumed_step", r.resumed_step},
+                   {"steps_lost", r.steps_lost}, {"replan_s", r.replan_s}, {"recovery_s", r.recovery_s},
+                   {"ranks", program::Topology(r.plan).ranks()},
+                   {"predicted_iteration_s", r.plan.predicted ? nlohmann::ordered_json(r.plan.predicted->iteration_s) : nlohmann::ordered_json()},
+                   {"plan", "replan-" + std::to_string(k + 1) + ".plan.json"}});
+  }
+  return out;
+}
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  if (f.flush()) return true;
+  std::cerr << "error: cannot write " << path << "\n";
+  return false;
 }
 
 std::string self_executable() {
@@ -120,6 +167,12 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
                       "plan or any other of the same model; --steps counts from the start of training");
   submit_->add_option("--metrics-out", metrics_out_, "write JSON lines {step, loss, step_s, tokens_per_s}, then {memory: [each rank's peak]}");
   submit_->add_flag("--detach", detach_, "return once training runs (no lease: stop it with `hetexec abort`)");
+  submit_->add_flag("--elastic", elastic_,
+                    "when a node is lost (its agent gone, a worker killed or hung there), re-plan for the other nodes and resume from the "
+                    "newest checkpoint (needs --checkpoint-dir; docs/checkpoints.md)");
+  submit_->add_option("--elastic-out", elastic_out_, "with --elastic: write each new plan (replan-K.plan.json) and recoveries.json there");
+  submit_->add_option("--replan-budget", elastic_options_.search_budget_s, "with --elastic: seconds of search per re-plan (default 2)")
+      ->check(CLI::Range(0.01, 3600.0));
   submit_->add_option("--rendezvous-listen", rendezvous_listen_, "HOST:PORT for the job's rendezvous (default 127.0.0.1:0)");
   submit_->add_option("--rendezvous-advertise", rendezvous_advertise_, "host the workers reach the rendezvous at");
   submit_->add_option("--rendezvous-tls-cert", rendezvous_cert_, "serve the job's rendezvous over TLS with this PEM certificate");
@@ -254,11 +307,37 @@ int ControlCommands::run_submit() {
     metrics.open(metrics_out_);
     if (!metrics) return report({{metrics_out_, 0, 0, "", "cannot write the file"}});
   }
-  auto [stage_of_rank, predicted_memory] = rank_memory_predictions(o.plan);
-  auto outcome = submit::submit(o,
-                                StepPrinter(metrics.is_open() ? &metrics : nullptr, o.plan.model.training.zero_stage >= 1)
-                                    .with_ranks(stage_of_rank, predicted_memory),
-                                [](const std::string& status) { std::cout << status << std::endl; });
+  auto printer_for = [&](const Plan& plan) {
+    auto [stage_of_rank, predicted_memory] = rank_memory_predictions(plan);
+    StepPrinter p(metrics.is_open() ? &metrics : nullptr, plan.model.training.zero_stage >= 1);
+    p.with_ranks(stage_of_rank, predicted_memory);
+    return p;
+  };
+  StepPrinter printer = printer_for(o.plan);
+  auto on_line = [&](const std::string& line) { printer(line); };
+  auto on_status = [](const std::string& status) { std::cout << status << std::endl; };
+  submit::Outcome outcome;
+  if (elastic_) {
+    if (settings_.checkpoint_dir.empty()) return report({{"", 0, 0, "--elastic", "an elastic job needs --checkpoint-dir and --checkpoint-every"}});
+    if (detach_) return report({{"", 0, 0, "--elastic", "an elastic job is followed to its end: --detach does not go with it"}});
+    if (!elastic_out_.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(elastic_out_, ec);
+      if (ec) return report({{elastic_out_, 0, 0, "--elastic-out", "cannot create the directory: " + ec.message()}});
+    }
+    int k = 0;
+    auto result = submit::submit_elastic(o, elastic_options_, on_line, on_status, [&](const submit::Recovery& r) {
+      printer = printer_for(r.plan);
+      std::cout << recovery_text(r);
+      if (!elastic_out_.empty()) write_file(elastic_out_ + "/replan-" + std::to_string(++k) + ".plan.json", write_plan(r.plan));
+    });
+    if (!elastic_out_.empty()) write_file(elastic_out_ + "/recoveries.json", recoveries_json(result.recoveries).dump(2) + "\n");
+    outcome = result.last;
+    if (outcome.ok && !result.recoveries.empty())
+      std::cout << "elastic: " << result.recoveries.size() << " recover" << (result.recoveries.size() == 1 ? "y" : "ies") << std::endl;
+  } else {
+    outcome = submit::submit(o, on_line, on_status);
+  }
   if (outcome.ok) {
     std::cout << (detach_ ? "job " + outcome.job_id + " runs detached; stop it with `hetexec abort " + outcome.job_id + "`"
                           : "job " + outcome.job_id + " finished")

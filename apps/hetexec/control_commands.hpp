@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "submit/elastic.hpp"
 #include "submit/submit.hpp"
 
 namespace het::cli {
@@ -32,7 +33,9 @@ class ControlCommands {
   std::string data_root_, checkpoint_root_, client_tls_cert_, client_tls_key_;
   bool insecure_ = false;
   submit::Settings settings_;
-  bool detach_ = false;
+  bool detach_ = false, elastic_ = false;
+  std::string elastic_out_;
+  submit::ElasticOptions elastic_options_;
   double heartbeat_timeout_ = 5, lease_ = 10;
 };
 

@@ -309,6 +309,13 @@ struct Agent::State final : public pb::Agent::Service {
       if (!checked) return refuse(checked.errors().front().message);
       resume = *checked;
     }
+    job::NodeId node = opt.node;  // the plan's name for this node (after a re-plan, another)
+    if (!request->plan_node().empty()) {
+      auto named = job::parse_node_id(request->plan_node());
+      if (!named) return refuse("plan_node: " + named.errors().front().message);
+      node = *named;
+    }
+    const std::string as = node == opt.node ? "" : " (run as node " + node.to_string() + " of the plan)";
     if (!valid_address(request->rendezvous_address())) return refuse("rendezvous_address must be HOST:PORT");
     if (request->lease_seconds() > 86400) return refuse("lease_seconds must be at most 86400");
     if (request->rendezvous_ca_pem().size() > (1 << 20)) return refuse("rendezvous_ca_pem must be at most 1 MiB");
@@ -336,7 +343,7 @@ struct Agent::State final : public pb::Agent::Service {
       return refuse(why);
     }
     if (auto why = runtime::unsupported(loaded->plan); !why.empty()) return cleanup(), refuse(why);
-    auto mine = job::ranks_on(loaded->plan, opt.node);
+    auto mine = job::ranks_on(loaded->plan, node);
     std::vector<int> want, given;
     for (const auto& r : mine) want.push_back(r.rank);
     for (auto r : request->ranks()) given.push_back(int(r));
@@ -346,9 +353,9 @@ struct Agent::State final : public pb::Agent::Service {
         for (int r : v) s += (s.empty() ? "" : ", ") + std::to_string(r);
         return "[" + s + "]";
       };
-      return cleanup(), refuse("the plan runs ranks " + list(want) + " on node " + opt.node.to_string() + ", the request gave " + list(given));
+      return cleanup(), refuse("the plan runs ranks " + list(want) + " on node " + node.to_string() + ", the request gave " + list(given));
     }
-    if (auto problems = job::check_offer(loaded->plan, opt.node, opt.offer); !problems.empty()) return cleanup(), refuse(problems.front());
+    if (auto problems = job::check_offer(loaded->plan, node, opt.offer); !problems.empty()) return cleanup(), refuse(problems.front() + as);
     auto j = std::make_shared<Job>();
     j->id = request->job_id();
     j->ranks = std::move(mine);

@@ -47,7 +47,7 @@ Result<std::vector<AgentAddress>> parse_agents(const std::string& list) {
       errors.push_back(address.errors().front());
       continue;
     }
-    out.push_back({*node, item.substr(eq + 1)});
+    out.push_back({*node, item.substr(eq + 1), std::nullopt});
   }
   if (out.empty() && errors.empty()) errors.push_back({"", 0, 0, "agents", "no agents given"});
   std::set<job::NodeId> seen;
@@ -76,7 +76,7 @@ Result<std::vector<AgentAddress>> read_inventory(const std::string& file) {
       if (!id) f.error("node", id.errors().front().message);
       else if (!where) f.error("address", where.errors().front().message);
       else if (!seen.insert(*id).second) f.error("node", "node " + *node + " is listed twice");
-      else out.push_back({*id, *address});
+      else out.push_back({*id, *address, std::nullopt});
     }
     if (list->size() == 0) top.error("agents", "no agents listed");
   }
@@ -89,7 +89,9 @@ namespace {
 struct Agent {
   AgentAddress where;
   std::unique_ptr<pb::Agent::Stub> stub;
-  std::string name() const { return "node " + where.node.to_string() + " (" + where.address + ")"; }
+  std::string name() const {
+    return "node " + where.node.to_string() + " (" + (where.serves ? "agent of " + where.serves->to_string() + " at " : "") + where.address + ")";
+  }
 };
 
 Result<std::vector<Agent>> connect(const std::vector<AgentAddress>& addresses, const control::ClientSecurity& security) {
@@ -180,8 +182,8 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
       if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
     }
     if (!st.ok()) problems[i] = a.name() + ": " + control::describe(st);
-    else if (resp.node() != a.where.node.to_string())
-      problems[i] = a.name() + ": that agent serves node " + resp.node() + ", not " + a.where.node.to_string();
+    else if (resp.node() != a.where.agent_node().to_string())
+      problems[i] = a.name() + ": that agent serves node " + resp.node() + ", not " + a.where.agent_node().to_string();
     else if (auto p = job::check_offer(o.plan, a.where.node, offer_of(resp)); !p.empty())
       problems[i] = a.name() + ": " + p.front();
   });
@@ -234,6 +236,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     req.set_rendezvous_address(advertised);
     req.set_lease_seconds(std::uint32_t(std::ceil(lease)));
     req.set_rendezvous_ca_pem(ca_pem);
+    if (a.where.serves) req.set_plan_node(a.where.node.to_string());
     pb::PrepareResponse resp;
     auto ctx = context(o.security, o.call_timeout_s);
     auto st = a.stub->Prepare(ctx.get(), req, &resp);
@@ -250,6 +253,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
   struct Failure {
     std::string why;
     ErrorKind kind;
+    std::optional<job::NodeId> node;
   };
   std::mutex mu;
   std::condition_variable cv;
@@ -258,10 +262,10 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
   std::size_t finished_ok = 0;
   bool stepped = false, done = false;
   std::vector<std::unique_ptr<grpc::ClientContext>> streams(n);
-  auto fail = [&](const std::string& why, ErrorKind kind) {  // callers hold mu
+  auto fail = [&](const std::string& why, ErrorKind kind, std::optional<std::size_t> agent) {  // callers hold mu
     if (done) return;
     if (failures.empty()) first_failure = Clock::now();
-    failures.push_back({why, kind});
+    failures.push_back({why, kind, agent ? std::optional<job::NodeId>((*agents)[*agent].where.node) : std::nullopt});
     cv.notify_all();
   };
   for (std::size_t i = 0; i < n; ++i) streams[i] = context(o.security, 0);
@@ -280,17 +284,17 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
           if (on_line) on_line(e.line().text());
           if (e.line().text().find("\"step\"") != std::string::npos) stepped = true, cv.notify_all();
         } else if (e.has_error()) {
-          fail(a.name() + ": " + e.error().message(), control::from_proto(e.error().kind()));
+          fail(a.name() + ": " + e.error().message(), control::from_proto(e.error().kind()), i);
         } else if (e.has_finished()) {
           finished = true;
           if (e.finished().ok()) ++finished_ok;
-          else fail(a.name() + ": the job failed there", ErrorKind::aborted);
+          else fail(a.name() + ": the job failed there", ErrorKind::aborted, i);
           cv.notify_all();
         }
       }
       auto st = reader->Finish();
       std::lock_guard lock(mu);
-      if (!finished && !done) fail(a.name() + ": lost the agent (" + control::describe(st) + ")", ErrorKind::killed);
+      if (!finished && !done) fail(a.name() + ": lost the agent (" + control::describe(st) + ")", ErrorKind::killed, i);
     });
   each(n, [&](std::size_t i) {
     pb::StartRequest req;
@@ -299,7 +303,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     auto ctx = context(o.security, o.call_timeout_s);
     auto st = (*agents)[i].stub->Start(ctx.get(), req, &resp);
     std::lock_guard lock(mu);
-    if (!st.ok()) fail((*agents)[i].name() + ": cannot start: " + control::describe(st), unreachable(st));
+    if (!st.ok()) fail((*agents)[i].name() + ": cannot start: " + control::describe(st), unreachable(st), i);
   });
   if (on_status) on_status("started " + std::to_string(program::Topology(o.plan).ranks()) + " ranks");
   if (!o.detach)
@@ -321,7 +325,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
           else if (std::chrono::duration<double>(Clock::now() - last_ok).count() > o.heartbeat_timeout_s)
             fail((*agents)[i].name() + ": stopped answering for " + std::to_string(int(o.heartbeat_timeout_s)) + " s (" +
                      control::describe(st) + ")",
-                 ErrorKind::hung);
+                 ErrorKind::hung, i);
         }
       });
   {
@@ -338,7 +342,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
       std::vector<ErrorKind> kinds;
       for (const auto& f : failures) kinds.push_back(f.kind);
       const Failure& root = failures[launch::root_cause(kinds)];
-      out.failure = root.why, out.failure_kind = root.kind;
+      out.failure = root.why, out.failure_kind = root.kind, out.failed_node = root.node, out.failed_at = first_failure;
     }
     out.ok = failures.empty();
   }

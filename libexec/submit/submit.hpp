@@ -8,7 +8,9 @@
 // event stream breaks, or a node reports a failure, the job is aborted everywhere and the
 // result names the node and the reason (the root cause when several nodes fail together: a
 // lost agent before a killed worker before a worker error before a peer's disappearance).
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,10 @@ namespace het::submit {
 struct AgentAddress {
   job::NodeId node;
   std::string address;  // HOST:PORT
+  // The agent's own name when it runs another node of the plan (a re-planned job's renumbered
+  // cluster, submit/elastic.hpp); absent: `node`.
+  std::optional<job::NodeId> serves;
+  job::NodeId agent_node() const { return serves.value_or(node); }
 };
 // "SUB/IDX=HOST:PORT,SUB/IDX=HOST:PORT"
 Result<std::vector<AgentAddress>> parse_agents(const std::string& list);
@@ -64,6 +70,8 @@ struct Outcome {
   bool refused = false;  // nothing started: the plan or a node's devices did not fit (exit 2)
   std::string failure;   // "node a100/1 (127.0.0.1:5001): ..." when !ok
   ErrorKind failure_kind = ErrorKind::invalid_input;  // of the root cause (launch/cause.hpp) when !ok
+  std::optional<job::NodeId> failed_node;             // the plan's node of the root cause, when it was a node's
+  std::chrono::steady_clock::time_point failed_at;    // when the first failure was noticed
 };
 
 // Runs the job. on_line sees rank 0's stdout lines; on_status short progress sentences.

@@ -1,0 +1,58 @@
+#pragma once
+// `hetexec submit --elastic` (issue 19 item 4; Hetu v2 §7.2): a job that survives losing a node.
+//
+// The job runs as submit() runs it, checkpointing under the agents' shared checkpoint root. When
+// it fails because a node is gone or stuck (its agent lost, a worker killed or hung there: the
+// root cause's kind is killed or hung), the job has already been stopped everywhere; then:
+//  1. the cluster without that node (replan::without: the other nodes of its subcluster are
+//     renumbered, a subcluster left empty is dropped);
+//  2. the best plan for it, searched as `hetplan search` does with the plan's own profiles,
+//     the first of the search's plans that the runtime can run;
+//  3. the job submitted again on the surviving agents (each running its node's new name, see
+//     AgentAddress::serves), resuming from the newest complete checkpoint in the checkpoint
+//     directory (or from where the job started: the original --resume, else step 0).
+// Any other failure (bad input, a worker's error, an internal one) ends the job as submit()
+// does. The state comes from the last checkpoint, never from the survivors' memory: the steps
+// since it are lost and trained again (Recovery::steps_lost).
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "submit/submit.hpp"
+
+namespace het::submit {
+
+struct ElasticOptions {
+  std::string algorithm = "auto";  // search::run's
+  double search_budget_s = 2;      // per re-plan
+  int max_recoveries = 8;          // then the failure ends the job
+};
+
+struct Recovery {
+  job::NodeId lost;             // in the plan that was running
+  std::string why;              // the failure, as Outcome::failure
+  int failed_step = -1;         // the last step rank 0 reported before the failure (-1: none)
+  int resumed_step = 0;         // the step the new plan started from (its checkpoint's)
+  int steps_lost = 0;           // failed_step + 1 - resumed_step (>= 0)
+  double replan_s = 0;          // the search
+  double recovery_s = 0;        // failure noticed -> the new plan's first step reported (0: it never stepped)
+  Plan plan;                    // the new plan
+  std::string switch_table;     // replan::table of the switch from the old plan, or why there is none
+};
+
+struct ElasticOutcome {
+  Outcome last;                 // the last submission's
+  std::vector<Recovery> recoveries;
+};
+
+// Options::settings.checkpoint_dir must be set (with checkpoint_every); `o.agents` are the
+// agents of the plan's nodes (by their own names). on_recovery sees each recovery once its new
+// plan is chosen (recovery_s not yet known) and again when it steps.
+ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& elastic,
+                              const std::function<void(const std::string&)>& on_line,
+                              const std::function<void(const std::string&)>& on_status,
+                              const std::function<void(const Recovery&)>& on_recovery);
+
+}  // namespace het::submit
