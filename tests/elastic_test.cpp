@@ -153,6 +153,30 @@ TEST_CASE("an elastic job whose worker on node a100/0 is killed runs on without 
   CHECK(finished == 1);
 }
 
+TEST_CASE("an elastic job whose agent stops answering (SIGSTOP) re-plans without it once the heartbeat times out") {
+  het::test::TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/checkpoints");
+  const std::string token = dir.write_private("token", "elastic-token\n");
+  std::string a100, v100;
+  auto big = agent(dir, "a100/0", "cpu:4", token, a100);
+  auto small = agent(dir, "v100/0", "cpu:2", token, v100);
+  Background job({HETEXEC_BIN, "submit", kPlan, "--model", kModel, "--cluster", kCluster, "--agents", "a100/0=" + a100 + ",v100/0=" + v100,
+                  "--token-file", token, "--steps", "80", "--checkpoint-dir", "ck", "--checkpoint-every", "4", "--elastic",
+                  "--elastic-out", dir.path() + "/elastic", "--heartbeat-timeout", "2", "--time-dilation", "2"});
+  REQUIRE(job.wait_for_output("training resumes there at step 4", 120));
+  small->signal(SIGSTOP);  // its workers train on; the agent answers nothing
+  auto r = job.wait(300);
+  small->signal(SIGCONT);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("elastic: node v100/0 lost") && Catch::Contains("stopped answering"));
+  std::ifstream in(dir.path() + "/elastic/recoveries.json");
+  const auto recoveries = nlohmann::json::parse(in);
+  REQUIRE(recoveries.size() == 1);
+  CHECK(recoveries[0]["lost"] == "v100/0");
+  CHECK(recoveries[0]["resumed_step"].get<int>() >= 4);
+}
+
 TEST_CASE("submit --elastic needs a checkpoint directory and does not go with --detach") {
   auto none = run_process({HETEXEC_BIN, "submit", kPlan, "--model", kModel, "--cluster", kCluster, "--agents", "a100/0=127.0.0.1:1",
                            "--elastic"});
