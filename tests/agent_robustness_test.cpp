@@ -307,3 +307,44 @@ TEST_CASE("an agent reads only the data files it may: no NUL, regular files, und
   CHECK(w->world == 5);
   CHECK(w->rendezvous == "grpc://127.0.0.1:1/kept");
 }
+
+TEST_CASE("an agent runs another node of a re-planned plan (plan_node) on the devices its device_map names, and refuses bad maps") {
+  test::TempDir dir;
+  agent::Options o;
+  o.node = *job::parse_node_id("v100/1");  // the agent of v100/1 runs the plan's v100/0
+  o.offer = *agent::parse_devices("cpu:2");
+  o.workdir = dir.path() + "/work";
+  o.worker_executable = HETEXEC_BIN;
+  o.version = "test";
+  o.log = std::make_shared<spdlog::logger>("quiet");
+  auto a = agent::Agent::start(o);
+  REQUIRE(a.ok());
+  Client c((*a)->address(), "");
+  const std::string plan_json = write_plan(test::mixed_plan());
+  auto prepare = [&](const std::string& id, const std::string& node, std::vector<std::uint32_t> map) {
+    pb::PrepareRequest p;
+    p.set_api_version(control::api_version()), p.set_job_id(id), p.set_plan_json(plan_json);
+    p.add_ranks(4);  // the mixed plan's rank on v100/0, on its device 0
+    p.mutable_settings()->set_steps(3), p.mutable_settings()->set_learning_rate(1e-3);
+    p.set_rendezvous_address("127.0.0.1:1");
+    p.set_plan_node(node);
+    for (auto d : map) p.add_device_map(d);
+    pb::PrepareResponse pr;
+    REQUIRE(c.stub->Prepare(c.ctx(30).get(), p, &pr).ok());
+    return pr;
+  };
+  // Without plan_node the agent is v100/1, where the plan runs nothing.
+  CHECK_THAT(prepare("own", "", {}).error(), Catch::Contains("the plan runs ranks [] on node v100/1"));
+  CHECK_THAT(prepare("bad-node", "v100", {}).error(), Catch::Contains("plan_node"));
+  CHECK_THAT(prepare("twice", "v100/0", {1, 1}).error(), Catch::Contains("device_map names a device twice"));
+  CHECK_THAT(prepare("beyond", "v100/0", {7}).error(), Catch::Contains("device_map names device 7, the agent has 2"));
+  // The plan's device 0 as the agent's device 1, then as its device 0: two jobs side by side,
+  // which the same device would refuse.
+  auto on1 = prepare("on-1", "v100/0", {1});
+  INFO(on1.error());
+  REQUIRE(on1.ok());
+  CHECK_THAT(prepare("on-1-again", "v100/0", {1}).error(), Catch::Contains("device 1 of node v100/1 is busy"));
+  auto on0 = prepare("on-0", "v100/0", {0});
+  INFO(on0.error());
+  CHECK(on0.ok());
+}

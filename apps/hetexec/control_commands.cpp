@@ -68,9 +68,9 @@ bool loopback(const std::string& host) {
 std::string recovery_text(const submit::Recovery& r) {
   std::ostringstream out;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "elastic: node %s lost after step %d; re-planned in %.2f s, training again %.2f s after the failure, "
+  std::snprintf(buf, sizeof buf, "elastic: %s lost after step %d; re-planned in %.2f s, training again %.2f s after the failure, "
                 "from step %d (%d step%s lost)\n",
-                r.lost.to_string().c_str(), r.failed_step, r.replan_s, r.recovery_s, r.resumed_step, r.steps_lost,
+                submit::lost_text(r).c_str(), r.failed_step, r.replan_s, r.recovery_s, r.resumed_step, r.steps_lost,
                 r.steps_lost == 1 ? "" : "s");
   out << buf << "elastic: the new plan, " << program::Topology(r.plan).ranks() << " ranks:\n";
   for (std::size_t p = 0; p < r.plan.pipelines.size(); ++p)
@@ -92,7 +92,8 @@ nlohmann::ordered_json recoveries_json(const std::vector<submit::Recovery>& reco
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (std::size_t k = 0; k < recoveries.size(); ++k) {
     const auto& r = recoveries[k];
-    out.push_back({{"lost", r.lost.to_string()}, {"why", r.why}, {"failed_step", r.failed_step}, {"resumed_step", r.resumed_step},
+    out.push_back({{"lost", r.lost.to_string()}, {"lost_device", r.lost_device ? nlohmann::ordered_json(*r.lost_device) : nlohmann::ordered_json()},
+                   {"why", r.why}, {"failed_step", r.failed_step}, {"resumed_step", r.resumed_step},
                    {"steps_lost", r.steps_lost}, {"replan_s", r.replan_s}, {"recovery_s", r.recovery_s},
                    {"ranks", program::Topology(r.plan).ranks()},
                    {"predicted_iteration_s", r.plan.predicted ? nlohmann::ordered_json(r.plan.predicted->iteration_s) : nlohmann::ordered_json()},

@@ -173,10 +173,11 @@ struct Agent::State final : public pb::Agent::Service {
     if (last) j.closed = true;
     j.changed.notify_all();
   }
-  void post_error(Job& j, ErrorKind kind, const std::string& message) {
+  void post_error(Job& j, ErrorKind kind, const std::string& message, std::optional<int> rank = std::nullopt) {
     pb::Event e;
     e.mutable_error()->set_message(message);
     e.mutable_error()->set_kind(control::to_proto(kind));
+    if (rank) e.mutable_error()->set_rank(std::uint32_t(*rank));
     post(j, std::move(e));
   }
   void post_finished(Job& j, bool ok) {
@@ -185,12 +186,13 @@ struct Agent::State final : public pb::Agent::Service {
     post(j, std::move(e));
   }
   // Ends a job that is still going: its workers are asked to stop; a prepared job ends at once.
-  void end_job(Job& j, ErrorKind kind, const std::string& why) {
+  // `rank`: the rank whose worker failed, when it is one worker's failure.
+  void end_job(Job& j, ErrorKind kind, const std::string& why, std::optional<int> rank = std::nullopt) {
     if (j.state == Job::State::finished || j.state == Job::State::failed || j.stop_requested) return;
     log->warn("job={} event=stop reason=\"{}\"", j.id, why);
     j.detail = why;
     j.stop_requested = true;
-    post_error(j, kind, why);
+    post_error(j, kind, why, rank);
     if (j.state == Job::State::running) {
       j.workers.stop(2.0);
     } else {
@@ -346,6 +348,20 @@ struct Agent::State final : public pb::Agent::Service {
     auto mine = job::ranks_on(loaded->plan, node);
     std::vector<int> want, given;
     for (const auto& r : mine) want.push_back(r.rank);
+    if (request->device_map_size() > 0) {  // the plan's device i of this node is this agent's device_map[i]
+      std::set<std::uint32_t> distinct(request->device_map().begin(), request->device_map().end());
+      if (distinct.size() != std::size_t(request->device_map_size()))
+        return cleanup(), refuse("device_map names a device twice");
+      for (auto& r : mine) {
+        if (r.device >= request->device_map_size())
+          return cleanup(), refuse("the plan uses device " + std::to_string(r.device) + " of node " + node.to_string() + ", device_map has " +
+                                   std::to_string(request->device_map_size()));
+        const auto d = request->device_map(r.device);
+        if (d >= opt.offer.devices.size())
+          return cleanup(), refuse("device_map names device " + std::to_string(d) + ", the agent has " + std::to_string(opt.offer.devices.size()));
+        r.device = int(d);
+      }
+    }
     for (auto r : request->ranks()) given.push_back(int(r));
     if (want != given) {
       auto list = [](const std::vector<int>& v) {
@@ -444,7 +460,7 @@ struct Agent::State final : public pb::Agent::Service {
         const std::string how = e.signal ? "was killed by signal " + std::to_string(e.signal) : "exited with status " + std::to_string(e.exit_code);
         const auto err = last_err.find(e.rank);
         end_job(*j, launch::kind_of_exit(e.exit_code, e.signal),
-                "rank " + std::to_string(e.rank) + " " + how + (err != last_err.end() ? ": " + err->second : ""));
+                "rank " + std::to_string(e.rank) + " " + how + (err != last_err.end() ? ": " + err->second : ""), e.rank);
       }
     });
     std::lock_guard lock(mu);
@@ -538,7 +554,8 @@ struct Agent::State final : public pb::Agent::Service {
           end_job(*j, ErrorKind::aborted, "the submitter's lease expired: no heartbeat for " + std::to_string(int(j->lease_s)) + " s");
         if (j->state != Job::State::running || j->stop_requested || !j->watchdog) continue;
         if (auto stall = j->watchdog->check()) {
-          if (!stall->remote || j->watchdog->still_s() >= 1.5 * j->hang_bound_s) end_job(*j, ErrorKind::hung, stall->why);
+          if (!stall->remote || j->watchdog->still_s() >= 1.5 * j->hang_bound_s)
+            end_job(*j, ErrorKind::hung, stall->why, stall->remote ? std::nullopt : std::optional<int>(stall->rank));
         }
       }
     }

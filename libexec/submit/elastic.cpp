@@ -67,6 +67,10 @@ void wait_ended(const std::vector<AgentAddress>& agents, const control::ClientSe
 
 }  // namespace
 
+std::string lost_text(const Recovery& r) {
+  return (r.lost_device ? "device " + std::to_string(*r.lost_device) + " of node " : std::string("node ")) + r.lost.to_string();
+}
+
 ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& e, const std::function<void(const std::string&)>& on_line,
                               const std::function<void(const std::string&)>& on_status,
                               const std::function<void(const Recovery&)>& on_recovery) {
@@ -120,7 +124,11 @@ ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& e, const s
     failed_at = out.failed_at;
     Recovery r;
     r.lost = *out.failed_node, r.why = out.failure, r.failed_step = last_step;
-    say("elastic: node " + r.lost.to_string() + " is lost; re-planning for the others");
+    std::string removal = r.lost.to_string();  // replan::without's "SUB/NODE[:DEVICE]"
+    if (out.failed_rank)  // one worker killed or hung: its device only
+      for (const auto& rank : job::ranks_on(run.plan, r.lost))
+        if (rank.rank == *out.failed_rank) r.lost_device = rank.device, removal += ":" + std::to_string(rank.device);
+    say("elastic: " + lost_text(r) + " is lost; re-planning for the rest");
     auto give_up = [&](const std::string& why) {
       result.last.failure += "; elastic: " + why;
       say("elastic: " + why);
@@ -129,9 +137,9 @@ ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& e, const s
     // The survivors' workers of the failed job must have ended before their devices are free.
     std::vector<AgentAddress> survivors;
     for (const auto& [node, a] : agent_of)
-      if (node != r.lost) survivors.push_back({a.agent_node(), a.address, std::nullopt});
+      if (node != r.lost || r.lost_device) survivors.push_back({a.agent_node(), a.address, std::nullopt});
     wait_ended(survivors, o.security, out.job_id, 15);
-    auto reduced = replan::without(run.plan.cluster, {r.lost.to_string()});
+    auto reduced = replan::without(run.plan.cluster, {removal});
     if (!reduced) return give_up("cannot re-plan: " + reduced.errors().front().message);
     const auto searching = Clock::now();
     auto next = search_for(run.plan, reduced->cluster, e);
@@ -139,14 +147,23 @@ ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& e, const s
     if (!next) return give_up("cannot re-plan: " + next.errors().front().message);
     if (auto sw = replan::switch_between(run.plan, *next, *reduced)) r.switch_table = replan::table(*sw);
     else r.switch_table = "no switch plan: " + sw.errors().front().message;
-    // Each node of the new cluster is a surviving node of the old one (replan::Reduced::old_of).
+    // Each device of the new cluster is a surviving device of the old one (replan::Reduced::
+    // old_of): its node's agent runs it, as the agent's device it was.
     std::map<job::NodeId, AgentAddress> next_agents;
     for (const auto& [device, old] : reduced->old_of) {
-      if (device.device != 0 || !old) continue;
+      if (!old) continue;
       auto it = agent_of.find(job::NodeId{old->subcluster, old->node});
       if (it == agent_of.end()) continue;  // the old plan's cluster had no agent for it
       const job::NodeId now{device.subcluster, device.node}, own = it->second.agent_node();
-      next_agents[now] = AgentAddress{now, it->second.address, own == now ? std::nullopt : std::optional<job::NodeId>(own)};
+      AgentAddress& a = next_agents[now];
+      if (a.address.empty()) a = AgentAddress{now, it->second.address, own == now ? std::nullopt : std::optional<job::NodeId>(own)};
+      if (int(a.devices.size()) <= device.device) a.devices.resize(std::size_t(device.device) + 1, -1);
+      a.devices[std::size_t(device.device)] = it->second.devices.empty() ? old->device : it->second.devices[std::size_t(old->device)];
+    }
+    for (auto& [node, a] : next_agents) {  // an identity map is no map
+      bool same = true;
+      for (std::size_t d = 0; d < a.devices.size(); ++d) same = same && a.devices[d] == int(d);
+      if (same) a.devices.clear();
     }
     agent_of = std::move(next_agents);
     run.agents.clear();

@@ -4,12 +4,15 @@
 // The job runs as submit() runs it, checkpointing under the agents' shared checkpoint root. When
 // it fails because a node is gone or stuck (its agent lost, a worker killed or hung there: the
 // root cause's kind is killed or hung), the job has already been stopped everywhere; then:
-//  1. the cluster without that node (replan::without: the other nodes of its subcluster are
-//     renumbered, a subcluster left empty is dropped);
+//  1. the cluster without what failed (replan::without): the node when its agent is lost, the
+//     device when one worker was killed or hung (the node's other devices stay, as a subcluster
+//     "SUB-nNODE" of their own); the other nodes of a subcluster are renumbered, a subcluster
+//     left empty is dropped;
 //  2. the best plan for it, searched as `hetplan search` does with the plan's own profiles,
 //     the first of the search's plans that the runtime can run;
 //  3. the job submitted again on the surviving agents (each running its node's new name, see
-//     AgentAddress::serves), resuming from the newest complete checkpoint in the checkpoint
+//     AgentAddress::serves, and its devices renumbered, AgentAddress::devices), resuming from
+//     the newest complete checkpoint in the checkpoint
 //     directory (or from where the job started: the original --resume, else step 0).
 // Any other failure (bad input, a worker's error, an internal one) ends the job as submit()
 // does. The state comes from the last checkpoint, never from the survivors' memory: the steps
@@ -32,6 +35,7 @@ struct ElasticOptions {
 
 struct Recovery {
   job::NodeId lost;             // in the plan that was running
+  std::optional<int> lost_device;  // of `lost`, when only a device was lost (its worker killed or hung)
   std::string why;              // the failure, as Outcome::failure
   int failed_step = -1;         // the last step rank 0 reported before the failure (-1: none)
   int resumed_step = 0;         // the step the new plan started from (its checkpoint's)
@@ -41,6 +45,9 @@ struct Recovery {
   Plan plan;                    // the new plan
   std::string switch_table;     // replan::table of the switch from the old plan, or why there is none
 };
+
+// "node a100/1" or "device 1 of node a100/1"
+std::string lost_text(const Recovery& r);
 
 struct ElasticOutcome {
   Outcome last;                 // the last submission's

@@ -237,6 +237,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     req.set_lease_seconds(std::uint32_t(std::ceil(lease)));
     req.set_rendezvous_ca_pem(ca_pem);
     if (a.where.serves) req.set_plan_node(a.where.node.to_string());
+    for (int d : a.where.devices) req.add_device_map(std::uint32_t(d));
     pb::PrepareResponse resp;
     auto ctx = context(o.security, o.call_timeout_s);
     auto st = a.stub->Prepare(ctx.get(), req, &resp);
@@ -254,6 +255,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     std::string why;
     ErrorKind kind;
     std::optional<job::NodeId> node;
+    std::optional<int> rank;
   };
   std::mutex mu;
   std::condition_variable cv;
@@ -262,10 +264,10 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
   std::size_t finished_ok = 0;
   bool stepped = false, done = false;
   std::vector<std::unique_ptr<grpc::ClientContext>> streams(n);
-  auto fail = [&](const std::string& why, ErrorKind kind, std::optional<std::size_t> agent) {  // callers hold mu
-    if (done) return;
+  auto fail = [&](const std::string& why, ErrorKind kind, std::optional<std::size_t> agent, std::optional<int> rank = std::nullopt) {
+    if (done) return;  // callers hold mu
     if (failures.empty()) first_failure = Clock::now();
-    failures.push_back({why, kind, agent ? std::optional<job::NodeId>((*agents)[*agent].where.node) : std::nullopt});
+    failures.push_back({why, kind, agent ? std::optional<job::NodeId>((*agents)[*agent].where.node) : std::nullopt, rank});
     cv.notify_all();
   };
   for (std::size_t i = 0; i < n; ++i) streams[i] = context(o.security, 0);
@@ -284,7 +286,8 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
           if (on_line) on_line(e.line().text());
           if (e.line().text().find("\"step\"") != std::string::npos) stepped = true, cv.notify_all();
         } else if (e.has_error()) {
-          fail(a.name() + ": " + e.error().message(), control::from_proto(e.error().kind()), i);
+          fail(a.name() + ": " + e.error().message(), control::from_proto(e.error().kind()), i,
+               e.error().has_rank() ? std::optional<int>(int(e.error().rank())) : std::nullopt);
         } else if (e.has_finished()) {
           finished = true;
           if (e.finished().ok()) ++finished_ok;
@@ -342,7 +345,8 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
       std::vector<ErrorKind> kinds;
       for (const auto& f : failures) kinds.push_back(f.kind);
       const Failure& root = failures[launch::root_cause(kinds)];
-      out.failure = root.why, out.failure_kind = root.kind, out.failed_node = root.node, out.failed_at = first_failure;
+      out.failure = root.why, out.failure_kind = root.kind, out.failed_node = root.node, out.failed_rank = root.rank;
+      out.failed_at = first_failure;
     }
     out.ok = failures.empty();
   }

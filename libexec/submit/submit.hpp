@@ -27,6 +27,9 @@ struct AgentAddress {
   // The agent's own name when it runs another node of the plan (a re-planned job's renumbered
   // cluster, submit/elastic.hpp); absent: `node`.
   std::optional<job::NodeId> serves;
+  // The agent's device each of the plan's devices of `node` is (a re-planned node that lost a
+  // device); empty: the same index.
+  std::vector<int> devices = {};
   job::NodeId agent_node() const { return serves.value_or(node); }
 };
 // "SUB/IDX=HOST:PORT,SUB/IDX=HOST:PORT"
@@ -71,6 +74,7 @@ struct Outcome {
   std::string failure;   // "node a100/1 (127.0.0.1:5001): ..." when !ok
   ErrorKind failure_kind = ErrorKind::invalid_input;  // of the root cause (launch/cause.hpp) when !ok
   std::optional<job::NodeId> failed_node;             // the plan's node of the root cause, when it was a node's
+  std::optional<int> failed_rank;                     // and its rank, when it was one worker's
   std::chrono::steady_clock::time_point failed_at;    // when the first failure was noticed
 };
 
