@@ -165,3 +165,52 @@ TEST_CASE("a manifest whose fields have the wrong types is refused, not thrown o
   REQUIRE_FALSE(c.ok());
   CHECK_THAT(errors_of(c.errors()), Catch::Contains("format: is not \"hetexec checkpoint\""));
 }
+
+TEST_CASE("a rescue: the survivors' overlapping pieces are read from the nearest holder, at the newest step they hold whole") {
+  het::test::TempDir dir;
+  const std::string rescue = dir.path() + "/rescue";
+  // w [4, 6]: replicas hold it whole or by columns; each holder's values differ by a tag, so
+  // what was read tells from whom.
+  auto piece = [&](const Slice& s, float tag) {
+    ck::PieceOut p{"w", s.shape, ck::spans_of(s, {{0, s.elements()}}), {}, {}, {}};
+    for (std::int64_t i = 0; i < s.elements(); ++i) {
+      const float x = float(s.global(i)) + tag;
+      p.value.push_back(x), p.m.push_back(x), p.v.push_back(x);
+    }
+    return p;
+  };
+  const nlohmann::json about{{"seed", 1}};
+  const std::map<std::string, std::vector<std::int64_t>> tensors{{"w", {4, 6}}};
+  auto distance = [](const std::string& me) {
+    return [me](const std::string& from) { return from == me ? 0 : from.substr(0, from.find(':')) == me.substr(0, me.find(':')) ? 1 : 2; };
+  };
+  // Step 5: columns [0, 3) on a/0:0, the whole on b/0:0 and on a/0:1.
+  REQUIRE(ck::write_rescue(rescue, 5, 0, "a/0:0", about, {piece(Slice::column_block({4, 6}, 0, 3), 100)}).ok());
+  REQUIRE(ck::write_rescue(rescue, 5, 1, "b/0:0", about, {piece(Slice::whole({4, 6}), 200)}).ok());
+  REQUIRE(ck::write_rescue(rescue, 5, 2, "a/0:1", about, {piece(Slice::whole({4, 6}), 300)}).ok());
+  // A straggler that stopped one step earlier, with half of w: that step is not whole.
+  REQUIRE(ck::write_rescue(rescue, 4, 3, "c/0:0", about, {piece(Slice::column_block({4, 6}, 3, 3), 400)}).ok());
+
+  auto c = ck::Checkpoint::open_rescue(rescue, tensors, distance("a/0:0"));
+  REQUIRE(c);
+  CHECK(c->step() == 5);
+  CHECK(c->manifest()["seed"] == 1);
+  std::vector<float> got(24);
+  REQUIRE(c->read("w", {4, 6}, ck::Field::value, {{0, 24, 24, 1}}, got.data()).ok());
+  for (int i = 0; i < 24; ++i) {
+    INFO(i);
+    CHECK(got[std::size_t(i)] == float(i) + (i % 6 < 3 ? 100 : 300));  // its own columns, the rest from its node
+  }
+  // Every element read once, from the files of ranks 0 and 2 (files in rank order).
+  CHECK(c->elements_read() == std::vector<std::uint64_t>{12, 0, 12});
+  // From b's device: all of it its own.
+  auto from_b = ck::Checkpoint::open_rescue(rescue, tensors, distance("b/0:0"));
+  REQUIRE(from_b);
+  REQUIRE(from_b->read("w", {4, 6}, ck::Field::m, {{0, 24, 24, 1}}, got.data()).ok());
+  for (int i = 0; i < 24; ++i) CHECK(got[std::size_t(i)] == float(i) + 200);
+
+  // A tensor no survivor holds: nothing is whole.
+  CHECK_FALSE(ck::Checkpoint::open_rescue(rescue, {{"w", {4, 6}}, {"b", {5}}}, distance("a/0:0")));
+  // Nothing there at all.
+  CHECK_FALSE(ck::Checkpoint::open_rescue(dir.path() + "/none", tensors, distance("a/0:0")));
+}

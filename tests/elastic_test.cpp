@@ -119,6 +119,66 @@ subclusters:
   for (const auto& row : nlohmann::json::parse(st.out)) CHECK(row["state"] != "running");
 }
 
+TEST_CASE("an elastic job whose survivors hold every part resumes from their state, moving the bytes hetplan replan predicts") {
+  // Two pipelines, one per agent: the a100 node holds the whole model when the v100 agent dies.
+  const std::string plan = kSrc + "/tests/data/elastic/plan-replicas.json";
+  het::test::TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/checkpoints");
+  const std::string token = dir.write_private("token", "elastic-token\n");
+  std::string a100, v100;
+  auto big = agent(dir, "a100/0", "cpu:4", token, a100);
+  auto small = agent(dir, "v100/0", "cpu:2", token, v100);
+  const int steps = 40;
+  Background job({HETEXEC_BIN, "submit", plan, "--model", kModel, "--cluster", kCluster, "--agents", "a100/0=" + a100 + ",v100/0=" + v100,
+                  "--token-file", token, "--steps", std::to_string(steps), "--checkpoint-dir", "ck", "--checkpoint-every", "8", "--elastic",
+                  "--elastic-out", dir.path() + "/elastic", "--metrics-out", dir.path() + "/elastic.jsonl", "--time-dilation", "2"});
+  REQUIRE(job.wait_for_output("\n   10 ", 120));  // two steps after the checkpoint of step 8
+  small->signal(SIGKILL);
+  auto r = job.wait(240);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("from the survivors' state"));
+  std::ifstream in(dir.path() + "/elastic/recoveries.json");
+  const auto recoveries = nlohmann::json::parse(in);
+  REQUIRE(recoveries.size() == 1);
+  const auto& rec = recoveries[0];
+  CHECK(rec["from"] == "survivors");
+  const int resumed = rec["resumed_step"].get<int>();
+  CHECK(resumed > 10);                 // past the checkpoint
+  CHECK(rec["steps_lost"] == 0);       // nothing trained again
+  // The switch: the bytes each route moved are the bytes hetplan replan planned for it.
+  REQUIRE(rec["switch_predicted"].is_object());
+  REQUIRE(rec["switch_moved"].is_object());
+  CHECK(rec["switch_predicted"]["checkpoint"] == 0);
+  double total = 0;
+  for (const char* route : {"in_place", "intra_node", "inter_node", "inter_subcluster"}) {
+    INFO(route);
+    CHECK(rec["switch_moved"][route].get<double>() == rec["switch_predicted"][route].get<double>());
+    total += rec["switch_moved"][route].get<double>();
+  }
+  CHECK(total == 218496.0 * 12);  // every parameter of tiny-gpt, its value and two moments, once
+  // The reference: the old plan to the resumed step, then the new plan from there.
+  const std::string replanned = dir.path() + "/elastic/replan-1.plan.json";
+  auto first = run_process({HETEXEC_BIN, "run-local", plan, "--model", kModel, "--cluster", kCluster, "--steps", std::to_string(resumed),
+                            "--checkpoint-dir", dir.path() + "/ref", "--checkpoint-every", std::to_string(resumed), "--metrics-out",
+                            dir.path() + "/ref1.jsonl"},
+                           240);
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  auto rest = run_process({HETEXEC_BIN, "run-local", replanned, "--steps", std::to_string(steps), "--resume", dir.path() + "/ref",
+                           "--metrics-out", dir.path() + "/ref2.jsonl"},
+                          240);
+  INFO(rest.out << rest.err);
+  REQUIRE(rest.exit_code == 0);
+  const auto got = losses(dir.path() + "/elastic.jsonl"), before = losses(dir.path() + "/ref1.jsonl"),
+             after = losses(dir.path() + "/ref2.jsonl");
+  REQUIRE(int(got.size()) == steps);
+  for (int s = 0; s < steps; ++s) {
+    INFO("step " << s);
+    CHECK(got.at(s) == Approx(s < resumed ? before.at(s) : after.at(s)).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("an elastic job whose worker on a100/0 is killed runs on without that device, the node's agent running the devices left") {
   het::test::TempDir dir;
   const std::string token = dir.write_private("token", "elastic-token\n");

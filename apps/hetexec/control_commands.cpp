@@ -69,9 +69,9 @@ std::string recovery_text(const submit::Recovery& r) {
   std::ostringstream out;
   char buf[256];
   std::snprintf(buf, sizeof buf, "elastic: %s lost after step %d; re-planned in %.2f s, training again %.2f s after the failure, "
-                "from step %d (%d step%s lost)\n",
+                "from step %d (%d step%s lost) from %s\n",
                 submit::lost_text(r).c_str(), r.failed_step, r.replan_s, r.recovery_s, r.resumed_step, r.steps_lost,
-                r.steps_lost == 1 ? "" : "s");
+                r.steps_lost == 1 ? "" : "s", r.from_survivors ? "the survivors' state" : "the checkpoint");
   out << buf << "elastic: the new plan, " << program::Topology(r.plan).ranks() << " ranks:\n";
   for (std::size_t p = 0; p < r.plan.pipelines.size(); ++p)
     for (const auto& s : r.plan.pipelines[p].stages) {
@@ -83,8 +83,15 @@ std::string recovery_text(const submit::Recovery& r) {
     std::snprintf(buf, sizeof buf, "elastic: predicted %.4f s per iteration\n", r.plan.predicted->iteration_s);
     out << buf;
   }
-  out << "elastic: the switch (what each device needs, by where it comes from; the state is read from the checkpoint):\n"
-      << r.switch_table;
+  out << "elastic: the switch hetplan replan plans (what each device needs, by where it comes from):\n" << r.switch_table;
+  if (r.moved) {
+    out << "elastic: bytes moved by route, predicted by replan / read by the new ranks from the survivors' state:\n";
+    const char* names[] = {"in place", "intra-node", "inter-node", "between subclusters"};
+    for (std::size_t k = 0; k < 4; ++k) {
+      std::snprintf(buf, sizeof buf, "  %-20s %14.0f %14.0f\n", names[k], r.predicted ? double((*r.predicted)[k]) : -1.0, (*r.moved)[k]);
+      out << buf;
+    }
+  }
   return out.str();
 }
 
@@ -97,6 +104,14 @@ nlohmann::ordered_json recoveries_json(const std::vector<submit::Recovery>& reco
                    {"steps_lost", r.steps_lost}, {"replan_s", r.replan_s}, {"recovery_s", r.recovery_s},
                    {"ranks", program::Topology(r.plan).ranks()},
                    {"predicted_iteration_s", r.plan.predicted ? nlohmann::ordered_json(r.plan.predicted->iteration_s) : nlohmann::ordered_json()},
+                   {"from", r.from_survivors ? "survivors" : "checkpoint"},
+                   {"switch_predicted", r.predicted ? nlohmann::ordered_json{{"in_place", (*r.predicted)[0]}, {"intra_node", (*r.predicted)[1]},
+                                                                             {"inter_node", (*r.predicted)[2]}, {"inter_subcluster", (*r.predicted)[3]},
+                                                                             {"checkpoint", (*r.predicted)[4]}}
+                                                    : nlohmann::ordered_json()},
+                   {"switch_moved", r.moved ? nlohmann::ordered_json{{"in_place", (*r.moved)[0]}, {"intra_node", (*r.moved)[1]},
+                                                                     {"inter_node", (*r.moved)[2]}, {"inter_subcluster", (*r.moved)[3]}}
+                                            : nlohmann::ordered_json()},
                    {"plan", "replan-" + std::to_string(k + 1) + ".plan.json"}});
   }
   return out;

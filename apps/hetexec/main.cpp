@@ -2,7 +2,9 @@
 // work is done in libexec. Exit status: 0 success, 2 usage error.
 #include <CLI/CLI.hpp>
 
+#include <array>
 #include <cstdio>
+#include <map>
 #include <iostream>
 
 #include "het/version.hpp"
@@ -18,6 +20,7 @@
 #include "launch/local.hpp"
 #include "launch/workers.hpp"
 #include "options.hpp"
+#include "program/shards.hpp"
 #include "progress/progress.hpp"
 #include "spec/catalog.hpp"
 #include "runtime/checkpoints.hpp"
@@ -129,8 +132,8 @@ het::Result<Job> load_job(const het::InputFiles& files, const std::optional<std:
   return Job{loaded->plan, het::data::Batches::synthetic(m.vocab_size, m.seq_length, seed)};
 }
 
-// One rank of a job: `hetexec worker --job FILE --rank R [--device D]`.
-int run_worker(const het::launch::WorkerJob& a, int rank, int device) {
+// One rank of a job: `hetexec worker --job FILE --rank R [--device D] [--holder SUB/NODE:DEVICE]`.
+int run_worker(const het::launch::WorkerJob& a, int rank, int device, const std::string& holder) {
   // A worker does not outlive the process that started it (run-local, or a node agent):
   // SIGKILL, which also ends a stopped worker (SIGTERM would wait for a SIGCONT).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -190,7 +193,20 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device) {
     if (!opened) return fail(opened.errors());
     resume = std::move(*opened);
   }
+  // An elastic job's recovery: the failed job's survivors' state when it is whole and newer
+  // than the checkpoint (every rank decides alike: they see the same files).
+  if (a.rescue_from && !holder.empty()) {
+    const auto& m = job->plan.model;
+    std::map<std::string, std::vector<std::int64_t>> tensors;  // the whole model's
+    for (const auto& p : het::program::stage_pieces(m, 0, m.num_layers + 1, 0, 1)) tensors[p.name] = p.slice.shape;
+    auto rescued = het::checkpoint::Checkpoint::open_rescue(
+        *a.rescue_from, tensors, [&](const std::string& from) { return het::runtime::route_between(from, holder); });
+    if (rescued && (!resume || rescued->step() > resume->step())) resume = std::move(*rescued);
+  }
   het::runtime::Options opt;
+  std::array<double, 4> switched{};
+  opt.rescue = {a.rescue_dir.value_or(""), holder};
+  opt.switched = &switched;
   opt.resume = resume ? &*resume : nullptr;
   if (a.checkpoint_dir) {
     opt.checkpointing.dir = *a.checkpoint_dir;
@@ -233,6 +249,10 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device) {
       if (rank != 0) return;
       if (r.step == (resume ? resume->step() : 0)) {
         if (resume) std::cout << "resumed from " << resume->dir() << " at step " << resume->step() << std::endl;
+        if (resume && resume->manifest().contains("holders"))  // from the survivors' state: the bytes each route moved
+          std::cout << nlohmann::json{{"switched", {{"in_place", switched[0]}, {"intra_node", switched[1]}, {"inter_node", switched[2]},
+                                                    {"inter_subcluster", switched[3]}}}}.dump()
+                    << std::endl;
         std::cout << nlohmann::json{{"backend", (*backend)->describe()}, {"links", links}, {"collectives", fabric.summary()},
                                     {"lr", a.lr}, {"optimizer_state", r.optimizer_state}}.dump()
                   << std::endl;
@@ -486,6 +506,8 @@ int main(int argc, char** argv) {
   worker->add_option("--job", worker_job, "the job file run-local or the agent wrote (launch/worker_job.hpp)")->required();
   worker->add_option("--rank", worker_rank, "this rank")->required()->check(CLI::NonNegativeNumber);
   worker->add_option("--device", worker_device, "the CUDA device ordinal of this rank (cuda backend)")->check(CLI::NonNegativeNumber);
+  std::string worker_holder;
+  worker->add_option("--holder", worker_holder, "the device this rank runs on, SUB/NODE:DEVICE (an agent's node and device)");
   het::cli::ControlCommands control(app, het::kVersion);
   het::cli::CheckpointCommands checkpoints(app);
   try {
@@ -509,7 +531,7 @@ int main(int argc, char** argv) {
       std::cerr << "error: --rank " << worker_rank << ": the job has " << w->world << " ranks\n";
       return 2;
     }
-    return run_worker(*w, worker_rank, worker_device);
+    return run_worker(*w, worker_rank, worker_device, worker_holder);
   }
   return 2;
 }

@@ -39,6 +39,7 @@ class StepPrinter {
       if (j.contains("collectives")) std::cout << "rank 0: its collective groups: " << j["collectives"].get<std::string>() << std::endl;
       return;
     }
+    if (j.contains("switched")) return;  // an elastic recovery's bytes by route: submit --elastic tables them
     if (j.contains("memory") && j["memory"].is_array()) {
       print_memory(j["memory"]);
       if (metrics_) *metrics_ << line << "\n" << std::flush;

@@ -311,6 +311,12 @@ struct Agent::State final : public pb::Agent::Service {
       if (!checked) return refuse(checked.errors().front().message);
       resume = *checked;
     }
+    std::string rescue_from;  // a failed job's survivors' state (submit --elastic)
+    if (!st.rescue_from().empty()) {
+      auto checked = checkpoint_path(st.rescue_from(), opt.checkpoint_root, opt.node.to_string(), "rescue_from");
+      if (!checked) return refuse(checked.errors().front().message);
+      rescue_from = *checked;
+    }
     job::NodeId node = opt.node;  // the plan's name for this node (after a re-plan, another)
     if (!request->plan_node().empty()) {
       auto named = job::parse_node_id(request->plan_node());
@@ -391,7 +397,9 @@ struct Agent::State final : public pb::Agent::Service {
     if (!checkpoint_dir.empty()) {
       w.checkpoint_dir = checkpoint_dir;
       w.checkpoint_every = int(st.checkpoint_every()), w.checkpoint_keep = int(st.checkpoint_keep());
+      w.rescue_dir = checkpoint_dir + "/.rescue/" + request->job_id();  // submit/elastic.hpp
     }
+    if (!rescue_from.empty()) w.rescue_from = rescue_from;
     if (!resume.empty()) w.resume = resume;
     w.world = j->world;
     w.rendezvous = "grpc://" + request->rendezvous_address() + "/" + request->job_id();
@@ -424,7 +432,8 @@ struct Agent::State final : public pb::Agent::Service {
   std::vector<launch::WorkerCommand> commands(const Job& j) const {
     std::vector<launch::WorkerCommand> out;
     for (const auto& r : j.ranks) {
-      std::vector<std::string> argv = {opt.worker_executable, "worker", "--job", j.job_file, "--rank", std::to_string(r.rank)};
+      std::vector<std::string> argv = {opt.worker_executable, "worker", "--job", j.job_file, "--rank", std::to_string(r.rank),
+                                       "--holder", opt.node.to_string() + ":" + std::to_string(r.device)};
       if (opt.offer.kind == "cuda") argv.insert(argv.end(), {"--device", std::to_string(r.device)});
       out.push_back({r.rank, std::move(argv)});
     }

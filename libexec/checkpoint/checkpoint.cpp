@@ -42,6 +42,27 @@ std::optional<int> step_of(const std::string& name, const std::regex& pattern) {
   return std::stoi(m[1]);
 }
 
+// The ranks' write_rank() answers as a manifest's "files", "tensors" and "bytes".
+nlohmann::json merge(const std::vector<nlohmann::json>& ranks) {
+  nlohmann::json files = nlohmann::json::array(), tensors = nlohmann::json::object();
+  std::uint64_t bytes = 0;
+  for (const auto& r : ranks) {
+    bytes += r["bytes"].get<std::uint64_t>();
+    if (r["file"].get<std::string>().empty()) continue;
+    const int file = int(files.size());
+    files.push_back(r["file"]);
+    for (const auto& [name, t] : r["tensors"].items()) {
+      auto& into = tensors[name];
+      into["shape"] = t["shape"];
+      for (auto piece : t["pieces"]) {
+        piece["file"] = std::uint64_t(file);
+        into["pieces"].push_back(piece);
+      }
+    }
+  }
+  return {{"files", files}, {"tensors", tensors}, {"bytes", bytes}};
+}
+
 }  // namespace
 
 std::vector<Span> spans_of(const model::Slice& slice, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
@@ -121,25 +142,11 @@ Result<Committed> commit(const std::string& root, int step, const nlohmann::json
                          int keep) {
   nlohmann::ordered_json manifest{{"format", kFormat}, {"version", kVersion}, {"step", step}};
   for (const auto& [k, v] : about.items()) manifest[k] = v;
-  nlohmann::json files = nlohmann::json::array(), tensors = nlohmann::json::object();
-  std::uint64_t bytes = 0;
-  for (const auto& r : ranks) {
-    bytes += r["bytes"].get<std::uint64_t>();
-    if (r["file"].get<std::string>().empty()) continue;
-    const int file = int(files.size());
-    files.push_back(r["file"]);
-    for (const auto& [name, t] : r["tensors"].items()) {
-      auto& into = tensors[name];
-      into["shape"] = t["shape"];
-      for (auto piece : t["pieces"]) {
-        piece["file"] = file;
-        into["pieces"].push_back(piece);
-      }
-    }
-  }
+  const nlohmann::json merged = merge(ranks);
+  const std::uint64_t bytes = merged["bytes"].get<std::uint64_t>();
   manifest["bytes"] = bytes;
-  manifest["files"] = files;
-  manifest["tensors"] = tensors;
+  manifest["files"] = merged["files"];
+  manifest["tensors"] = merged["tensors"];
   const std::string partial = partial_dir(root, step), final_dir = step_dir(root, step);
   if (auto w = write_file((fs::path(partial) / "manifest.json").string(), manifest.dump(1) + "\n"); !w) return w.errors();
   if (auto s = sync_directory(partial); !s) return s.errors();
@@ -171,9 +178,14 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
   const std::string file = (fs::path(dir) / "manifest.json").string();
   auto text = input::read_file(file, kMaxManifestBytes);
   if (!text) return text.errors();
+  return parse(dir, nlohmann::json::parse(*text, nullptr, false), file, {});
+}
+
+Result<Checkpoint> Checkpoint::parse(const std::string& dir, nlohmann::json manifest, const std::string& file,
+                                     const std::vector<int>& preference) {
   Checkpoint c;
   c.dir_ = dir;
-  c.manifest_ = nlohmann::json::parse(*text, nullptr, false);
+  c.manifest_ = std::move(manifest);
   auto bad = [&](const std::string& field, const std::string& why) { return Diagnostic{file, 0, 0, field, why}; };
   const auto& m = c.manifest_;
   if (m.is_discarded() || !m.is_object()) return bad("", "not a JSON object");
@@ -191,6 +203,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     if (!reader) return reader.errors();
     c.files_.push_back(std::make_shared<Reader>(std::move(*reader)));
   }
+  c.elements_read_.assign(c.files_.size(), 0);
   if (!m.contains("tensors") || !m["tensors"].is_object()) return bad("tensors", "is not an object of tensors");
   for (const auto& [name, t] : m["tensors"].items()) {
     const std::string at = "tensors." + name;
@@ -238,6 +251,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
                               " elements");
       }
     }
+    if (!preference.empty()) stored = choose(std::move(stored), preference);
     std::sort(stored.begin(), stored.end(), [](const Stored& a, const Stored& b) { return a.start < b.start; });
     std::int64_t covered = 0;
     for (const auto& s : stored) {
@@ -268,9 +282,100 @@ Result<Done> Checkpoint::read(const std::string& tensor, const std::vector<std::
         --s;
         const std::int64_t n = std::min(end, s->start + s->n) - g;
         if (auto got = files_[std::size_t(s->file)]->read(s->key + suffix, s->at + (g - s->start), n, out); !got) return got.errors();
+        elements_read_[std::size_t(s->file)] += std::uint64_t(n);
         out += n, g += n;
       }
   return Done{};
+}
+
+std::vector<Checkpoint::Stored> Checkpoint::choose(std::vector<Stored> runs, const std::vector<int>& preference) {
+  std::stable_sort(runs.begin(), runs.end(), [&](const Stored& a, const Stored& b) {
+    return preference[std::size_t(a.file)] < preference[std::size_t(b.file)];
+  });
+  std::map<std::int64_t, std::int64_t> covered;  // start -> end, disjoint
+  std::vector<Stored> out;
+  for (const auto& r : runs) {
+    std::int64_t g = r.start;
+    const std::int64_t end = r.start + r.n;
+    while (g < end) {
+      // The covered interval at or after g (or holding g): skip it; else take up to it.
+      auto next = covered.upper_bound(g);
+      if (next != covered.begin()) {
+        auto prev = std::prev(next);
+        if (prev->second > g) {
+          g = prev->second;
+          continue;
+        }
+      }
+      const std::int64_t stop = next == covered.end() ? end : std::min(end, next->first);
+      out.push_back({g, stop - g, r.file, r.key, r.at + (g - r.start)});
+      covered[g] = stop;
+      g = stop;
+    }
+  }
+  return out;
+}
+
+Result<Done> write_rescue(const std::string& dir, int step, int rank, const std::string& holder, const nlohmann::json& about,
+                          const std::vector<PieceOut>& pieces) {
+  auto answer = write_rank(dir, step, rank, pieces);
+  if (!answer) return answer.errors();
+  const nlohmann::json record{{"step", step}, {"holder", holder}, {"about", about}, {"answer", *answer}};
+  return write_file((fs::path(dir) / ("rank-" + padded(rank, 5) + ".json")).string(), record.dump() + "\n");
+}
+
+std::optional<Checkpoint> Checkpoint::open_rescue(const std::string& dir, const std::map<std::string, std::vector<std::int64_t>>& tensors,
+                                                  const std::function<int(const std::string& holder)>& preference) {
+  static const std::regex kRecord("rank-([0-9]{5,9})\\.json");
+  struct Record {
+    int rank;
+    std::string holder;
+    nlohmann::json about, answer;
+  };
+  std::map<int, std::vector<Record>> by_step;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!std::regex_match(name, m, kRecord)) continue;
+    auto text = input::read_file(e.path().string(), kMaxManifestBytes);
+    if (!text) continue;
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_unsigned() || !j.contains("holder") || !j["holder"].is_string() ||
+        !j.contains("answer") || !j["answer"].is_object() || !j["answer"].contains("file") || !j["answer"]["file"].is_string() ||
+        !j["answer"].contains("bytes") || !j["answer"]["bytes"].is_number_unsigned() || !j["answer"].contains("tensors"))
+      continue;
+    by_step[j["step"].get<int>()].push_back({std::stoi(m[1].str()), j["holder"], j.value("about", nlohmann::json::object()), j["answer"]});
+  }
+  for (auto it = by_step.rbegin(); it != by_step.rend(); ++it) {
+    auto& records = it->second;
+    std::sort(records.begin(), records.end(), [](const Record& a, const Record& b) { return a.rank < b.rank; });
+    std::vector<nlohmann::json> answers;
+    nlohmann::json holders = nlohmann::json::array();
+    std::vector<int> order;
+    for (const auto& r : records)
+      if (!r.answer["file"].get<std::string>().empty()) {
+        answers.push_back(r.answer);
+        holders.push_back(r.holder);
+        order.push_back(preference(r.holder));
+      }
+    if (answers.empty()) continue;
+    nlohmann::json manifest = records.front().about.is_object() ? records.front().about : nlohmann::json::object();
+    const nlohmann::json merged = merge(answers);
+    manifest["format"] = kFormat, manifest["version"] = kVersion, manifest["step"] = std::uint64_t(it->first);
+    manifest["files"] = merged["files"], manifest["tensors"] = merged["tensors"], manifest["bytes"] = merged["bytes"];
+    manifest["holders"] = holders;
+    const std::string at = partial_dir(dir, it->first);
+    auto c = parse(at, manifest, at, order);
+    if (!c) continue;  // a tensor's elements not all held at this step
+    bool whole = true;
+    for (const auto& [name, shape] : tensors) {
+      auto s = c->shapes_.find(name);
+      whole = whole && s != c->shapes_.end() && s->second == shape;
+    }
+    if (whole) return std::move(*c);
+  }
+  return std::nullopt;
 }
 
 }  // namespace het::checkpoint

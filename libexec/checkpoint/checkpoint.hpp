@@ -88,6 +88,14 @@ enum class Field { value, m, v };
 class Checkpoint {
  public:
   static Result<Checkpoint> open(const std::string& path);
+  // The state the surviving ranks of a failed job left in `dir` (write_rescue(), below): the
+  // newest step at which their pieces hold every element of every tensor in `tensors` (name:
+  // full shape), as a checkpoint of that step whose manifest has the writers' `about`, "step",
+  // "files" and "holders" (each file's holder). Where several hold an element it is read from
+  // the holder `preference` ranks lowest (then the lower rank). nullopt: no step is whole (a
+  // part lost every holder, or the survivors stopped at different steps) or nothing is there.
+  static std::optional<Checkpoint> open_rescue(const std::string& dir, const std::map<std::string, std::vector<std::int64_t>>& tensors,
+                                               const std::function<int(const std::string& holder)>& preference);
   const std::string& dir() const { return dir_; }
   int step() const { return step_; }  // the next step to run
   const nlohmann::json& manifest() const { return manifest_; }
@@ -97,6 +105,8 @@ class Checkpoint {
   // `shape` (a different model is an error naming the tensor).
   Result<Done> read(const std::string& tensor, const std::vector<std::int64_t>& shape, Field field, const std::vector<Span>& spans,
                     float* out) const;
+  // Elements read so far from each file (the manifest's "files" order), by read().
+  const std::vector<std::uint64_t>& elements_read() const { return elements_read_; }
 
  private:
   struct Stored {
@@ -111,6 +121,23 @@ class Checkpoint {
   std::map<std::string, std::vector<std::int64_t>> shapes_;
   std::map<std::string, std::vector<Stored>> stored_;  // by start
   std::vector<std::shared_ptr<Reader>> files_;
+  mutable std::vector<std::uint64_t> elements_read_;
+  // The checkpoint `manifest` describes (read from `file`, for errors) in `dir`. `preference`
+  // empty: every element must be in exactly one piece; else one number per file, lower
+  // preferred, and an element several pieces hold is read from the most preferred.
+  static Result<Checkpoint> parse(const std::string& dir, nlohmann::json manifest, const std::string& file,
+                                  const std::vector<int>& preference);
+  // Of runs that may overlap, the parts each element's most preferred holder has.
+  static std::vector<Stored> choose(std::vector<Stored> runs, const std::vector<int>& preference);
 };
+
+// A surviving rank's state after a failure (submit --elastic): everything it holds — its
+// parameters' values and moments, a replica's as much as a gradient-sync group owner's — at
+// `step` (the next step to run), into the failed job's rescue directory `dir`:
+//   dir/.step-N.partial/rank-R.safetensors   as write_rank() writes a checkpoint's part
+//   dir/rank-R.json                          {"step", "holder", "about", "answer"}, written last
+// `holder` names the device the rank ran on ("a100/0:1": its agent's node and device).
+Result<Done> write_rescue(const std::string& dir, int step, int rank, const std::string& holder, const nlohmann::json& about,
+                          const std::vector<PieceOut>& pieces);
 
 }  // namespace het::checkpoint

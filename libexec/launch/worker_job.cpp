@@ -23,12 +23,12 @@ constexpr std::uint64_t kMaxJobFileBytes = 1 << 20;
 // node are the same binary, so this guards against stale files, not against skew).
 constexpr int kVersion = 1;
 
-constexpr std::array<std::string_view, 28> kFields = {
+constexpr std::array<std::string_view, 30> kFields = {
     "version",        "plan",         "model",          "cluster",          "data",            "steps",
     "seed",           "lr",           "backend",        "threads",          "slowdown",        "time_dilation",
     "emulate_links",  "emulate_devices", "world",       "rendezvous",       "host",            "token_file",
     "rendezvous_ca",  "progress_dir", "trace_events",   "traffic_events",   "checkpoint_dir",  "resume",
-    "checkpoint_every", "checkpoint_keep", "die_rank",  "die_step"};
+    "checkpoint_every", "checkpoint_keep", "die_rank",  "die_step",       "rescue_dir",       "rescue_from"};
 
 // Reads one field of `j` into `out`, or records why it cannot.
 class Reader {
@@ -111,7 +111,8 @@ nlohmann::json to_json(const WorkerJob& w) {
   for (auto [key, value] : {std::pair{"model", &w.model}, {"cluster", &w.cluster}, {"data", &w.data}, {"token_file", &w.token_file},
                             {"rendezvous_ca", &w.rendezvous_ca}, {"progress_dir", &w.progress_dir},
                             {"trace_events", &w.trace_events}, {"traffic_events", &w.traffic_events},
-                            {"checkpoint_dir", &w.checkpoint_dir}, {"resume", &w.resume}})
+                            {"checkpoint_dir", &w.checkpoint_dir}, {"resume", &w.resume}, {"rescue_dir", &w.rescue_dir},
+                            {"rescue_from", &w.rescue_from}})
     if (*value) j[key] = **value;
   if (w.checkpoint_every) j["checkpoint_every"] = w.checkpoint_every;
   if (w.checkpoint_keep) j["checkpoint_keep"] = w.checkpoint_keep;
@@ -147,7 +148,8 @@ Diagnostics check(const WorkerJob& w, const std::string& file) {
   for (auto [key, value] : {std::pair{"model", &w.model}, {"cluster", &w.cluster}, {"data", &w.data}, {"token_file", &w.token_file},
                             {"rendezvous_ca", &w.rendezvous_ca}, {"progress_dir", &w.progress_dir},
                             {"trace_events", &w.trace_events}, {"traffic_events", &w.traffic_events},
-                            {"checkpoint_dir", &w.checkpoint_dir}, {"resume", &w.resume}})
+                            {"checkpoint_dir", &w.checkpoint_dir}, {"resume", &w.resume}, {"rescue_dir", &w.rescue_dir},
+                            {"rescue_from", &w.rescue_from}})
     if (*value) path(key, **value);
   return out;
 }
@@ -176,6 +178,7 @@ Result<WorkerJob> worker_job_from_json(const nlohmann::json& j, const std::strin
   r.text("token_file", w.token_file), r.text("rendezvous_ca", w.rendezvous_ca), r.text("progress_dir", w.progress_dir);
   r.text("trace_events", w.trace_events), r.text("traffic_events", w.traffic_events);
   r.text("checkpoint_dir", w.checkpoint_dir), r.text("resume", w.resume);
+  r.text("rescue_dir", w.rescue_dir), r.text("rescue_from", w.rescue_from);
   r.integer("checkpoint_every", w.checkpoint_every, false), r.integer("checkpoint_keep", w.checkpoint_keep, false);
   r.integer("die_rank", w.die_rank), r.integer("die_step", w.die_step);
   for (auto& e : r.take()) errors.push_back(std::move(e));

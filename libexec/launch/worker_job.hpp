@@ -47,6 +47,10 @@ struct WorkerJob {
   // checkpoint_keep kept (0: all); resume: a checkpoint, or a directory of them (the newest).
   std::optional<std::string> checkpoint_dir, resume;
   int checkpoint_every = 0, checkpoint_keep = 0;
+  // Elastic jobs (submit/elastic.hpp): where a rank writes what it holds when a peer is lost
+  // (checkpoint::write_rescue; plans without ZeRO), and the failed job's rescue directory to
+  // resume from instead of `resume` when its state is whole and newer.
+  std::optional<std::string> rescue_dir, rescue_from;
   // A test's fault: rank die_rank dies halfway through writing the checkpoint of step die_step.
   std::optional<int> die_rank, die_step;
 

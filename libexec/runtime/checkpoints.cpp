@@ -47,10 +47,18 @@ std::string resume_problem(const checkpoint::Checkpoint& from, const ModelSpec& 
   return "";
 }
 
-std::vector<checkpoint::PieceOut> checkpoint_pieces(const std::vector<Bucket>& buckets, int rank, bool zero) {
+int route_between(const std::string& from, const std::string& to) {
+  if (from == to) return 0;
+  const auto node = [](const std::string& d) { return d.substr(0, d.rfind(':')); };
+  const auto sub = [&](const std::string& d) { return node(d).substr(0, node(d).rfind('/')); };
+  if (node(from) == node(to)) return 1;
+  return sub(from) == sub(to) ? 2 : 3;
+}
+
+std::vector<checkpoint::PieceOut> checkpoint_pieces(const std::vector<Bucket>& buckets, int rank, bool zero, bool everything) {
   std::vector<checkpoint::PieceOut> out;
   for (const auto& b : buckets) {
-    if (!zero && b.group.front() != rank) continue;  // the group's first rank writes it whole
+    if (!zero && !everything && b.group.front() != rank) continue;  // the group's first rank writes it whole
     for_owned(b, [&](const Bucket::Part& p, std::size_t i0, std::size_t i1) {
       const model::Param<float>& param = *p.param;
       checkpoint::PieceOut piece{param.name, param.slice.shape, {}, {}, {}, {}};

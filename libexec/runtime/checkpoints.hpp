@@ -18,8 +18,15 @@ namespace het::runtime {
 // another sequence length or global batch (the data position would mean other sequences).
 std::string resume_problem(const checkpoint::Checkpoint& from, const ModelSpec& model);
 
-// The pieces `rank` writes (values, m and v of the same elements).
-std::vector<checkpoint::PieceOut> checkpoint_pieces(const std::vector<Bucket>& buckets, int rank, bool zero);
+// The pieces `rank` writes (values, m and v of the same elements); `everything`: every bucket's
+// part it holds, not only those it owns (a rescue, checkpoint::write_rescue).
+std::vector<checkpoint::PieceOut> checkpoint_pieces(const std::vector<Bucket>& buckets, int rank, bool zero, bool everything = false);
+
+// How a rescue's bytes reach the device `to` from the device `from` that held them, both named
+// "SUB/NODE:DEVICE": 0 in place (the same device), 1 within the node, 2 between nodes of a
+// subcluster, 3 between subclusters — replan::Route's order, which is also the preference
+// (fastest link first) by which a rank chooses among holders.
+int route_between(const std::string& from, const std::string& to);
 
 // Reads every parameter's values and the moments of the owned part of every bucket of this
 // rank from `from`. Errors: a tensor the checkpoint lacks or holds in another shape (another

@@ -35,7 +35,9 @@ void check(const Result<Done>& done) {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-enum Tag : std::uint32_t { kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6, kMemory = 7, kCheckpoint = 8 };
+enum Tag : std::uint32_t {
+  kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6, kMemory = 7, kCheckpoint = 8, kSwitch = 9
+};
 
 // ---- Moving a micro-batch between stages: the program's messages --------------------------
 
@@ -407,6 +409,27 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     if (auto why = resume_problem(*opt.resume, plan.model); !why.empty()) return failure(ErrorKind::invalid_input, why);
     if (auto loaded = load_checkpoint(*opt.resume, model->params(), sync); !loaded) return loaded.errors();
     first_step = opt.resume->step();
+    if (const auto& manifest = opt.resume->manifest(); manifest.contains("holders") && !opt.rescue.holder.empty()) {
+      // A rescue: the bytes read from each holder, by route; rank 0 sums every rank's.
+      std::array<double, 4> read{};
+      for (std::size_t f = 0; f < opt.resume->elements_read().size(); ++f)
+        read[std::size_t(route_between(manifest["holders"][f].get<std::string>(), opt.rescue.holder))] +=
+            double(opt.resume->elements_read()[f]) * sizeof(float);
+      try {
+        if (me != 0) {
+          peers.send(0, kSwitch, read.data(), sizeof read);
+        } else {
+          for (int r = 1; r < peers.world(); ++r) {
+            std::array<double, 4> theirs{};
+            check(peers.recv(r, kSwitch, theirs.data(), sizeof theirs));
+            for (std::size_t k = 0; k < 4; ++k) read[k] += theirs[k];
+          }
+          if (opt.switched) *opt.switched = read;
+        }
+      } catch (const Failure& f) {
+        return f.why;
+      }
+    }
     if (first_step >= opt.steps)
       return failure(ErrorKind::invalid_input, "the checkpoint " + opt.resume->dir() + " is at step " + std::to_string(first_step) +
                                                    ": training to step " + std::to_string(opt.steps) + " leaves nothing to run");
@@ -457,6 +480,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
 
   const bool first = here.stage == 0, last = here.stage + 1 == int(pipe.stages.size());
   std::vector<StepReport> reports;
+  int completed = first_step;  // optimizer steps applied: the step a rescue resumes at
   try {
     std::vector<int> in(std::size_t(b) * Tl), tg(in.size()), seq_in(static_cast<std::size_t>(Tn)), seq_tg(seq_in.size());
     for (step = first_step; step < opt.steps; ++step) {
@@ -492,6 +516,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       }
       model->finish_backward();
       sync_and_update(sync, zero, opt.optimizer, step, pace, record, at);
+      completed = step + 1;
       at(progress::Activity::collective, "loss");
       sample_memory();
       const double start = now_s();
@@ -519,6 +544,12 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   } catch (const Failure& f) {
     Diagnostic why = f.why;
     why.path = "rank " + std::to_string(me);
+    // A peer is gone: what this rank holds may spare the job the steps since its checkpoint.
+    if (why.kind == ErrorKind::peer_lost && !opt.rescue.dir.empty() && !zero)
+      if (auto kept = checkpoint::write_rescue(opt.rescue.dir, completed, me, opt.rescue.holder, checkpointing.about,
+                                               checkpoint_pieces(sync, me, zero, true));
+          !kept)
+        why.message += " (and its state could not be kept for the job's recovery: " + kept.errors().front().message + ")";
     return why;
   }
   return reports;

@@ -13,6 +13,7 @@
 // all-gathered (ZeRO-1; stage 2 runs the same way on the CPU backend, stage 3 is refused). The
 // loss of each step (mean over the global batch's tokens) is gathered on rank 0.
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <optional>
 #include <string>
@@ -105,6 +106,15 @@ struct Options {
   // Resume: the parameters and AdamW moments from this checkpoint, then the steps from its
   // step to `steps` (steps count from 0 over the whole training, resumed or not).
   const checkpoint::Checkpoint* resume = nullptr;
+  // Elastic jobs (submit/elastic.hpp), plans without ZeRO: when a peer is lost, this rank
+  // writes everything it holds at the step it has completed into rescue.dir, as held on
+  // rescue.holder ("a100/0:1"; checkpoint::write_rescue). When `resume` is such a rescue, each
+  // rank counts the bytes it read by route from its holders (runtime/checkpoints.hpp,
+  // route_between) and rank 0 sums them into *switched.
+  struct Rescue {
+    std::string dir, holder;
+  } rescue;
+  std::array<double, 4>* switched = nullptr;
 };
 
 struct StepReport {

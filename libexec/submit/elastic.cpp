@@ -95,11 +95,20 @@ ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& e, const s
       std::lock_guard lock(mu);
       static const std::string resumed = "resumed from ", at = " at step ";
       if (line.rfind(resumed, 0) == 0 && line.rfind(at) != std::string::npos) {
-        if (pending) pending->resumed_step = std::atoi(line.c_str() + line.rfind(at) + at.size());
+        if (pending) {
+          pending->resumed_step = std::atoi(line.c_str() + line.rfind(at) + at.size());
+          pending->from_survivors = line.find("/.rescue/") != std::string::npos;
+        }
         return;
       }
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (!j.is_object()) return;
+      if (auto s = j.find("switched"); s != j.end() && s->is_object() && pending) {
+        std::array<double, 4> moved{};
+        int k = 0;
+        for (const char* route : {"in_place", "intra_node", "inter_node", "inter_subcluster"}) moved[std::size_t(k++)] = s->value(route, 0.0);
+        pending->moved = moved;
+      }
       if (auto s = j.find("step"); s != j.end() && s->is_number_integer()) {
         last_step = s->get<int>();
         if (!stepped && pending) {
@@ -145,8 +154,13 @@ ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& e, const s
     auto next = search_for(run.plan, reduced->cluster, e);
     r.replan_s = since(searching);
     if (!next) return give_up("cannot re-plan: " + next.errors().front().message);
-    if (auto sw = replan::switch_between(run.plan, *next, *reduced)) r.switch_table = replan::table(*sw);
-    else r.switch_table = "no switch plan: " + sw.errors().front().message;
+    if (auto sw = replan::switch_between(run.plan, *next, *reduced)) {
+      r.switch_table = replan::table(*sw);
+      r.predicted = std::array<std::int64_t, 5>{};
+      std::copy(std::begin(sw->bytes_by_route), std::end(sw->bytes_by_route), r.predicted->begin());
+    } else {
+      r.switch_table = "no switch plan: " + sw.errors().front().message;
+    }
     // Each device of the new cluster is a surviving device of the old one (replan::Reduced::
     // old_of): its node's agent runs it, as the agent's device it was.
     std::map<job::NodeId, AgentAddress> next_agents;
@@ -170,8 +184,9 @@ ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& e, const s
     for (const auto& [node, a] : agent_of) run.agents.push_back(a);
     run.plan = *next, run.plan_json = write_plan(*next);
     run.settings.resume = checkpointed ? o.settings.checkpoint_dir : o.settings.resume;
+    run.settings.rescue_from = o.settings.checkpoint_dir + "/.rescue/" + out.job_id;  // used when whole and newer
     r.plan = std::move(*next);
-    say("elastic: re-planned in " + std::to_string(r.replan_s).substr(0, 5) + " s; resuming from " +
+    say("elastic: re-planned in " + std::to_string(r.replan_s).substr(0, 5) + " s; resuming from the survivors' state if it is whole, else " +
         (run.settings.resume.empty() ? std::string("step 0 (no checkpoint yet)") : "the newest checkpoint in " + run.settings.resume));
     pending = std::move(r);
   }

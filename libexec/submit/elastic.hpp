@@ -11,13 +11,19 @@
 //  2. the best plan for it, searched as `hetplan search` does with the plan's own profiles,
 //     the first of the search's plans that the runtime can run;
 //  3. the job submitted again on the surviving agents (each running its node's new name, see
-//     AgentAddress::serves, and its devices renumbered, AgentAddress::devices), resuming from
-//     the newest complete checkpoint in the checkpoint
-//     directory (or from where the job started: the original --resume, else step 0).
+//     AgentAddress::serves, and its devices renumbered, AgentAddress::devices), resuming from the
+//     freshest state: what the failed job's surviving ranks held when they lost their peer
+//     (each writes it, runtime::Options::rescue; plans without ZeRO) when it holds every part
+//     of the model at one step (Hetu v2 §7.2: every part still has a holder), else the newest
+//     complete checkpoint in the checkpoint directory (or where the job started: the original
+//     --resume, else step 0). Each new rank reads the parts it needs from the nearest holder
+//     (its own device, its node, its subcluster, another), and the bytes moved by route are
+//     reported beside replan's prediction for the same switch.
 // Any other failure (bad input, a worker's error, an internal one) ends the job as submit()
-// does. The state comes from the last checkpoint, never from the survivors' memory: the steps
-// since it are lost and trained again (Recovery::steps_lost).
+// does.
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -44,6 +50,9 @@ struct Recovery {
   double recovery_s = 0;        // failure noticed -> the new plan's first step reported (0: it never stepped)
   Plan plan;                    // the new plan
   std::string switch_table;     // replan::table of the switch from the old plan, or why there is none
+  std::optional<std::array<std::int64_t, 5>> predicted;  // replan's bytes by replan::Route
+  bool from_survivors = false;  // resumed from the survivors' state (else a checkpoint or step 0)
+  std::optional<std::array<double, 4>> moved;  // then: the bytes the new ranks read by route (in place .. between subclusters)
 };
 
 // "node a100/1" or "device 1 of node a100/1"

@@ -49,6 +49,7 @@ struct Settings {
   // Checkpoints, under every agent's --checkpoint-root (JobSettings): empty dir/resume: none.
   std::string checkpoint_dir, resume;
   int checkpoint_every = 0, checkpoint_keep = 0;
+  std::string rescue_from;  // JobSettings.rescue_from (submit/elastic.hpp)
 };
 
 struct Options {
