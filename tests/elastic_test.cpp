@@ -157,8 +157,19 @@ TEST_CASE("an elastic job whose survivors hold every part resumes from their sta
     total += rec["switch_moved"][route].get<double>();
   }
   CHECK(total == 218496.0 * 12);  // every parameter of tiny-gpt, its value and two moments, once
-  // The reference: the old plan to the resumed step, then the new plan from there.
+  // The new plan validates on the cluster left: the a100 node.
   const std::string replanned = dir.path() + "/elastic/replan-1.plan.json";
+  auto valid = run_process({HETPLAN_BIN, "validate", "--plan", replanned, "--cluster", dir.write("a100.yaml", R"(name: a100-only
+subclusters:
+  - name: a100
+    device: A100-40GB
+    nodes: 1
+    devices_per_node: 4
+    intra_node: {bandwidth: 300GB/s, latency: 5us}
+)")});
+  INFO(valid.out << valid.err);
+  CHECK(valid.exit_code == 0);
+  // The reference: the old plan to the resumed step, then the new plan from there.
   auto first = run_process({HETEXEC_BIN, "run-local", plan, "--model", kModel, "--cluster", kCluster, "--steps", std::to_string(resumed),
                             "--checkpoint-dir", dir.path() + "/ref", "--checkpoint-every", std::to_string(resumed), "--metrics-out",
                             dir.path() + "/ref1.jsonl"},
