@@ -120,46 +120,75 @@ subclusters:
 }
 
 TEST_CASE("an elastic job whose survivors hold every part resumes from their state, moving the bytes hetplan replan predicts") {
-  // Two pipelines, one per agent: the a100 node holds the whole model when the v100 agent dies.
+  // Two pipelines of one stage, one per agent: the a100 node holds the whole model when the v100
+  // agent dies. The survivors' state is whole when they all stopped at the same step; a kill that
+  // lands while some sync groups have finished the step and others not (a few ms of each step)
+  // leaves them a step apart, and the job takes the checkpoint instead: then the run is tried again.
   const std::string plan = kSrc + "/tests/data/elastic/plan-replicas.json";
-  het::test::TempDir dir;
-  std::filesystem::create_directories(dir.path() + "/checkpoints");
-  const std::string token = dir.write_private("token", "elastic-token\n");
-  std::string a100, v100;
-  auto big = agent(dir, "a100/0", "cpu:4", token, a100);
-  auto small = agent(dir, "v100/0", "cpu:2", token, v100);
   const int steps = 40;
-  Background job({HETEXEC_BIN, "submit", plan, "--model", kModel, "--cluster", kCluster, "--agents", "a100/0=" + a100 + ",v100/0=" + v100,
-                  "--token-file", token, "--steps", std::to_string(steps), "--checkpoint-dir", "ck", "--checkpoint-every", "8", "--elastic",
-                  "--elastic-out", dir.path() + "/elastic", "--metrics-out", dir.path() + "/elastic.jsonl", "--time-dilation", "2"});
-  REQUIRE(job.wait_for_output("\n   10 ", 120));  // two steps after the checkpoint of step 8
-  small->signal(SIGKILL);
-  auto r = job.wait(240);
-  INFO(r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("from the survivors' state"));
-  std::ifstream in(dir.path() + "/elastic/recoveries.json");
-  const auto recoveries = nlohmann::json::parse(in);
-  REQUIRE(recoveries.size() == 1);
-  const auto& rec = recoveries[0];
-  CHECK(rec["from"] == "survivors");
-  const int resumed = rec["resumed_step"].get<int>();
-  CHECK(resumed > 10);                 // past the checkpoint
-  CHECK(rec["steps_lost"] == 0);       // nothing trained again
-  // The switch: the bytes each route moved are the bytes hetplan replan planned for it.
-  REQUIRE(rec["switch_predicted"].is_object());
-  REQUIRE(rec["switch_moved"].is_object());
-  CHECK(rec["switch_predicted"]["checkpoint"] == 0);
-  double total = 0;
-  for (const char* route : {"in_place", "intra_node", "inter_node", "inter_subcluster"}) {
-    INFO(route);
-    CHECK(rec["switch_moved"][route].get<double>() == rec["switch_predicted"][route].get<double>());
-    total += rec["switch_moved"][route].get<double>();
-  }
-  CHECK(total == 218496.0 * 12);  // every parameter of tiny-gpt, its value and two moments, once
-  // The new plan validates on the cluster left: the a100 node.
-  const std::string replanned = dir.path() + "/elastic/replan-1.plan.json";
-  auto valid = run_process({HETPLAN_BIN, "validate", "--plan", replanned, "--cluster", dir.write("a100.yaml", R"(name: a100-only
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    INFO("attempt " << attempt);
+    het::test::TempDir dir;
+    std::filesystem::create_directories(dir.path() + "/checkpoints");
+    const std::string token = dir.write_private("token", "elastic-token\n");
+    std::string a100, v100;
+    auto big = agent(dir, "a100/0", "cpu:4", token, a100);
+    auto small = agent(dir, "v100/0", "cpu:2", token, v100);
+    Background job({HETEXEC_BIN, "submit", plan, "--model", kModel, "--cluster", kCluster, "--agents", "a100/0=" + a100 + ",v100/0=" + v100,
+                    "--token-file", token, "--steps", std::to_string(steps), "--checkpoint-dir", "ck", "--checkpoint-every", "8", "--elastic",
+                    "--elastic-out", dir.path() + "/elastic", "--metrics-out", dir.path() + "/elastic.jsonl", "--time-dilation", "2"});
+    REQUIRE(job.wait_for_output("\n   10 ", 120));  // two steps after the checkpoint of step 8
+    small->signal(SIGKILL);
+    auto r = job.wait(240);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    std::ifstream in(dir.path() + "/elastic/recoveries.json");
+    const auto recoveries = nlohmann::json::parse(in);
+    REQUIRE(recoveries.size() == 1);
+    const auto& rec = recoveries[0];
+    const int resumed = rec["resumed_step"].get<int>();
+    // Either way, the losses equal the reference: the old plan to the resumed step, then the new
+    // plan from there.
+    const std::string replanned = dir.path() + "/elastic/replan-1.plan.json";
+    auto first = run_process({HETEXEC_BIN, "run-local", plan, "--model", kModel, "--cluster", kCluster, "--steps", std::to_string(resumed),
+                              "--checkpoint-dir", dir.path() + "/ref", "--checkpoint-every", std::to_string(resumed), "--metrics-out",
+                              dir.path() + "/ref1.jsonl"},
+                             240);
+    INFO(first.out << first.err);
+    REQUIRE(first.exit_code == 0);
+    auto rest = run_process({HETEXEC_BIN, "run-local", replanned, "--steps", std::to_string(steps), "--resume", dir.path() + "/ref",
+                             "--metrics-out", dir.path() + "/ref2.jsonl"},
+                            240);
+    INFO(rest.out << rest.err);
+    REQUIRE(rest.exit_code == 0);
+    const auto got = losses(dir.path() + "/elastic.jsonl"), before = losses(dir.path() + "/ref1.jsonl"),
+               after = losses(dir.path() + "/ref2.jsonl");
+    REQUIRE(int(got.size()) == steps);
+    for (int s = 0; s < steps; ++s) {
+      INFO("step " << s);
+      CHECK(got.at(s) == Approx(s < resumed ? before.at(s) : after.at(s)).epsilon(1e-5));
+    }
+    if (rec["from"] != "survivors" && attempt < 3) {
+      WARN("the survivors stopped at different steps; resumed from the checkpoint at step " << resumed << ", trying again");
+      continue;
+    }
+    CHECK(rec["from"] == "survivors");
+    CHECK_THAT(r.out, Catch::Contains("from the survivors' state"));
+    CHECK(resumed > 10);            // past the checkpoint
+    CHECK(rec["steps_lost"] == 0);  // nothing trained again
+    // The switch: the bytes each route moved are the bytes hetplan replan planned for it.
+    REQUIRE(rec["switch_predicted"].is_object());
+    REQUIRE(rec["switch_moved"].is_object());
+    CHECK(rec["switch_predicted"]["checkpoint"] == 0);
+    double total = 0;
+    for (const char* route : {"in_place", "intra_node", "inter_node", "inter_subcluster"}) {
+      INFO(route);
+      CHECK(rec["switch_moved"][route].get<double>() == rec["switch_predicted"][route].get<double>());
+      total += rec["switch_moved"][route].get<double>();
+    }
+    CHECK(total == 218496.0 * 12);  // every parameter of tiny-gpt, its value and two moments, once
+    // The new plan validates on the cluster left: the a100 node.
+    auto valid = run_process({HETPLAN_BIN, "validate", "--plan", replanned, "--cluster", dir.write("a100.yaml", R"(name: a100-only
 subclusters:
   - name: a100
     device: A100-40GB
@@ -167,26 +196,9 @@ subclusters:
     devices_per_node: 4
     intra_node: {bandwidth: 300GB/s, latency: 5us}
 )")});
-  INFO(valid.out << valid.err);
-  CHECK(valid.exit_code == 0);
-  // The reference: the old plan to the resumed step, then the new plan from there.
-  auto first = run_process({HETEXEC_BIN, "run-local", plan, "--model", kModel, "--cluster", kCluster, "--steps", std::to_string(resumed),
-                            "--checkpoint-dir", dir.path() + "/ref", "--checkpoint-every", std::to_string(resumed), "--metrics-out",
-                            dir.path() + "/ref1.jsonl"},
-                           240);
-  INFO(first.out << first.err);
-  REQUIRE(first.exit_code == 0);
-  auto rest = run_process({HETEXEC_BIN, "run-local", replanned, "--steps", std::to_string(steps), "--resume", dir.path() + "/ref",
-                           "--metrics-out", dir.path() + "/ref2.jsonl"},
-                          240);
-  INFO(rest.out << rest.err);
-  REQUIRE(rest.exit_code == 0);
-  const auto got = losses(dir.path() + "/elastic.jsonl"), before = losses(dir.path() + "/ref1.jsonl"),
-             after = losses(dir.path() + "/ref2.jsonl");
-  REQUIRE(int(got.size()) == steps);
-  for (int s = 0; s < steps; ++s) {
-    INFO("step " << s);
-    CHECK(got.at(s) == Approx(s < resumed ? before.at(s) : after.at(s)).epsilon(1e-5));
+    INFO(valid.out << valid.err);
+    CHECK(valid.exit_code == 0);
+    break;
   }
 }
 
