@@ -188,8 +188,13 @@ TEST_CASE("a rescue: the survivors' overlapping pieces are read from the nearest
   REQUIRE(ck::write_rescue(rescue, 5, 0, "a/0:0", about, {piece(Slice::column_block({4, 6}, 0, 3), 100)}).ok());
   REQUIRE(ck::write_rescue(rescue, 5, 1, "b/0:0", about, {piece(Slice::whole({4, 6}), 200)}).ok());
   REQUIRE(ck::write_rescue(rescue, 5, 2, "a/0:1", about, {piece(Slice::whole({4, 6}), 300)}).ok());
-  // A straggler that stopped one step earlier, with half of w: that step is not whole.
+  // A straggler that stopped one step earlier, with half of w: that step is not whole; and one
+  // that went a step further, also with half: the newest whole step is 5.
   REQUIRE(ck::write_rescue(rescue, 4, 3, "c/0:0", about, {piece(Slice::column_block({4, 6}, 3, 3), 400)}).ok());
+  REQUIRE(ck::write_rescue(rescue, 6, 4, "c/0:1", about, {piece(Slice::column_block({4, 6}, 0, 3), 500)}).ok());
+  // A record that is not one (garbage JSON, a wrong type) is passed over.
+  std::ofstream(rescue + "/rank-00009.json") << "{\"step\": 7, \"holder\": \"x/0:0\", \"answer\": {\"file\": \"f\", \"bytes\": 1, \"tensors\": [1]}}";
+  std::ofstream(rescue + "/rank-00010.json") << "not json";
 
   auto c = ck::Checkpoint::open_rescue(rescue, tensors, distance("a/0:0"));
   REQUIRE(c);
@@ -201,8 +206,9 @@ TEST_CASE("a rescue: the survivors' overlapping pieces are read from the nearest
     INFO(i);
     CHECK(got[std::size_t(i)] == float(i) + (i % 6 < 3 ? 100 : 300));  // its own columns, the rest from its node
   }
-  // Every element read once, from the files of ranks 0 and 2 (files in rank order).
+  // Every element read once, from the files of ranks 0 and 2 (files in rank order: 0, 1, 2).
   CHECK(c->elements_read() == std::vector<std::uint64_t>{12, 0, 12});
+  CHECK(c->manifest()["holders"] == nlohmann::json{"a/0:0", "b/0:0", "a/0:1"});
   // From b's device: all of it its own.
   auto from_b = ck::Checkpoint::open_rescue(rescue, tensors, distance("b/0:0"));
   REQUIRE(from_b);

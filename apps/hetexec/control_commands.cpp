@@ -341,13 +341,15 @@ int ControlCommands::run_submit() {
       std::filesystem::create_directories(elastic_out_, ec);
       if (ec) return report({{elastic_out_, 0, 0, "--elastic-out", "cannot create the directory: " + ec.message()}});
     }
-    int k = 0;
     auto result = submit::submit_elastic(o, elastic_options_, on_line, on_status, [&](const submit::Recovery& r) {
       printer = printer_for(r.plan);
       std::cout << recovery_text(r);
-      if (!elastic_out_.empty()) write_file(elastic_out_ + "/replan-" + std::to_string(++k) + ".plan.json", write_plan(r.plan));
     });
-    if (!elastic_out_.empty()) write_file(elastic_out_ + "/recoveries.json", recoveries_json(result.recoveries).dump(2) + "\n");
+    if (!elastic_out_.empty()) {  // the new plans, named as recoveries.json names them
+      for (std::size_t k = 0; k < result.recoveries.size(); ++k)
+        write_file(elastic_out_ + "/replan-" + std::to_string(k + 1) + ".plan.json", write_plan(result.recoveries[k].plan));
+      write_file(elastic_out_ + "/recoveries.json", recoveries_json(result.recoveries).dump(2) + "\n");
+    }
     outcome = result.last;
     if (outcome.ok && !result.recoveries.empty())
       std::cout << "elastic: " << result.recoveries.size() << " recover" << (result.recoveries.size() == 1 ? "y" : "ies") << std::endl;

@@ -195,17 +195,18 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device, const std:
   }
   // An elastic job's recovery: the failed job's survivors' state when it is whole and newer
   // than the checkpoint (every rank decides alike: they see the same files).
+  std::optional<het::checkpoint::Checkpoint> rescued;
   if (a.rescue_from && !holder.empty()) {
     const auto& m = job->plan.model;
     std::map<std::string, std::vector<std::int64_t>> tensors;  // the whole model's
     for (const auto& p : het::program::stage_pieces(m, 0, m.num_layers + 1, 0, 1)) tensors[p.name] = p.slice.shape;
-    auto rescued = het::checkpoint::Checkpoint::open_rescue(
-        *a.rescue_from, tensors, [&](const std::string& from) { return het::runtime::route_between(from, holder); });
-    if (rescued && (!resume || rescued->step() > resume->step())) resume = std::move(*rescued);
+    rescued = het::checkpoint::Checkpoint::open_rescue(*a.rescue_from, tensors,
+                                                       [&](const std::string& from) { return het::runtime::route_between(from, holder); });
   }
   het::runtime::Options opt;
   std::array<double, 4> switched{};
-  opt.rescue = {a.rescue_dir.value_or(""), holder};
+  const het::checkpoint::Checkpoint* taken = nullptr;  // what run_rank loaded: resume, rescued or nothing
+  opt.rescue = {a.rescue_dir.value_or(""), holder, rescued ? &*rescued : nullptr, &taken};
   opt.switched = &switched;
   opt.resume = resume ? &*resume : nullptr;
   if (a.checkpoint_dir) {
@@ -247,9 +248,9 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device, const std:
   try {
     reports = het::runtime::run_rank(job->plan, **peers, **backend, job->batches, opt, [&](const het::runtime::StepReport& r) {
       if (rank != 0) return;
-      if (r.step == (resume ? resume->step() : 0)) {
-        if (resume) std::cout << "resumed from " << resume->dir() << " at step " << resume->step() << std::endl;
-        if (resume && resume->manifest().contains("holders"))  // from the survivors' state: the bytes each route moved
+      if (r.step == (taken ? taken->step() : 0)) {
+        if (taken) std::cout << "resumed from " << taken->dir() << " at step " << taken->step() << std::endl;
+        if (taken && rescued && taken == &*rescued)  // from the survivors' state: the bytes each route moved
           std::cout << nlohmann::json{{"switched", {{"in_place", switched[0]}, {"intra_node", switched[1]}, {"inter_node", switched[2]},
                                                     {"inter_subcluster", switched[3]}}}}.dump()
                     << std::endl;

@@ -354,18 +354,22 @@ struct Agent::State final : public pb::Agent::Service {
     auto mine = job::ranks_on(loaded->plan, node);
     std::vector<int> want, given;
     for (const auto& r : mine) want.push_back(r.rank);
+    job::Offer offer = opt.offer;  // as the plan sees this node: its devices in the plan's order
     if (request->device_map_size() > 0) {  // the plan's device i of this node is this agent's device_map[i]
       std::set<std::uint32_t> distinct(request->device_map().begin(), request->device_map().end());
       if (distinct.size() != std::size_t(request->device_map_size()))
         return cleanup(), refuse("device_map names a device twice");
+      offer.devices.clear();
+      for (auto d : request->device_map()) {
+        if (d >= opt.offer.devices.size())
+          return cleanup(), refuse("device_map names device " + std::to_string(d) + ", the agent has " + std::to_string(opt.offer.devices.size()));
+        offer.devices.push_back(opt.offer.devices[d]);
+      }
       for (auto& r : mine) {
         if (r.device >= request->device_map_size())
           return cleanup(), refuse("the plan uses device " + std::to_string(r.device) + " of node " + node.to_string() + ", device_map has " +
                                    std::to_string(request->device_map_size()));
-        const auto d = request->device_map(r.device);
-        if (d >= opt.offer.devices.size())
-          return cleanup(), refuse("device_map names device " + std::to_string(d) + ", the agent has " + std::to_string(opt.offer.devices.size()));
-        r.device = int(d);
+        r.device = int(request->device_map(r.device));
       }
     }
     for (auto r : request->ranks()) given.push_back(int(r));
@@ -377,7 +381,7 @@ struct Agent::State final : public pb::Agent::Service {
       };
       return cleanup(), refuse("the plan runs ranks " + list(want) + " on node " + node.to_string() + ", the request gave " + list(given));
     }
-    if (auto problems = job::check_offer(loaded->plan, node, opt.offer); !problems.empty()) return cleanup(), refuse(problems.front() + as);
+    if (auto problems = job::check_offer(loaded->plan, node, offer); !problems.empty()) return cleanup(), refuse(problems.front() + as);
     auto j = std::make_shared<Job>();
     j->id = request->job_id();
     j->ranks = std::move(mine);
@@ -397,7 +401,7 @@ struct Agent::State final : public pb::Agent::Service {
     if (!checkpoint_dir.empty()) {
       w.checkpoint_dir = checkpoint_dir;
       w.checkpoint_every = int(st.checkpoint_every()), w.checkpoint_keep = int(st.checkpoint_keep());
-      w.rescue_dir = checkpoint_dir + "/.rescue/" + request->job_id();  // submit/elastic.hpp
+      if (st.elastic()) w.rescue_dir = checkpoint_dir + "/.rescue/" + request->job_id();  // submit/elastic.hpp
     }
     if (!rescue_from.empty()) w.rescue_from = rescue_from;
     if (!resume.empty()) w.resume = resume;

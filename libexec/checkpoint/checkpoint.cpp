@@ -343,8 +343,14 @@ std::optional<Checkpoint> Checkpoint::open_rescue(const std::string& dir, const 
     auto j = nlohmann::json::parse(*text, nullptr, false);
     if (!j.is_object() || !j.contains("step") || !j["step"].is_number_unsigned() || !j.contains("holder") || !j["holder"].is_string() ||
         !j.contains("answer") || !j["answer"].is_object() || !j["answer"].contains("file") || !j["answer"]["file"].is_string() ||
-        !j["answer"].contains("bytes") || !j["answer"]["bytes"].is_number_unsigned() || !j["answer"].contains("tensors"))
+        !j["answer"].contains("bytes") || !j["answer"]["bytes"].is_number_unsigned() || !j["answer"].contains("tensors") ||
+        !j["answer"]["tensors"].is_object())
       continue;
+    bool well_formed = true;  // what merge() reads: {name: {"shape", "pieces": [{...}, ...]}}
+    for (const auto& t : j["answer"]["tensors"])
+      well_formed = well_formed && t.is_object() && t.contains("shape") && t.contains("pieces") && t["pieces"].is_array() &&
+                    std::all_of(t["pieces"].begin(), t["pieces"].end(), [](const auto& p) { return p.is_object(); });
+    if (!well_formed) continue;
     by_step[j["step"].get<int>()].push_back({std::stoi(m[1].str()), j["holder"], j.value("about", nlohmann::json::object()), j["answer"]});
   }
   for (auto it = by_step.rbegin(); it != by_step.rend(); ++it) {

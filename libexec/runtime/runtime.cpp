@@ -201,6 +201,29 @@ std::optional<checkpoint::Committed> save_checkpoint(transport::Peers& peers, co
 }
 
 // Every rank's memory peak on rank 0 (by rank); elsewhere `out` is the rank's own.
+// Every rank's `mine`; all get back the common value when they all gave the same one, else -1.
+Result<int> agree(transport::Peers& peers, int mine, std::uint32_t tag) {
+  try {
+    std::int32_t value = std::int32_t(mine);
+    if (peers.rank() != 0) {
+      peers.send(0, tag, &value, sizeof value);
+      check(peers.flush());
+      check(peers.recv(0, tag, &value, sizeof value));
+      return int(value);
+    }
+    for (int r = 1; r < peers.world(); ++r) {
+      std::int32_t theirs = 0;
+      check(peers.recv(r, tag, &theirs, sizeof theirs));
+      if (theirs != value) value = -1;
+    }
+    for (int r = 1; r < peers.world(); ++r) peers.send(r, tag, &value, sizeof value);
+    check(peers.flush());
+    return int(value);
+  } catch (const Failure& f) {
+    return f.why;
+  }
+}
+
 void gather_memory(transport::Peers& peers, const MemoryPeak& mine, std::vector<MemoryPeak>& out) {
   auto pack = [](const MemoryPeak& p) {
     const MemoryUse& a = p.accounted;
@@ -403,18 +426,28 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   if (auto connected = connect(sync, *fabric, kSync, zero); !connected) return connected.errors();
   std::size_t optimizer_state = 0;
   for (const auto& bucket : sync) optimizer_state += 2 * (bucket.hi - bucket.lo);
-  // Resuming: the parameters and moments from the checkpoint, then its steps onwards.
+  // Resuming: the parameters and moments from the checkpoint (or the survivors' state every rank
+  // found at the same step), then its steps onwards.
+  const checkpoint::Checkpoint* from = opt.resume;
+  if (!opt.rescue.holder.empty()) {
+    const bool newer = opt.rescue.from && (!opt.resume || opt.rescue.from->step() > opt.resume->step());
+    auto agreed = agree(peers, newer ? opt.rescue.from->step() : -1, kSwitch);
+    if (!agreed) return agreed.errors();
+    if (*agreed >= 0) from = opt.rescue.from;
+  }
+  if (opt.rescue.taken) *opt.rescue.taken = from;
   int first_step = 0;
-  if (opt.resume) {
-    if (auto why = resume_problem(*opt.resume, plan.model); !why.empty()) return failure(ErrorKind::invalid_input, why);
-    if (auto loaded = load_checkpoint(*opt.resume, model->params(), sync); !loaded) return loaded.errors();
-    first_step = opt.resume->step();
-    if (const auto& manifest = opt.resume->manifest(); manifest.contains("holders") && !opt.rescue.holder.empty()) {
-      // A rescue: the bytes read from each holder, by route; rank 0 sums every rank's.
+  if (from) {
+    if (auto why = resume_problem(*from, plan.model); !why.empty()) return failure(ErrorKind::invalid_input, why);
+    if (auto loaded = load_checkpoint(*from, model->params(), sync); !loaded) return loaded.errors();
+    first_step = from->step();
+    if (from == opt.rescue.from) {
+      // The bytes read from each holder (open_rescue's "holders", one per file), by route; rank 0
+      // sums every rank's.
+      const auto& holders = from->manifest()["holders"];
       std::array<double, 4> read{};
-      for (std::size_t f = 0; f < opt.resume->elements_read().size(); ++f)
-        read[std::size_t(route_between(manifest["holders"][f].get<std::string>(), opt.rescue.holder))] +=
-            double(opt.resume->elements_read()[f]) * sizeof(float);
+      for (std::size_t f = 0; f < from->elements_read().size(); ++f)
+        read[std::size_t(route_between(holders[f].get<std::string>(), opt.rescue.holder))] += double(from->elements_read()[f]) * sizeof(float);
       try {
         if (me != 0) {
           peers.send(0, kSwitch, read.data(), sizeof read);
@@ -431,7 +464,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       }
     }
     if (first_step >= opt.steps)
-      return failure(ErrorKind::invalid_input, "the checkpoint " + opt.resume->dir() + " is at step " + std::to_string(first_step) +
+      return failure(ErrorKind::invalid_input, "the checkpoint " + from->dir() + " is at step " + std::to_string(first_step) +
                                                    ": training to step " + std::to_string(opt.steps) + " leaves nothing to run");
   }
   // What the rank holds besides activations, constant over the run; the meter samples it with
@@ -545,11 +578,17 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     Diagnostic why = f.why;
     why.path = "rank " + std::to_string(me);
     // A peer is gone: what this rank holds may spare the job the steps since its checkpoint.
-    if (why.kind == ErrorKind::peer_lost && !opt.rescue.dir.empty() && !zero)
-      if (auto kept = checkpoint::write_rescue(opt.rescue.dir, completed, me, opt.rescue.holder, checkpointing.about,
-                                               checkpoint_pieces(sync, me, zero, true));
-          !kept)
-        why.message += " (and its state could not be kept for the job's recovery: " + kept.errors().front().message + ")";
+    if (why.kind == ErrorKind::peer_lost && !opt.rescue.dir.empty() && !zero) {
+      // The agent stops a failed job's other workers with SIGTERM, SIGKILL 2 s later: the state
+      // is worth those seconds (this process ends right after, whatever it was sent).
+      struct sigaction ignore {}, before{};
+      ignore.sa_handler = SIG_IGN;
+      sigaction(SIGTERM, &ignore, &before);
+      auto kept = checkpoint::write_rescue(opt.rescue.dir, completed, me, opt.rescue.holder, checkpointing.about,
+                                           checkpoint_pieces(sync, me, zero, true));
+      sigaction(SIGTERM, &before, nullptr);
+      if (!kept) why.message += " (and its state could not be kept for the job's recovery: " + kept.errors().front().message + ")";
+    }
     return why;
   }
   return reports;

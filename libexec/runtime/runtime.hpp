@@ -108,11 +108,15 @@ struct Options {
   const checkpoint::Checkpoint* resume = nullptr;
   // Elastic jobs (submit/elastic.hpp), plans without ZeRO: when a peer is lost, this rank
   // writes everything it holds at the step it has completed into rescue.dir, as held on
-  // rescue.holder ("a100/0:1"; checkpoint::write_rescue). When `resume` is such a rescue, each
-  // rank counts the bytes it read by route from its holders (runtime/checkpoints.hpp,
-  // route_between) and rank 0 sums them into *switched.
+  // rescue.holder ("a100/0:1"; checkpoint::write_rescue). rescue.from: a failed job's
+  // survivors' state this rank found whole (Checkpoint::open_rescue), or null. Ranks with a
+  // holder agree before loading: the rescue is loaded only when every rank found it at the same
+  // step, newer than `resume`; then each counts the bytes it read by route (route_between) and
+  // rank 0 sums them into *switched. rescue.taken (out): what was loaded (from, resume, or null).
   struct Rescue {
     std::string dir, holder;
+    const checkpoint::Checkpoint* from = nullptr;
+    const checkpoint::Checkpoint** taken = nullptr;
   } rescue;
   std::array<double, 4>* switched = nullptr;
 };

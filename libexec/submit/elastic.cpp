@@ -79,6 +79,7 @@ ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& e, const s
     if (on_status) on_status(s);
   };
   Options run = o;
+  run.settings.elastic = true;  // the workers keep their state when they lose a peer
   // The agent running each node of the running plan, by the plan's name for the node.
   std::map<job::NodeId, AgentAddress> agent_of;
   for (const auto& a : o.agents) agent_of[a.node] = a;
@@ -148,7 +149,13 @@ ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& e, const s
     for (const auto& [node, a] : agent_of)
       if (node != r.lost || r.lost_device) survivors.push_back({a.agent_node(), a.address, std::nullopt});
     wait_ended(survivors, o.security, out.job_id, 15);
-    auto reduced = replan::without(run.plan.cluster, {removal});
+    // What the new plan may not use: what failed, and the cluster's nodes no agent serves.
+    std::vector<std::string> removals{removal};
+    for (const auto& s : run.plan.cluster.subclusters)
+      for (int n = 0; n < s.nodes; ++n)
+        if (!agent_of.count(job::NodeId{s.name, n}))
+          removals.push_back(s.name + "/" + std::to_string(n));
+    auto reduced = replan::without(run.plan.cluster, removals);
     if (!reduced) return give_up("cannot re-plan: " + reduced.errors().front().message);
     const auto searching = Clock::now();
     auto next = search_for(run.plan, reduced->cluster, e);

@@ -64,8 +64,8 @@ struct ElasticOutcome {
 };
 
 // Options::settings.checkpoint_dir must be set (with checkpoint_every); `o.agents` are the
-// agents of the plan's nodes (by their own names). on_recovery sees each recovery once its new
-// plan is chosen (recovery_s not yet known) and again when it steps.
+// agents of the plan's nodes (by their own names). on_recovery sees each recovery once, when its
+// new plan's first step is reported (a recovery whose job never stepped is only in the outcome).
 ElasticOutcome submit_elastic(const Options& o, const ElasticOptions& elastic,
                               const std::function<void(const std::string&)>& on_line,
                               const std::function<void(const std::string&)>& on_status,

@@ -232,6 +232,7 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     s->set_time_dilation(o.settings.time_dilation);
     s->set_hang_timeout_s(o.settings.hang_timeout_s);
     s->set_checkpoint_dir(o.settings.checkpoint_dir), s->set_resume(o.settings.resume), s->set_rescue_from(o.settings.rescue_from);
+    s->set_elastic(o.settings.elastic);
     s->set_checkpoint_every(std::uint32_t(o.settings.checkpoint_every)), s->set_checkpoint_keep(std::uint32_t(o.settings.checkpoint_keep));
     req.set_rendezvous_address(advertised);
     req.set_lease_seconds(std::uint32_t(std::ceil(lease)));

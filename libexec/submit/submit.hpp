@@ -50,6 +50,7 @@ struct Settings {
   std::string checkpoint_dir, resume;
   int checkpoint_every = 0, checkpoint_keep = 0;
   std::string rescue_from;  // JobSettings.rescue_from (submit/elastic.hpp)
+  bool elastic = false;     // JobSettings.elastic: the workers keep their state when a peer is lost
 };
 
 struct Options {
