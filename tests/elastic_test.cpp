@@ -47,6 +47,43 @@ std::unique_ptr<Background> agent(const het::test::TempDir& dir, const std::stri
   return a;
 }
 
+// The cluster the test cluster leaves when its v100 node is lost.
+constexpr const char* kA100Only = R"(name: a100-only
+subclusters:
+  - name: a100
+    device: A100-40GB
+    nodes: 1
+    devices_per_node: 4
+    intra_node: {bandwidth: 300GB/s, latency: 5us}
+)";
+
+// The elastic job's losses (dir/elastic.jsonl, `steps` of them) equal the reference that
+// switched to the same plan at the same step from the same state: `old_plan` to step `resumed`
+// under run-local, a checkpoint there, then `replanned` from it.
+void check_against_reference(const het::test::TempDir& dir, const std::string& old_plan, const std::string& replanned, int resumed,
+                             int steps) {
+  auto first = run_process({HETEXEC_BIN, "run-local", old_plan, "--model", kModel, "--cluster", kCluster, "--steps",
+                            std::to_string(resumed), "--checkpoint-dir", dir.path() + "/ref", "--checkpoint-every", std::to_string(resumed),
+                            "--metrics-out", dir.path() + "/ref1.jsonl"},
+                           240);
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  auto rest = run_process({HETEXEC_BIN, "run-local", replanned, "--steps", std::to_string(steps), "--resume", dir.path() + "/ref",
+                           "--metrics-out", dir.path() + "/ref2.jsonl"},
+                          240);
+  INFO(rest.out << rest.err);
+  REQUIRE(rest.exit_code == 0);
+  const auto got = losses(dir.path() + "/elastic.jsonl"), before = losses(dir.path() + "/ref1.jsonl"),
+             after = losses(dir.path() + "/ref2.jsonl");
+  REQUIRE(int(got.size()) == steps);
+  REQUIRE(int(before.size()) == resumed);
+  REQUIRE(int(after.size()) == steps - resumed);
+  for (int s = 0; s < steps; ++s) {
+    INFO("step " << s);
+    CHECK(got.at(s) == Approx(s < resumed ? before.at(s) : after.at(s)).epsilon(1e-5));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("an elastic job that loses an agent re-plans for the other's devices and trains on, as a switch from the checkpoint would") {
@@ -81,38 +118,10 @@ TEST_CASE("an elastic job that loses an agent re-plans for the other's devices a
   CHECK(rec["recovery_s"].get<double>() > 0);
   // The new plan validates on the a100 node alone and ran there.
   const std::string replanned = dir.path() + "/elastic/replan-1.plan.json";
-  const std::string a100_only = dir.write("a100.yaml", R"(name: a100-only
-subclusters:
-  - name: a100
-    device: A100-40GB
-    nodes: 1
-    devices_per_node: 4
-    intra_node: {bandwidth: 300GB/s, latency: 5us}
-)");
-  auto valid = run_process({HETPLAN_BIN, "validate", "--plan", replanned, "--cluster", a100_only});
+  auto valid = run_process({HETPLAN_BIN, "validate", "--plan", replanned, "--cluster", dir.write("a100.yaml", kA100Only)});
   INFO(valid.out << valid.err);
   CHECK(valid.exit_code == 0);
-  // The reference: the old plan to the resumed step, then the new plan from its checkpoint.
-  auto first = run_process({HETEXEC_BIN, "run-local", kPlan, "--model", kModel, "--cluster", kCluster, "--steps", std::to_string(resumed),
-                            "--checkpoint-dir", dir.path() + "/ref", "--checkpoint-every", std::to_string(resumed), "--metrics-out",
-                            dir.path() + "/ref1.jsonl"},
-                           240);
-  INFO(first.out << first.err);
-  REQUIRE(first.exit_code == 0);
-  auto rest = run_process({HETEXEC_BIN, "run-local", replanned, "--steps", std::to_string(steps), "--resume", dir.path() + "/ref",
-                           "--metrics-out", dir.path() + "/ref2.jsonl"},
-                          240);
-  INFO(rest.out << rest.err);
-  REQUIRE(rest.exit_code == 0);
-  const auto got = losses(dir.path() + "/elastic.jsonl"), before = losses(dir.path() + "/ref1.jsonl"),
-             after = losses(dir.path() + "/ref2.jsonl");
-  REQUIRE(int(got.size()) == steps);
-  REQUIRE(int(before.size()) == resumed);
-  REQUIRE(int(after.size()) == steps - resumed);
-  for (int s = 0; s < steps; ++s) {
-    INFO("step " << s);
-    CHECK(got.at(s) == Approx(s < resumed ? before.at(s) : after.at(s)).epsilon(1e-5));
-  }
+  check_against_reference(dir, kPlan, replanned, resumed, steps);
   // Nothing was left running on the surviving agent.
   auto st = run_process({HETEXEC_BIN, "status", "--agents", "a100/0=" + a100, "--token-file", token, "--format", "json"});
   REQUIRE(st.exit_code == 0);
@@ -150,24 +159,7 @@ TEST_CASE("an elastic job whose survivors hold every part resumes from their sta
     // Either way, the losses equal the reference: the old plan to the resumed step, then the new
     // plan from there.
     const std::string replanned = dir.path() + "/elastic/replan-1.plan.json";
-    auto first = run_process({HETEXEC_BIN, "run-local", plan, "--model", kModel, "--cluster", kCluster, "--steps", std::to_string(resumed),
-                              "--checkpoint-dir", dir.path() + "/ref", "--checkpoint-every", std::to_string(resumed), "--metrics-out",
-                              dir.path() + "/ref1.jsonl"},
-                             240);
-    INFO(first.out << first.err);
-    REQUIRE(first.exit_code == 0);
-    auto rest = run_process({HETEXEC_BIN, "run-local", replanned, "--steps", std::to_string(steps), "--resume", dir.path() + "/ref",
-                             "--metrics-out", dir.path() + "/ref2.jsonl"},
-                            240);
-    INFO(rest.out << rest.err);
-    REQUIRE(rest.exit_code == 0);
-    const auto got = losses(dir.path() + "/elastic.jsonl"), before = losses(dir.path() + "/ref1.jsonl"),
-               after = losses(dir.path() + "/ref2.jsonl");
-    REQUIRE(int(got.size()) == steps);
-    for (int s = 0; s < steps; ++s) {
-      INFO("step " << s);
-      CHECK(got.at(s) == Approx(s < resumed ? before.at(s) : after.at(s)).epsilon(1e-5));
-    }
+    check_against_reference(dir, plan, replanned, resumed, steps);
     if (rec["from"] != "survivors" && attempt < 3) {
       WARN("the survivors stopped at different steps; resumed from the checkpoint at step " << resumed << ", trying again");
       continue;
@@ -188,14 +180,7 @@ TEST_CASE("an elastic job whose survivors hold every part resumes from their sta
     }
     CHECK(total >= 218496.0 * 12);  // every parameter of tiny-gpt, value and two moments, at least once (replicas read it again)
     // The new plan validates on the cluster left: the a100 node.
-    auto valid = run_process({HETPLAN_BIN, "validate", "--plan", replanned, "--cluster", dir.write("a100.yaml", R"(name: a100-only
-subclusters:
-  - name: a100
-    device: A100-40GB
-    nodes: 1
-    devices_per_node: 4
-    intra_node: {bandwidth: 300GB/s, latency: 5us}
-)")});
+    auto valid = run_process({HETPLAN_BIN, "validate", "--plan", replanned, "--cluster", dir.write("a100.yaml", kA100Only)});
     INFO(valid.out << valid.err);
     CHECK(valid.exit_code == 0);
     break;

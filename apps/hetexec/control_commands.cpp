@@ -22,7 +22,9 @@
 #include "memory_prediction.hpp"
 #include "options.hpp"
 #include "plan/plan_io.hpp"
+#include "checkpoint/safetensors.hpp"
 #include "program/program.hpp"
+#include "replan/replan.hpp"
 #include "submit/submit.hpp"
 #include "validation/inputs.hpp"
 
@@ -86,9 +88,10 @@ std::string recovery_text(const submit::Recovery& r) {
   out << "elastic: the switch hetplan replan plans (what each device needs, by where it comes from):\n" << r.switch_table;
   if (r.moved) {
     out << "elastic: bytes moved by route, predicted by replan / read by the new ranks from the survivors' state:\n";
-    const char* names[] = {"in place", "intra-node", "inter-node", "between subclusters"};
-    for (std::size_t k = 0; k < 4; ++k) {
-      std::snprintf(buf, sizeof buf, "  %-20s %14.0f %14.0f\n", names[k], r.predicted ? double((*r.predicted)[k]) : -1.0, (*r.moved)[k]);
+    for (auto route : {replan::Route::in_place, replan::Route::intra_node, replan::Route::inter_node, replan::Route::inter_subcluster}) {
+      const auto k = std::size_t(route);
+      std::snprintf(buf, sizeof buf, "  %-20s %14.0f %14.0f\n", replan::to_string(route), r.predicted ? double((*r.predicted)[k]) : -1.0,
+                    (*r.moved)[k]);
       out << buf;
     }
   }
@@ -115,14 +118,6 @@ nlohmann::ordered_json recoveries_json(const std::vector<submit::Recovery>& reco
                    {"plan", "replan-" + std::to_string(k + 1) + ".plan.json"}});
   }
   return out;
-}
-
-bool write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  f << text;
-  if (f.flush()) return true;
-  std::cerr << "error: cannot write " << path << "\n";
-  return false;
 }
 
 std::string self_executable() {
@@ -184,8 +179,9 @@ ControlCommands::ControlCommands(CLI::App& app, std::string version) : version_(
   submit_->add_option("--metrics-out", metrics_out_, "write JSON lines {step, loss, step_s, tokens_per_s}, then {memory: [each rank's peak]}");
   submit_->add_flag("--detach", detach_, "return once training runs (no lease: stop it with `hetexec abort`)");
   submit_->add_flag("--elastic", elastic_,
-                    "when a node is lost (its agent gone, a worker killed or hung there), re-plan for the other nodes and resume from the "
-                    "newest checkpoint (needs --checkpoint-dir; docs/checkpoints.md)");
+                    "when a node or device is lost (its agent gone, a worker killed or hung there), re-plan for what is left and resume "
+                    "from the survivors' state when they hold every part, else the newest checkpoint (needs --checkpoint-dir; "
+                    "docs/checkpoints.md)");
   submit_->add_option("--elastic-out", elastic_out_, "with --elastic: write each new plan (replan-K.plan.json) and recoveries.json there");
   submit_->add_option("--replan-budget", elastic_options_.search_budget_s, "with --elastic: seconds of search per re-plan (default 2)")
       ->check(CLI::Range(0.01, 3600.0));
@@ -346,9 +342,12 @@ int ControlCommands::run_submit() {
       std::cout << recovery_text(r);
     });
     if (!elastic_out_.empty()) {  // the new plans, named as recoveries.json names them
+      auto write = [](const std::string& path, const std::string& text) {  // atomically, as checkpoints are
+        if (auto written = checkpoint::write_file(path, text); !written) report(written.errors(), 1);
+      };
       for (std::size_t k = 0; k < result.recoveries.size(); ++k)
-        write_file(elastic_out_ + "/replan-" + std::to_string(k + 1) + ".plan.json", write_plan(result.recoveries[k].plan));
-      write_file(elastic_out_ + "/recoveries.json", recoveries_json(result.recoveries).dump(2) + "\n");
+        write(elastic_out_ + "/replan-" + std::to_string(k + 1) + ".plan.json", write_plan(result.recoveries[k].plan));
+      write(elastic_out_ + "/recoveries.json", recoveries_json(result.recoveries).dump(2) + "\n");
     }
     outcome = result.last;
     if (outcome.ok && !result.recoveries.empty())

@@ -201,7 +201,7 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device, const std:
     std::map<std::string, std::vector<std::int64_t>> tensors;  // the whole model's
     for (const auto& p : het::program::stage_pieces(m, 0, m.num_layers + 1, 0, 1)) tensors[p.name] = p.slice.shape;
     rescued = het::checkpoint::Checkpoint::open_rescue(*a.rescue_from, tensors,
-                                                       [&](const std::string& from) { return het::runtime::route_between(from, holder); });
+                                                       [&](const std::string& from) { return int(het::runtime::route_between(from, holder)); });
   }
   het::runtime::Options opt;
   std::array<double, 4> switched{};

@@ -47,12 +47,13 @@ std::string resume_problem(const checkpoint::Checkpoint& from, const ModelSpec& 
   return "";
 }
 
-int route_between(const std::string& from, const std::string& to) {
-  if (from == to) return 0;
+replan::Route route_between(const std::string& from, const std::string& to) {
+  using replan::Route;
+  if (from == to) return Route::in_place;
   const auto node = [](const std::string& d) { return d.substr(0, d.rfind(':')); };
   const auto sub = [&](const std::string& d) { return node(d).substr(0, node(d).rfind('/')); };
-  if (node(from) == node(to)) return 1;
-  return sub(from) == sub(to) ? 2 : 3;
+  if (node(from) == node(to)) return Route::intra_node;
+  return sub(from) == sub(to) ? Route::inter_node : Route::inter_subcluster;
 }
 
 std::vector<checkpoint::PieceOut> checkpoint_pieces(const std::vector<Bucket>& buckets, int rank, bool zero, bool everything) {

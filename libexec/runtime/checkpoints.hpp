@@ -10,6 +10,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "diag/diag.hpp"
+#include "replan/replan.hpp"
 #include "runtime/buckets.hpp"
 
 namespace het::runtime {
@@ -23,10 +24,10 @@ std::string resume_problem(const checkpoint::Checkpoint& from, const ModelSpec& 
 std::vector<checkpoint::PieceOut> checkpoint_pieces(const std::vector<Bucket>& buckets, int rank, bool zero, bool everything = false);
 
 // How a rescue's bytes reach the device `to` from the device `from` that held them, both named
-// "SUB/NODE:DEVICE": 0 in place (the same device), 1 within the node, 2 between nodes of a
-// subcluster, 3 between subclusters — replan::Route's order, which is also the preference
-// (fastest link first) by which a rank chooses among holders.
-int route_between(const std::string& from, const std::string& to);
+// "SUB/NODE:DEVICE": in place (the same device), intra-node, inter-node (a subcluster's nodes) or
+// between subclusters — replan's routes, in the order that is also the preference (fastest link
+// first) by which a rank chooses among holders.
+replan::Route route_between(const std::string& from, const std::string& to);
 
 // Reads every parameter's values and the moments of the owned part of every bucket of this
 // rank from `from`. Errors: a tensor the checkpoint lacks or holds in another shape (another

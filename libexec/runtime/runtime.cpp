@@ -224,25 +224,25 @@ Result<int> agree(transport::Peers& peers, int mine, std::uint32_t tag) {
   }
 }
 
-void gather_memory(transport::Peers& peers, const MemoryPeak& mine, std::vector<MemoryPeak>& out) {
-  auto pack = [](const MemoryPeak& p) {
-    const MemoryUse& a = p.accounted;
-    return std::array<double, 7>{a.parameters, a.gradients, a.optimizer, a.sync_buffers, a.activations, p.heap, p.device};
-  };
+// Every rank's `mine`, by rank, on rank 0; the others get their own only.
+template <std::size_t N>
+std::vector<std::array<double, N>> gather_to_root(transport::Peers& peers, const std::array<double, N>& mine, std::uint32_t tag) {
   if (peers.rank() != 0) {
-    const auto v = pack(mine);
-    peers.send(0, kMemory, v.data(), sizeof v);
+    peers.send(0, tag, mine.data(), sizeof mine);
     check(peers.flush());
-    out = {mine};
-    return;
+    return {mine};
   }
-  out.assign(std::size_t(peers.world()), MemoryPeak{});
-  out[0] = mine;
-  for (int r = 1; r < peers.world(); ++r) {
-    std::array<double, 7> v{};
-    check(peers.recv(r, kMemory, v.data(), sizeof v));
-    out[std::size_t(r)] = {{v[0], v[1], v[2], v[3], v[4]}, v[5], v[6]};
-  }
+  std::vector<std::array<double, N>> all(std::size_t(peers.world()));
+  all[0] = mine;
+  for (int r = 1; r < peers.world(); ++r) check(peers.recv(r, tag, all[std::size_t(r)].data(), sizeof mine));
+  return all;
+}
+
+void gather_memory(transport::Peers& peers, const MemoryPeak& mine, std::vector<MemoryPeak>& out) {
+  const MemoryUse& a = mine.accounted;
+  out.clear();
+  for (const auto& v : gather_to_root<7>(peers, {a.parameters, a.gradients, a.optimizer, a.sync_buffers, a.activations, mine.heap, mine.device}, kMemory))
+    out.push_back({{v[0], v[1], v[2], v[3], v[4]}, v[5], v[6]});
 }
 
 // ---- Emulating the plan's cluster on this machine ------------------------------------------
@@ -445,19 +445,15 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       // The bytes read from each holder (open_rescue's "holders", one per file), by route; rank 0
       // sums every rank's.
       const auto& holders = from->manifest()["holders"];
-      std::array<double, 4> read{};
+      std::array<double, 4> read{};  // by replan::Route, the checkpoint's left out
       for (std::size_t f = 0; f < from->elements_read().size(); ++f)
         read[std::size_t(route_between(holders[f].get<std::string>(), opt.rescue.holder))] += double(from->elements_read()[f]) * sizeof(float);
       try {
-        if (me != 0) {
-          peers.send(0, kSwitch, read.data(), sizeof read);
-        } else {
-          for (int r = 1; r < peers.world(); ++r) {
-            std::array<double, 4> theirs{};
-            check(peers.recv(r, kSwitch, theirs.data(), sizeof theirs));
-            for (std::size_t k = 0; k < 4; ++k) read[k] += theirs[k];
-          }
-          if (opt.switched) *opt.switched = read;
+        const auto all = gather_to_root(peers, read, kSwitch);
+        if (me == 0 && opt.switched) {
+          *opt.switched = {};
+          for (const auto& theirs : all)
+            for (std::size_t k = 0; k < 4; ++k) (*opt.switched)[k] += theirs[k];
         }
       } catch (const Failure& f) {
         return f.why;
