@@ -10,36 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "instances.hpp"
 #include "search/search.hpp"
 #include "spec/catalog.hpp"
 #include "spec/model.hpp"
 
 using namespace het;
 
-namespace {
-ClusterSpec generated(int devices, int types, const DeviceCatalog& catalog) {
-  const char* kinds[] = {"H100-SXM-80GB", "A100-80GB", "A100-40GB", "H800-80GB", "H20-96GB", "V100-32GB", "H200-141GB", "A800-80GB"};
-  ClusterSpec c;
-  c.name = std::to_string(devices) + "x" + std::to_string(types);
-  const int nodes = devices / 8;
-  for (int t = 0; t < types; ++t) {
-    const CatalogDevice* d = catalog.find(kinds[t]);
-    if (!d) d = catalog.find("A100-40GB");
-    SubclusterSpec s;
-    s.name = "s" + std::to_string(t);
-    s.device = d->device;
-    s.nodes = nodes / types + (t < nodes % types ? 1 : 0);
-    s.devices_per_node = 8;
-    s.intra_node = d->intra_node;
-    s.inter_node = LinkSpec{25e9, 10e-6};
-    c.subclusters.push_back(s);
-  }
-  for (int a = 0; a < types; ++a)
-    for (int b = a + 1; b < types; ++b)
-      c.links.push_back({c.subclusters[std::size_t(a)].name, c.subclusters[std::size_t(b)].name, LinkSpec{(2.0 + (a * 7 + b * 3) % 24) * 1e9, 50e-6}});
-  return c;
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   double budget = 0;  // 0: search::default_time_budget
@@ -59,7 +36,7 @@ int main(int argc, char** argv) {
   for (int devices : {64, 256, 1024, 4096, 10000})
     for (int types : {2, 4, 8}) {
       if (devices / 8 < types || (only_devices && devices != only_devices) || (only_types && types != only_types)) continue;
-      const ClusterSpec c = generated(devices, types, *catalog);
+      const ClusterSpec c = bench::scale_cluster(devices, types, *catalog);
       cost::ComputeModel cm(*model, {});
       search::Options o;
       o.time_budget_s = budget;

@@ -91,3 +91,37 @@ TEST_CASE("property: the search's estimate is within 5% of the simulator on 95% 
   CHECK(ratios.front() >= 0.55);
   CHECK(ratios.back() <= 1.2);
 }
+
+// Issue 20: evaluate() with a cutoff rules a layout out after one feasibility test when no
+// split could estimate below it ((m − 1)·t_max plus each unit's fastest time and the hops). The
+// pruning must be exact: with a cutoff just above a layout's best split it finds that same
+// split, and with one just below it finds nothing and says the layout was cut (not that it did
+// not fit). Random instances and layouts, every schedule kind.
+TEST_CASE("property: the search's cutoff never loses a split that beats it") {
+  int checked = 0;
+  for (int seed = 0; checked < 150 && seed < 400; ++seed) {
+    const auto in = bench::random_instance(7000 + std::uint64_t(seed), test::catalog());
+    const cost::ComputeModel cm(in.model, {});
+    const search::Evaluator eval(in.model, in.cluster, cm, in.model.training.recompute, Granularity::layer, {});
+    std::mt19937_64 rng{std::uint64_t(seed)};
+    for (int draw = 0, found = 0; draw < 40 && found < 2; ++draw) {
+      const auto layout = random_layout(eval, rng);
+      if (!layout) continue;
+      const auto best = eval.best_split(*layout);
+      if (!best) continue;
+      ++found, ++checked;
+      INFO(in.description << ", " << to_string(layout->schedule) << ", " << layout->stages.size() << " stages, "
+                          << layout->pipelines << " pipelines, best " << best->estimate_s);
+      bool cut = false;
+      const auto above = eval.evaluate(*layout, {layout->schedule}, nullptr, best->estimate_s * (1 + 1e-9), &cut);
+      REQUIRE(above.size() == 1);
+      CHECK(above.front().estimate_s == Approx(best->estimate_s).epsilon(1e-12));
+      CHECK(above.front().first_unit == best->first_unit);
+      CHECK_FALSE(cut);
+      const auto below = eval.evaluate(*layout, {layout->schedule}, nullptr, best->estimate_s * (1 - 1e-6), &cut);
+      for (const auto& c : below) CHECK(c.estimate_s >= best->estimate_s * (1 - 1e-12));  // never better than the best
+      if (below.empty()) CHECK(cut);
+    }
+  }
+  CHECK(checked >= 150);
+}

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,24 @@
 #include "search/search.hpp"
 
 namespace het::search {
+
+// The portfolio's best estimate so far and when it last improved by more than 0.1% (auto's
+// convergence test, issue 20). Thread-safe.
+class Incumbent {
+ public:
+  explicit Incumbent(std::chrono::steady_clock::time_point start) : last_(start) {}
+  void offer(double estimate_s);
+  // Counts from now, as if the best had just improved (a new phase of the search begins).
+  void restart();
+  // Whether the best has not improved for half the time it took to reach it (at least
+  // `at_least`): the search has converged.
+  bool stalled(std::chrono::steady_clock::time_point start, double at_least_s) const;
+
+ private:
+  mutable std::mutex mutex_;
+  double best_ = 1e300;
+  std::chrono::steady_clock::time_point last_;
+};
 
 // What an algorithm works with: the evaluator, the options resolved to concrete lists, a
 // deadline, and a place to put its best candidates.
@@ -29,8 +48,10 @@ class Work {
   // model's micro_batch_sizes are sequences per data-parallel replica: the pipeline's
   // micro-batch is that times the lcm of its stages' dp.
   void consider(Layout layout);
-  // The same for a fixed unit split (first unit of each stage; empty: the best split).
-  void consider_split(Layout layout, const std::vector<int>& first_unit);
+  // The same for a fixed unit split (first unit of each stage; empty: the best split); not
+  // pruned unless `prune` (a baseline wants its own plan evaluated). Pruning by the k-th best
+  // kept leaves the final k best the same whatever the order of the calls (threads).
+  void consider_split(Layout layout, const std::vector<int>& first_unit, bool prune);
   void offer(const Candidate& c);
   double best() const;
   std::vector<Candidate> take();
@@ -38,14 +59,23 @@ class Work {
   // predicts them like the candidates.
   void offer_plan(Plan plan);
   std::vector<Plan> take_plans();
-  std::chrono::steady_clock::time_point deadline() const { return deadline_; }
+  std::chrono::steady_clock::time_point deadline() const { return deadline_.load(); }
+  // Any time, from any thread (auto stops its members when the search has converged); a
+  // later deadline also forgets an earlier expiry.
+  void set_deadline(std::chrono::steady_clock::time_point d);
+  // auto: where the candidates this work offers (and those it only notes) are reported.
+  Incumbent* incumbent = nullptr;
+  // A candidate the algorithm keeps to itself for now (mcts offers its best at the end).
+  void note(double estimate_s) const {
+    if (incumbent) incumbent->offer(estimate_s);
+  }
   std::int64_t layouts() const { return layouts_.load(); }
   void count(std::int64_t n = 1) { layouts_ += n; }
   bool timed_out() const { return timed_out_.load(); }
   void note_progress(const std::string& what) const;
 
  private:
-  std::chrono::steady_clock::time_point deadline_;
+  std::atomic<std::chrono::steady_clock::time_point> deadline_;
   mutable std::mutex mutex_;
   std::vector<Candidate> top_;
   std::vector<Plan> plans_;
@@ -61,8 +91,10 @@ void run_heteroauto(Work& w);
 void run_mcts(Work& w);
 // HexiScale §4: METIS parts of the cluster as differently-shaped pipelines (hexiscale.cpp).
 void run_hexiscale(Work& w);
-// Best-first search from the given candidates over neighbouring layouts (refine.cpp).
-void run_refine(Work& w, const std::vector<Candidate>& seeds);
+// Best-first search from the given candidates over neighbouring layouts (refine.cpp). `seen`
+// holds the layouts already reached (pipelines and stage shapes): a later call with new seeds
+// goes on from where an earlier one stopped instead of expanding the same layouts again.
+void run_refine(Work& w, const std::vector<Candidate>& seeds, std::set<std::vector<int>>& seen);
 
 // (dp, cp, tp) factorisations of `devices` for one stage of a subcluster: tp divides the
 // heads and the node size, cp divides the sequence (and is 1 below 8192 tokens).
@@ -71,8 +103,15 @@ struct Shape3 {
 };
 std::vector<Shape3> factorisations(const Evaluator& eval, int sub, int devices);
 
-// Total work / total effective throughput: the layers of the global batch over Σ devices'
-// layer rates (the fastest per-sequence layer time over `micro_batch_sizes`, tp = 1).
+// mcts's reward scale: the layers of the global batch over Σ devices' layer rates (the fastest
+// per-sequence layer time over `micro_batch_sizes`, tp = 1, whether or not it fits memory).
+double peak_work_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes);
+// The lower bound printed with a plan: no plan's iteration is shorter. Total work / total
+// throughput, where each subcluster's throughput is that of its best stage shape (tp, cp),
+// micro-batch and recomputation in which one layer with one micro-batch in flight fits a
+// device — memory-forced tp, cp and recomputation, and their collectives, counted — and the
+// work includes the embedding and the head (search.cpp). It assumes nothing else: no bubble,
+// no transfer, no gradient sync and no optimizer step.
 double work_lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes);
 
 }  // namespace het::search

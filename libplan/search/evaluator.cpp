@@ -175,13 +175,30 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
     const StageShape& sh = l.stages[i];
     const SubclusterSpec& sub = cluster_.subclusters[sh.sub];
     p.offset.push_back(cursor[sh.sub]);
-    Stage all;  // the stage of every pipeline: its gradient-sync rings
-    all.subcluster = sub.name;
-    all.tp = sh.tp, all.cp = sh.cp, all.dp = sh.dp;
-    all.devices = block(sub, cursor[sh.sub], l.pipelines * sh.devices());
-    p.sync_link.push_back(predict::sync_link(cluster_, {&all}, predict::Rings::per_shard));
-    p.whole_link.push_back(predict::sync_link(cluster_, {&all}, predict::Rings::one));
-    if (S > 1 && (i == 0 || i == S - 1)) ends.push_back(all), p.tied_ring += l.pipelines * sh.devices();
+    // The stage of every pipeline: its gradient-sync rings, whose links depend on the shape and
+    // on where its block starts within a node (memoised: every layout's stages ask).
+    auto stage_of_all = [&] {
+      Stage all;
+      all.subcluster = sub.name;
+      all.tp = sh.tp, all.cp = sh.cp, all.dp = sh.dp;
+      all.devices = block(sub, cursor[sh.sub], l.pipelines * sh.devices());
+      return all;
+    };
+    const std::vector<int> key = {sh.sub, sh.dp, sh.cp, sh.tp, l.pipelines, cursor[sh.sub] % sub.devices_per_node};
+    std::optional<std::pair<LinkSpec, LinkSpec>> links;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (auto it = sync_links_.find(key); it != sync_links_.end()) links = it->second;
+    }
+    if (!links) {
+      const Stage all = stage_of_all();
+      links.emplace(predict::sync_link(cluster_, {&all}, predict::Rings::per_shard), predict::sync_link(cluster_, {&all}, predict::Rings::one));
+      std::lock_guard<std::mutex> lock(mutex_);
+      sync_links_.emplace(key, *links);
+    }
+    p.sync_link.push_back(links->first);
+    p.whole_link.push_back(links->second);
+    if (S > 1 && (i == 0 || i == S - 1)) ends.push_back(stage_of_all()), p.tied_ring += l.pipelines * sh.devices();
     cursor[sh.sub] += l.pipelines * sh.devices();
     std::vector<const Table*> by_r;
     for (Recompute r : recompute_) by_r.push_back(&table(l, i, p.offset[i], r));
@@ -218,7 +235,7 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
   return p;
 }
 
-std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<int>* fixed, double cutoff) const {
+std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<int>* fixed, double cutoff, bool& cut) const {
   const Layout& l = p.layout;
   const int S = static_cast<int>(l.stages.size());
   const int U = units_;
@@ -368,27 +385,42 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     }
     return starts[U] != 0;
   };
-  // Bounds of t_max: no stage is faster than its fastest unit set, none slower than all units.
-  double top = 0;
-  for (int i = 0; i < S; ++i)
-    for (int r = 0; r < R; ++r) top = std::max(top, p.tables[i][r]->time[U]);
-  top *= 1.0000001;
-  if (!feasible(top, warmups(top))) return std::nullopt;
-  double lo = 0, hi = top;
-  for (int it = 0; it < 40 && hi - lo > 1e-4 * hi; ++it) {
-    const double mid = (lo + hi) / 2;
-    if (feasible(mid, warmups(mid))) hi = mid;
-    else lo = mid;
-  }
-  // No split's Σ t_i is below the fastest stage's time for every unit: a split whose t_max
-  // exceeds tau estimates at least (m − 1)·tau + fastest (the step after the last backward
-  // may hide behind the drain of the stages before it: it adds nothing certain).
+  // Every split pays, besides (m − 1) times its t_max, at least `fixed`: each unit's fastest time
+  // on any stage (Σ_i t_i) and the hops there and back (Σ_i 2c_i, fixed by the layout). The
+  // step after the last backward may hide behind the drain of the stages before it: it adds
+  // nothing certain.
   double fastest = 0;
   for (int u = 0; u < U; ++u) {
     double t = kInf;
     for (int i = 0; i < S; ++i)
       for (int r = 0; r < R; ++r) t = std::min(t, p.tables[i][r]->sum(p.tables[i][r]->time, u, u));
     fastest += t;
+  }
+  double fixed_cost = fastest, slowest_hop = 0;
+  for (double c : p.hop) fixed_cost += 2 * c, slowest_hop = std::max(slowest_hop, c);
+  // Bounds of t_max: no stage is faster than its fastest unit set, none slower than all units.
+  double top = 0;
+  for (int i = 0; i < S; ++i)
+    for (int r = 0; r < R; ++r) top = std::max(top, p.tables[i][r]->time[U]);
+  top *= 1.0000001;
+  // With a cutoff, only splits with (m − 1)·t_max + fixed below it matter (HAPT §5.2's pruning,
+  // from above): when none has t_max that small — one feasibility test — the layout cannot
+  // beat the cutoff, and otherwise t_max is searched below that bound only.
+  if (!feasible(top, warmups(top))) return std::nullopt;
+  if (cutoff < kNoCutoff && m > 1) {
+    const double bound = (cutoff - fixed_cost) / (m - 1);
+    // A hop paces the pipeline too.
+    if (bound <= 0 || bound < slowest_hop || (bound < top && !feasible(bound, warmups(bound)))) {
+      cut = true;
+      return std::nullopt;
+    }
+    top = std::min(top, bound);
+  }
+  double lo = 0, hi = top;
+  for (int it = 0; it < 40 && hi - lo > 1e-4 * hi; ++it) {
+    const double mid = (lo + hi) / 2;
+    if (feasible(mid, warmups(mid))) hi = mid;
+    else lo = mid;
   }
   try_tau(hi);
   // Upward from the smallest feasible t_max while splits of larger t_max can still beat the
@@ -397,17 +429,17 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // What a rung must beat: the best so far, and the caller's cutoff.
   auto target = [&] { return std::min(best.estimate_s, cutoff); };
   double below = hi;
-  for (double tau = hi * 1.01; (m - 1) * below + fastest < target() && tau <= kLadderTop * hi; below = tau, tau *= 1.05)
+  for (double tau = hi * 1.01; (m - 1) * below + fixed_cost < target() && tau <= kLadderTop * hi; below = tau, tau *= 1.05)
     try_tau(tau);
-  if (m > 1 && (m - 1) * hi * kLadderTop + fastest < target()) try_tau((target() - fastest) / (m - 1));
+  if (m > 1 && (m - 1) * hi * kLadderTop + fixed_cost < target()) try_tau((target() - fixed_cost) / (m - 1));
   // No bound on t_max at all, unless that cannot beat the best either.
-  if ((m - 1) * lo + fastest < target()) try_tau(top);
+  if ((m - 1) * lo + fixed_cost < target()) try_tau(top);
   if (best.estimate_s == kInf) return std::nullopt;
   return best;
 }
 
 std::vector<Candidate> Evaluator::evaluate(const Layout& layout, const std::vector<ScheduleKind>& schedules,
-                                           const std::vector<int>* first_unit, double cutoff) const {
+                                           const std::vector<int>* first_unit, double cutoff, bool* cut) const {
   if (first_unit) {
     const auto& f = *first_unit;
     if (f.size() != layout.stages.size() || f.empty() || f[0] != 0) return {};
@@ -415,11 +447,17 @@ std::vector<Candidate> Evaluator::evaluate(const Layout& layout, const std::vect
       if (f[i] <= f[i - 1] || f[i] >= units_) return {};
   }
   auto p = prepare(layout);
-  if (!p || lower_bound(*p) >= cutoff) return {};
+  if (!p) return {};
+  if (lower_bound(*p) >= cutoff) {
+    if (cut) *cut = true;
+    return {};
+  }
   std::vector<Candidate> out;
   for (ScheduleKind kind : schedules) {  // the schedule only changes the warm-ups
     p->layout.schedule = kind;
-    if (auto c = solve(*p, first_unit, cutoff)) out.push_back(std::move(*c));
+    bool cut_here = false;
+    if (auto c = solve(*p, first_unit, cutoff, cut_here)) out.push_back(std::move(*c));
+    if (cut && cut_here) *cut = true;
   }
   return out;
 }

@@ -78,10 +78,14 @@ class Evaluator {
   // the layout is impossible (batch, devices), no split fits memory, or its lower bound,
   // (m − 1) · L / Σ_i 1/layer_time_i (the steady phase of a perfectly balanced split without
   // recomputation), is at least `cutoff`: it cannot beat what the caller already has. With a
-  // cutoff, the split returned is the best only when it estimates below the cutoff (the
-  // search for better splits stops where none could get below it).
+  // cutoff, a schedule yields a split only when one estimates below the cutoff, and the best
+  // one only then (the search for better splits stops where none could get below it): every
+  // split pays (m − 1)·t_max plus each unit's fastest time and the hops there and back, so one
+  // feasibility test at the t_max that would reach the cutoff rules a layout out. `cut`, when
+  // given, is set when the layout fits memory (or was not tried) but could not beat the cutoff.
   std::vector<Candidate> evaluate(const Layout& layout, const std::vector<ScheduleKind>& schedules,
-                                  const std::vector<int>* first_unit = nullptr, double cutoff = kNoCutoff) const;
+                                  const std::vector<int>* first_unit = nullptr, double cutoff = kNoCutoff,
+                                  bool* cut = nullptr) const;
   // The best split under the layout's own schedule.
   std::optional<Candidate> best_split(const Layout& layout) const;
   // The lower bound evaluate() prunes with ((m − 1) · L / Σ_i 1/layer_time_i): no split of the
@@ -113,7 +117,7 @@ class Evaluator {
   struct Prepared;             // a layout with its stage tables, hops and warm-up inputs
   std::optional<Prepared> prepare(const Layout& layout) const;
   double lower_bound(const Prepared& p) const;
-  std::optional<Candidate> solve(const Prepared& p, const std::vector<int>* fixed_split, double cutoff) const;
+  std::optional<Candidate> solve(const Prepared& p, const std::vector<int>* fixed_split, double cutoff, bool& cut) const;
 
   ModelSpec model_;
   ClusterSpec cluster_;
@@ -125,6 +129,7 @@ class Evaluator {
   mutable std::mutex mutex_;
   mutable std::map<std::vector<double>, std::unique_ptr<Table>> tables_;
   mutable std::map<std::vector<int>, double> hops_;
+  mutable std::map<std::vector<int>, std::pair<LinkSpec, LinkSpec>> sync_links_;  // a stage's gradient-sync links: per shard, whole
 };
 
 }  // namespace het::search

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <tbb/parallel_for.h>
+
 #include "search/algorithms.hpp"
 
 namespace het::search {
@@ -99,7 +101,7 @@ void dfs(Work& w, const std::vector<Group>& groups, int dp, std::size_t g, std::
     if (static_cast<int>(l.stages.size()) > w.eval.num_units() - 2) return;
     l.micro_batch_size = w.micro_batch_sizes.front();
     if (!w.eval.admissible(l)) return;
-    if (auto first = equal_compute_split(w, l, count, first_stage)) w.consider_split(l, *first);
+    if (auto first = equal_compute_split(w, l, count, first_stage)) w.consider_split(l, *first, true);
     w.note_progress("dp " + std::to_string(dp));
     return;
   }
@@ -115,9 +117,12 @@ void dfs(Work& w, const std::vector<Group>& groups, int dp, std::size_t g, std::
   }
 }
 
+// The data-parallel degrees in parallel (oneTBB): Work keeps the same k best in any order.
 void search_groups(Work& w, const std::vector<Group>& groups, const std::vector<int>& dps) {
-  std::vector<int> tp(groups.size(), 1);
-  for (int dp : dps) dfs(w, groups, dp, 0, tp);
+  tbb::parallel_for(std::size_t(0), dps.size(), [&](std::size_t i) {
+    std::vector<int> tp(groups.size(), 1);
+    dfs(w, groups, dps[i], 0, tp);
+  });
 }
 
 }  // namespace

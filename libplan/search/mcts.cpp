@@ -21,7 +21,7 @@
 // Iteration (Algorithm 1): select by UCB (eq. 1) while a node has no untried action, expand a
 // random untried action, roll out at random to a complete layout, back-propagate the reward
 // 1/(1+ℓ). ℓ is the layout's best estimate over the schedules divided by the instance's work
-// lower bound (work_lower_bound: ℓ ≥ 1 for any plan, ~1 for an ideal one), so rewards are
+// lower bound (peak_work_bound: ℓ ≥ 1 for any plan, ~1 for an ideal one), so rewards are
 // comparable across instances. Reward 0 on out-of-memory, decided when a subcluster's choice
 // is made: one layer on one of its stages with the leanest recomputation and one micro-batch
 // in flight does not fit, or, after the last subcluster, the stages cannot hold all layers.
@@ -239,15 +239,15 @@ void keep(const Context& cx, Subtree& t, const Candidate& c) {
   Simulated sim{c, outcome->plan.predicted->iteration_s};
   auto by_time = [](const Simulated& a, const Simulated& b) { return a.iteration_s < b.iteration_s; };
   const auto at = std::upper_bound(t.incumbents.begin(), t.incumbents.end(), sim, by_time);
-  if (at == t.incumbents.begin()) t.improved_at = t.evaluations;
+  if (at == t.incumbents.begin()) t.improved_at = t.evaluations, cx.w.note(c.estimate_s);
   t.incumbents.insert(at, std::move(sim));
   if (t.incumbents.size() > cx.top_k) t.incumbents.pop_back();
 }
 
 // The reward of a complete layout, memoised (§7.1 "Memoization"). A layout whose lower bound
 // cannot enter the subtree's top k is not solved: its reward is that of its bound, an upper
-// bound of its true reward. One that can is solved only as far as it can still enter: when it
-// does not, its reward is that of the best split found, a lower bound of its true reward.
+// bound of its true reward. One that can is solved only as far as it can still enter: when no
+// split of it does, its reward is that of the cutoff, an upper bound of its true reward too.
 double evaluate(const Context& cx, Subtree& t, const Prefix& s) {
   const Layout l = layout_of(t, s);
   std::vector<int> key = {l.micro_batch_size};
@@ -262,10 +262,12 @@ double evaluate(const Context& cx, Subtree& t, const Prefix& s) {
       reward = reward_of(cx, *bound);
     } else if (bound) {
       cx.w.count(static_cast<std::int64_t>(cx.w.schedules.size()));
-      for (const Candidate& c : cx.w.eval.evaluate(l, cx.w.schedules, nullptr, cutoff)) {
+      bool cut = false;
+      for (const Candidate& c : cx.w.eval.evaluate(l, cx.w.schedules, nullptr, cutoff, &cut)) {
         reward = std::max(reward, reward_of(cx, c.estimate_s));
         keep(cx, t, c);
       }
+      if (reward == 0 && cut) reward = reward_of(cx, cutoff);
     }
   }
   t.memo.emplace(std::move(key), reward);
@@ -378,7 +380,7 @@ std::vector<Subtree> make_subtrees(const Context& cx) {
 }  // namespace
 
 void run_mcts(Work& w) {
-  const Context cx{w, w.eval.num_units() - 2, work_lower_bound(w.eval, w.micro_batch_sizes), w.opt.mcts_lambda,
+  const Context cx{w, w.eval.num_units() - 2, peak_work_bound(w.eval, w.micro_batch_sizes), w.opt.mcts_lambda,
                    static_cast<std::size_t>(std::max(1, w.opt.top_k))};
   std::vector<Subtree> trees = make_subtrees(cx);
   const std::int64_t cap = w.opt.mcts_iterations, patience = w.opt.mcts_patience;

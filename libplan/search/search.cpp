@@ -1,6 +1,7 @@
 #include "search/search.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,7 +27,7 @@ double default_time_budget(const ClusterSpec& cluster) {
   return std::clamp(cluster.num_devices() / 200.0, 8.0, 45.0);
 }
 
-double work_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
+double peak_work_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
   const ModelSpec& m = eval.model();
   const ClusterSpec& c = eval.cluster();
   double rate = 0;
@@ -43,6 +44,47 @@ double work_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list)
   }
   const double layers = eval.num_units() - 2;  // sublayer units count as themselves
   return layers * m.training.global_batch_size / rate;
+}
+
+double work_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
+  const ModelSpec& m = eval.model();
+  const ClusterSpec& c = eval.cluster();
+  const int per_layer = eval.granularity() == Granularity::sublayer ? 2 : 1;  // units of one layer
+  const int U = eval.num_units();
+  // Per subcluster, the least device-time one sequence costs a layer (forward and backward)
+  // over every stage shape (tp, cp) a layer can be computed in there: the micro-batch, the
+  // recomputation and the shape chosen so that one layer with one micro-batch in flight fits a
+  // device (its model state sharded as widely as ZeRO could: every device of the subcluster a
+  // replica), the shape's collectives included. Every plan computes every layer of every
+  // sequence on some such shape, so its devices spend at least that much time on each; the
+  // embedding and the head cost at least their least ratio to a layer on any subcluster.
+  double rate = 0, extra = 1e300;  // layers per second of all devices; head + embedding in layers
+  for (std::size_t j = 0; j < c.subclusters.size(); ++j) {
+    const int n = c.subclusters[j].num_devices();
+    double best = 1e300, ends = 1e300;
+    for (int g = 1; g <= n; g *= 2)
+      for (const Shape3& f : factorisations(eval, int(j), g)) {
+        if (f.dp != 1) continue;
+        for (int mbs : mbs_list) {
+          Layout l;
+          l.pipelines = n / g;  // as many replicas as the subcluster holds: the leanest model state
+          l.micro_batch_size = mbs;
+          l.stages = {{int(j), 1, f.cp, f.tp}};
+          for (Recompute r : eval.recompute_options()) {  // cheapest first: the first that fits is the fastest
+            const StageTable& t = eval.table(l, 0, 0, r);
+            if (t.memory(1, per_layer, f.tp, 1, false) > t.capacity) continue;
+            const double layer = t.sum(t.time, 1, per_layer);
+            const double device_s = layer / mbs * f.tp * f.cp;
+            if (device_s < best) best = device_s, ends = (t.sum(t.time, 0, 0) + t.sum(t.time, U - 1, U - 1)) / layer;
+            break;
+          }
+        }
+      }
+    if (best < 1e300) rate += n / best, extra = std::min(extra, ends);
+  }
+  if (rate <= 0) return 0;
+  const double layers = double(U - 2) / per_layer;
+  return (layers + extra) * m.training.global_batch_size / rate;
 }
 
 namespace {
@@ -125,7 +167,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
       algorithm == "auto" ? start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(0.8 * budget))
                           : deadline;
   for (const auto& name : chosen) works.push_back(std::make_unique<Work>(eval, opt, algorithms_deadline, name));
-  std::vector<double> seconds(works.size() + 1, 0);
+  if (algorithm == "auto") works.push_back(std::make_unique<Work>(eval, opt, deadline, "refine"));
+  std::vector<double> seconds(works.size(), 0);
   auto run_one = [&](std::size_t i) {
     Work& w = *works[i];
     const auto t0 = Clock::now();
@@ -135,38 +178,72 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     else if (w.name == "heteroauto") run_heteroauto(w);
     else if (w.name == "mcts") run_mcts(w);
     else if (w.name == "hexiscale") run_hexiscale(w);
-    seconds[i] = std::chrono::duration<double>(Clock::now() - t0).count();
+    seconds[i] += std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  // The quick ones first, then the rest side by side, each on a thread of its own so that
-  // the system shares the cores fairly among them (tasks of one task group would queue
-  // behind the long ones). Each algorithm ends by itself (mcts when its subtrees converge),
-  // so auto returns as soon as all of them are done, or at the deadline.
-  for (const bool quick : {true, false}) {
-    std::vector<std::thread> running;
-    for (std::size_t i = 0; i < works.size(); ++i)
-      if ((works[i]->name == "uniform" || works[i]->name == "heteroauto") == quick) running.emplace_back(run_one, i);
-    for (auto& t : running) t.join();
-  }
-  // auto: refine the portfolio's best candidates across the algorithms' spaces, in what is
-  // left of the time budget.
-  // It starts from the four best candidates and every algorithm's best, and its row counts them
-  // too: a refinement never reports worse than what it started from.
+  auto is_quick = [](const std::string& name) { return name == "uniform" || name == "heteroauto"; };
+  // The refinement (auto only): from the four best candidates so far and every member's best,
+  // over layouts it has not reached before; its row counts its seeds too, so it never reports
+  // worse than what it started from.
+  std::set<std::vector<int>> refined;
   std::vector<Candidate> seeds;
-  if (algorithm == "auto") {
-    std::vector<Candidate> all;
+  auto refine = [&] {
+    Work& r = *works.back();
+    std::vector<Candidate> all, now;
     for (auto& w : works) {
       std::vector<Candidate> own = w->take();
       for (const auto& c : own) all.push_back(c), w->offer(c);
       auto best = std::min_element(own.begin(), own.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
-      if (best != own.end()) seeds.push_back(*best);
+      if (best != own.end()) now.push_back(*best);
     }
     std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
     if (all.size() > 4) all.resize(4);
-    seeds.insert(seeds.end(), all.begin(), all.end());
-    works.push_back(std::make_unique<Work>(eval, opt, deadline, "refine"));
+    now.insert(now.end(), all.begin(), all.end());
+    seeds.insert(seeds.end(), now.begin(), now.end());
     const auto t0 = Clock::now();
-    run_refine(*works.back(), seeds);
-    seconds.back() = std::chrono::duration<double>(Clock::now() - t0).count();
+    run_refine(r, now, refined);
+    seconds.back() += std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  if (algorithm != "auto") {
+    run_one(0);
+  } else {
+    // The quick members first (uniform, heteroauto), then the refinement of what they found
+    // on every core, until it converges or for a quarter of the budget: on large clusters it
+    // finds the best plans long before the slower members would (issue 20). Then the slower
+    // members side by side, each on a thread of its own so that the system shares the cores
+    // fairly among them (tasks of one task group would queue behind the long ones). Each ends
+    // by itself when its space is done (mcts when its subtrees converge), at 80% of the
+    // budget, or — Options::converge — once the portfolio's best estimate has not improved by
+    // 0.1% for half the time it took to reach it (at least 0.5 s; exhaustive, the oracle of
+    // small instances, is never stopped). Then the refinement of everything they found, in
+    // what is left of the budget.
+    Incumbent incumbent(start);
+    for (auto& w : works) w->incumbent = &incumbent;
+    std::vector<std::thread> quick;
+    for (std::size_t i = 0; i < works.size(); ++i)
+      if (is_quick(works[i]->name)) quick.emplace_back(run_one, i);
+    for (auto& t : quick) t.join();
+    works.back()->set_deadline(std::min(algorithms_deadline, start + std::chrono::duration_cast<Clock::duration>(
+                                                                          std::chrono::duration<double>(0.25 * budget))));
+    refine();
+    incumbent.restart();
+    std::vector<std::thread> slow;
+    std::atomic<int> running{0};
+    for (std::size_t i = 0; i < works.size(); ++i)
+      if (works[i]->name != "refine" && !is_quick(works[i]->name)) {
+        ++running;
+        slow.emplace_back([&, i] { run_one(i), --running; });
+      }
+    while (running > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (opt.converge && incumbent.stalled(start, 0.5)) {
+        for (auto& w : works)
+          if (w->name != "exhaustive") w->set_deadline(std::min(w->deadline(), Clock::now()));
+        break;
+      }
+    }
+    for (auto& t : slow) t.join();
+    works.back()->set_deadline(deadline);
+    refine();  // from what the slower members found
   }
 
   // Re-rank each algorithm's best candidates with the simulator: each distinct candidate once
@@ -215,7 +292,10 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   std::int64_t total = 0;
   for (std::size_t i = 0; i < works.size(); ++i) {
     Work& w = *works[i];
-    AlgorithmReport report{w.name, seconds[i], w.layouts(), std::nullopt, w.timed_out(), ""};
+    // A member stopped before the budget because the search had converged is not "out of time".
+    const bool stopped = w.timed_out() && w.deadline() < algorithms_deadline;
+    AlgorithmReport report{w.name, seconds[i], w.layouts(), std::nullopt, w.timed_out() && !stopped,
+                           stopped ? "stopped when the search had converged" : ""};
     total += w.layouts();
     for (std::size_t j : of_work[i]) {
       if (!outcomes[j]) continue;
@@ -223,7 +303,9 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
       if (!report.iteration_s || t < *report.iteration_s) report.iteration_s = t;
       if (listed.insert(decisions(outcomes[j]->plan)).second) ranked.emplace_back(t, *outcomes[j]);
     }
-    if (!report.iteration_s) report.note = w.timed_out() ? "ran out of time before finding a plan" : "found no plan that fits";
+    if (!report.iteration_s)
+      report.note = stopped ? "stopped when the search had converged, before finding a plan"
+                    : w.timed_out() ? "ran out of time before finding a plan" : "found no plan that fits";
     out.algorithms.push_back(std::move(report));
   }
   if (ranked.empty()) return Diagnostic{"", 0, 0, "", binding_constraint(eval, algorithm)};

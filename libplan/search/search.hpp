@@ -20,10 +20,12 @@
 //               for a seed, monotone in the budget.
 //   hexiscale   HexiScale §4: METIS parts of the cluster's nodes as pipelines of different
 //               shapes, each searched on its part, batch shares by speed.
-//   auto        the portfolio: uniform and heteroauto, then the others side by side under one
-//               time budget, then a refinement of the best; the best wins. Each algorithm
-//               runs as it would alone, so auto is at least as good as any of them unless
-//               the budget cuts one short; it returns when all are done.
+//   auto        the portfolio: uniform and heteroauto, a refinement of their best plans (local
+//               search over neighbouring layouts) until it converges, then the others side
+//               by side — until each ends by itself or, converged (Options::converge), for
+//               half the time taken so far — and a refinement of what they found; the best
+//               wins. With converge off each member runs as it would alone, so auto is at
+//               least as good as any of them unless the budget cuts one short.
 // Candidates are ranked by the analytic estimate (search/evaluator.hpp); the best top_k of
 // each algorithm are re-ranked by the simulator. Every returned plan is complete (derived
 // fields filled by predict()), validates, and fits memory by the memory model.
@@ -56,6 +58,11 @@ struct Options {
   // better best simulated plan than the one found after i evaluations; 0: only the budget,
   // the cap or an exhausted tree stop it.
   std::int64_t mcts_patience = 256;
+  // auto: the slower members (hapt, mcts, hexiscale) are stopped once the portfolio's best
+  // estimate has not improved by 0.1% for half the time it took to reach it (at least 0.5 s;
+  // exhaustive never), instead of running to their own end or 80% of the budget (issue 20).
+  // false: each runs as it would alone, so auto is at least as good as every one of them.
+  bool converge = true;
   // Progress for people: called from any thread, at most a few times per second.
   std::function<void(const std::string&)> progress;
 };

@@ -24,7 +24,7 @@ void run_uniform(Work& w) {
       const int L = U - 2;
       std::vector<int> first(S);
       for (int i = 0; i < S; ++i) first[i] = i == 0 ? 0 : 1 + (L * i) / S;
-      w.consider_split(l, first);
+      w.consider_split(l, first, false);
       if (w.expired()) return;
       w.note_progress("");
     }

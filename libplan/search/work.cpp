@@ -12,13 +12,38 @@ Work::Work(const Evaluator& e, const Options& o, std::chrono::steady_clock::time
   schedules = o.schedules.empty() ? std::vector<ScheduleKind>{ScheduleKind::one_f_one_b, ScheduleKind::h_1f1b} : o.schedules;
 }
 
+void Incumbent::offer(double estimate_s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (estimate_s < best_ * (1 - 1e-3)) last_ = std::chrono::steady_clock::now();
+  best_ = std::min(best_, estimate_s);
+}
+
+void Incumbent::restart() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_ = std::chrono::steady_clock::now();
+}
+
+bool Incumbent::stalled(std::chrono::steady_clock::time_point start, double at_least_s) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (best_ >= 1e300) return false;  // nothing found yet: not converged
+  const double reached = std::chrono::duration<double>(last_ - start).count();
+  const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_).count();
+  return since >= std::max(at_least_s, reached / 2);
+}
+
+void Work::set_deadline(std::chrono::steady_clock::time_point d) {
+  if (d > deadline_.load()) timed_out_ = false;
+  deadline_ = d;
+}
+
 bool Work::expired() const {
-  if (std::chrono::steady_clock::now() < deadline_) return false;
+  if (std::chrono::steady_clock::now() < deadline_.load()) return false;
   timed_out_ = true;
   return true;
 }
 
 void Work::offer(const Candidate& c) {
+  note(c.estimate_s);
   std::lock_guard<std::mutex> lock(mutex_);
   // The same candidate twice (found on two ways) would take two of the k places.
   for (const Candidate& t : top_)
@@ -62,17 +87,15 @@ int pipeline_microbatch(const Layout& l, int b) {
 }
 }  // namespace
 
-void Work::consider(Layout layout) { consider_split(std::move(layout), {}); }
+void Work::consider(Layout layout) { consider_split(std::move(layout), {}, true); }
 
-void Work::consider_split(Layout layout, const std::vector<int>& first_unit) {
+void Work::consider_split(Layout layout, const std::vector<int>& first_unit, bool prune) {
   for (int b : micro_batch_sizes) {
     if (expired()) return;
     layout.micro_batch_size = pipeline_microbatch(layout, b);
     if (!eval.admissible(layout)) continue;
-    // A fixed split is not pruned: its callers (baselines) want their own plan evaluated.
     const bool fixed = !first_unit.empty();
-    const auto found = eval.evaluate(layout, schedules, fixed ? &first_unit : nullptr,
-                                     fixed ? Evaluator::kNoCutoff : best());
+    const auto found = eval.evaluate(layout, schedules, fixed ? &first_unit : nullptr, prune ? best() : Evaluator::kNoCutoff);
     layouts_ += static_cast<std::int64_t>(schedules.size());
     for (const auto& c : found) offer(c);
   }

@@ -1,0 +1,141 @@
+// Does the search converge? (issue 20) Per instance, `auto` as users run it (default budget, it
+// stops when converged: wall seconds, best predicted iteration) against every algorithm run to
+// its own end with a budget FACTOR times larger (`auto` without the convergence stop), in one
+// run: the default's best ÷ the long run's best, and the printed lower bound's gap. Instances:
+//   exp3     HetAuto exp3 as shipped (configs/models/hetauto-exp3-llama-96l.yaml on
+//            configs/clusters/hetauto-exp3-32h20-64h800-128a100-512a2.yaml)
+//   scale    bench_scale's 10,000 devices of 8 types (bench/instances.hpp scale_cluster), exp3's model
+//   midsize  N random mid-size instances (bench/instances.hpp midsize_instance, seeds A..A+N-1)
+//   build/bench/bench_converge [--only exp3|scale|midsize] [--midsize N] [--from A] [--factor F]
+//                              [--members uniform,heteroauto,...] [--progress] [--format json]
+// --members: auto's portfolio (default: all that apply), to see what each member brings.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "instances.hpp"
+#include "search/search.hpp"
+#include "spec/catalog.hpp"
+#include "spec/cluster.hpp"
+#include "spec/model.hpp"
+
+using namespace het;
+
+namespace {
+
+struct Run {
+  double seconds = 0, iteration_s = 0, lower_bound_s = 0;
+  std::string from;  // the algorithm whose plan won
+};
+
+Run run_auto(const ModelSpec& m, const ClusterSpec& c, double budget, const std::vector<std::string>& members, bool progress,
+             bool converge) {
+  cost::ComputeModel cm(m, {});
+  search::Options o;
+  o.time_budget_s = budget;
+  o.converge = converge;
+  o.auto_algorithms = members;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (progress)
+    o.progress = [t0](const std::string& line) {
+      std::fprintf(stderr, "%7.2f s  %s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), line.c_str());
+    };
+  auto out = search::run("auto", m, c, cm, o);
+  Run r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!out) return r;
+  r.iteration_s = out->plans.front().plan.predicted->iteration_s;
+  if (progress) {
+    const Plan& p = out->plans.front().plan;
+    std::fprintf(stderr, "best: %zu pipelines x mbs %d, %s:", p.pipelines.size(), p.pipelines.front().micro_batch_size,
+                 to_string(p.schedule));
+    for (const Stage& st : p.pipelines.front().stages)
+      std::fprintf(stderr, " [%s %d-%d tp%d cp%d dp%d]", st.subcluster.c_str(), st.first, st.last, st.tp, st.cp, st.dp);
+    std::fprintf(stderr, "\n");
+    for (const auto& a : out->algorithms)
+      std::fprintf(stderr, "  %-10s %8.4f s  %6.2f s  %8lld layouts  %s%s\n", a.name.c_str(), a.iteration_s.value_or(0), a.seconds,
+                   static_cast<long long>(a.candidates), a.timed_out ? "timed out; " : "", a.note.c_str());
+  }
+  r.lower_bound_s = out->lower_bound_s;
+  for (const auto& a : out->algorithms)
+    if (a.iteration_s && *a.iteration_s <= r.iteration_s * (1 + 1e-12)) {
+      r.from = a.name;
+      break;
+    }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string only;
+  int midsize = 50, from = 1;
+  double factor = 10;
+  bool json = false, progress = false;
+  std::vector<std::string> members;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--midsize") && i + 1 < argc) midsize = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--from") && i + 1 < argc) from = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--factor") && i + 1 < argc) factor = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--format") && i + 1 < argc) json = !std::strcmp(argv[++i], "json");
+    else if (!std::strcmp(argv[i], "--progress")) progress = true;
+    else if (!std::strcmp(argv[i], "--members") && i + 1 < argc) {
+      std::stringstream ss(argv[++i]);
+      for (std::string s; std::getline(ss, s, ',');) members.push_back(s);
+    } else {
+      std::fprintf(stderr, "usage: %s [--only exp3|scale|midsize] [--midsize N] [--from A] [--factor F] [--members a,b] [--progress] [--format json]\n", argv[0]);
+      return 2;
+    }
+  }
+  auto catalog = builtin_catalog();
+  if (!catalog) return 2;
+  std::vector<bench::Instance> instances;
+  if (only.empty() || only == "exp3") {
+    auto m = load_model(HET_SOURCE_DIR "/configs/models/hetauto-exp3-llama-96l.yaml");
+    auto c = load_cluster(HET_SOURCE_DIR "/configs/clusters/hetauto-exp3-32h20-64h800-128a100-512a2.yaml", *catalog);
+    if (!m || !c) return 2;
+    instances.push_back({*m, *c, "exp3: HetAuto exp3, 736 devices of 4 types, 96 layers"});
+  }
+  if (only.empty() || only == "scale") {
+    auto m = load_model(HET_SOURCE_DIR "/configs/models/hetauto-exp3-llama-96l.yaml");
+    if (!m) return 2;
+    instances.push_back({*m, bench::scale_cluster(10000, 8, *catalog), "scale: 10,000 devices of 8 types, exp3's model"});
+  }
+  if (only.empty() || only == "midsize")
+    for (int s = from; s < from + midsize; ++s) instances.push_back(bench::midsize_instance(std::uint64_t(s), *catalog));
+
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::vector<double> ratios;
+  if (!json)
+    std::printf("%-62s %9s %10s %8s %10s %9s %8s %-10s\n", "instance", "budget_s", "default_s", "wall_s", "long_s", "long_wall", "ratio",
+                "from");
+  for (const auto& in : instances) {
+    const double budget = search::default_time_budget(in.cluster);
+    const Run d = run_auto(in.model, in.cluster, 0, members, progress, true);
+    const Run l = run_auto(in.model, in.cluster, budget * factor, members, progress, false);
+    const double ratio = d.iteration_s > 0 && l.iteration_s > 0 ? d.iteration_s / l.iteration_s : 0;
+    ratios.push_back(ratio);
+    rows.push_back({{"instance", in.description}, {"budget_s", budget}, {"default_iteration_s", d.iteration_s},
+                    {"default_wall_s", d.seconds}, {"default_from", d.from}, {"long_iteration_s", l.iteration_s},
+                    {"long_wall_s", l.seconds}, {"long_from", l.from}, {"ratio", ratio}, {"lower_bound_s", d.lower_bound_s},
+                    {"gap", d.lower_bound_s > 0 ? d.iteration_s / d.lower_bound_s - 1 : 0}});
+    if (!json)
+      std::printf("%-62s %9.1f %10.4f %8.2f %10.4f %9.2f %8.4f %-10s\n", in.description.c_str(), budget, d.iteration_s, d.seconds,
+                  l.iteration_s, l.seconds, ratio, d.from.c_str()),
+          std::fflush(stdout);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  if (json) {
+    std::cout << rows.dump(1) << "\n";
+  } else if (!ratios.empty()) {
+    const auto within = std::count_if(ratios.begin(), ratios.end(), [](double r) { return r > 0 && r <= 1.01; });
+    std::printf("default ÷ %gx budget: median %.4f, worst %.4f; within 1%%: %ld/%zu\n", factor, ratios[ratios.size() / 2],
+                ratios.back(), static_cast<long>(within), ratios.size());
+  }
+}
