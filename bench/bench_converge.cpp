@@ -6,7 +6,8 @@
 //            configs/clusters/hetauto-exp3-32h20-64h800-128a100-512a2.yaml)
 //   scale    bench_scale's 10,000 devices of 8 types (bench/instances.hpp scale_cluster), exp3's model
 //   midsize  N random mid-size instances (bench/instances.hpp midsize_instance, seeds A..A+N-1)
-//   build/bench/bench_converge [--only exp3|scale|midsize] [--midsize N] [--from A] [--factor F]
+//   seeds    (alone) the 16 seed setups: the plan at the default budget and the lower bound's gap
+//   build/bench/bench_converge [--only exp3|scale|midsize|seeds] [--midsize N] [--from A] [--factor F]
 //                              [--members uniform,heteroauto,...] [--progress] [--format json]
 // --members: auto's portfolio (default: all that apply), to see what each member brings.
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "instances.hpp"
+#include "search/algorithms.hpp"
 #include "search/search.hpp"
 #include "spec/catalog.hpp"
 #include "spec/cluster.hpp"
@@ -89,12 +91,46 @@ int main(int argc, char** argv) {
       std::stringstream ss(argv[++i]);
       for (std::string s; std::getline(ss, s, ',');) members.push_back(s);
     } else {
-      std::fprintf(stderr, "usage: %s [--only exp3|scale|midsize] [--midsize N] [--from A] [--factor F] [--members a,b] [--progress] [--format json]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--only exp3|scale|midsize|seeds] [--midsize N] [--from A] [--factor F] [--members a,b] [--progress] [--format json]\n", argv[0]);
       return 2;
     }
   }
   auto catalog = builtin_catalog();
   if (!catalog) return 2;
+  if (only == "seeds") {
+    // The printed lower bound's gap on the seed setups (scripts/bench-search.sh's pairs): the
+    // plan auto returns at its default budget, the bound before issue 20 (peak_work_bound:
+    // every device at its best tp = 1 layer rate) and now (work_lower_bound).
+    const char* pairs[][2] = {{"hapt-gpt-15b", "hapt-4x8a100-4x8v100"}, {"hapt-gpt-30b", "hapt-4x8a100-4x8v100-10gbps"},
+                              {"hapt-gpt-39b", "hapt-4x8a100-4x8v100-3gbps"}, {"h2-100b", "h2-exp-a"},
+                              {"h2-100b-gbs8m", "h2-exp-b"}, {"h2-100b-gbs4m", "h2-exp-c"}, {"h2-100b-gbs8m", "h2-exp-d"},
+                              {"hetu-llama-32b", "hetu-16h800-16h20"}, {"hetu-llama-70b", "hetu-16h800-32h20"},
+                              {"hetauto-exp1-llama-48l", "hetauto-exp1-32a100-32a2"},
+                              {"hetauto-exp2-llama-64l", "hetauto-exp2-32h20-32a100-32a2"},
+                              {"hetauto-exp3-llama-96l", "hetauto-exp3-32h20-64h800-128a100-512a2"},
+                              {"hexiscale-llama2-7b", "hexiscale-setting1"}, {"hexiscale-llama2-13b", "hexiscale-setting2"},
+                              {"hexiscale-llama-30b", "hexiscale-setting3"}, {"opt-350m", "demo-1x4a100-1x4v100"}};
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    if (!json) std::printf("%-56s %11s %7s %9s %8s %9s %8s\n", "setup", "iteration_s", "wall_s", "bound_was", "gap_was", "bound_now", "gap_now");
+    for (auto& [mn, cn] : pairs) {
+      auto m = load_model(std::string(HET_SOURCE_DIR "/configs/models/") + mn + ".yaml");
+      auto c = load_cluster(std::string(HET_SOURCE_DIR "/configs/clusters/") + cn + ".yaml", *catalog);
+      if (!m || !c) return 2;
+      const Run r = run_auto(*m, *c, 0, members, false, true);
+      cost::ComputeModel cm(*m, {});
+      const search::Evaluator eval(*m, *c, cm, m->training.recompute, Granularity::layer, {});
+      const double was = search::peak_work_bound(eval, m->training.micro_batch_sizes);
+      const std::string name = std::string(mn) + " on " + cn;
+      out.push_back({{"setup", name}, {"iteration_s", r.iteration_s}, {"wall_s", r.seconds}, {"bound_was_s", was},
+                     {"bound_now_s", r.lower_bound_s}});
+      if (!json)
+        std::printf("%-56s %11.4f %7.2f %9.4f %7.1f%% %9.4f %7.1f%%\n", name.c_str(), r.iteration_s, r.seconds, was,
+                    100 * (r.iteration_s / was - 1), r.lower_bound_s, 100 * (r.iteration_s / r.lower_bound_s - 1)),
+            std::fflush(stdout);
+    }
+    if (json) std::cout << out.dump(1) << "\n";
+    return 0;
+  }
   std::vector<bench::Instance> instances;
   if (only.empty() || only == "exp3") {
     auto m = load_model(HET_SOURCE_DIR "/configs/models/hetauto-exp3-llama-96l.yaml");

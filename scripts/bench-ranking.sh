@@ -10,6 +10,7 @@
 # choice is from the fastest measured plan. Profiles are taken twice (each row the faster of the
 # two) and each plan run FIDELITY_RUNS times (default 3, the fastest kept), as bench-fidelity.sh.
 #   scripts/bench-ranking.sh [CLUSTER-FILTER]
+#   RANKING_REUSE_PROFILES=1: use the profiles an earlier run left in $build/bench-ranking (saves ~20 min per cluster)
 # Writes $build/bench-ranking/results.json.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -34,6 +35,10 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
   profiles=()
   for dev in ${devices//,/ }; do
     d=${dev%%=*} s=${dev##*=}
+    if [[ -n ${RANKING_REUSE_PROFILES:-} && -f $dir/cpu-$d.yaml ]]; then  # the profiles of an earlier run of this script
+      profiles+=(--profile "$dir/cpu-$d.yaml")
+      continue
+    fi
     for k in 1 2; do  # two profiles, each row the faster of the two (report.py faster)
       "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-$d" --slowdown "$s" \
         --time-dilation $(( x * s )) --tp 1 2 --cp 1 2 --micro-batch 1 2 4 8 -o "$dir/cpu-$d.$k.yaml" > /dev/null

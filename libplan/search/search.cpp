@@ -213,8 +213,9 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     // fairly among them (tasks of one task group would queue behind the long ones). Each ends
     // by itself when its space is done (mcts when its subtrees converge), at 80% of the
     // budget, or — Options::converge — once the portfolio's best estimate has not improved by
-    // 0.1% for half the time it took to reach it (at least 0.5 s; exhaustive, the oracle of
-    // small instances, is never stopped). Then the refinement of everything they found, in
+    // 0.1% for half the time it took to reach it (at least 0.5 s, or a quarter of the budget
+    // when the quick members found nothing; exhaustive, the oracle of small instances, is never
+    // stopped). Then the refinement of everything they found, in
     // what is left of the budget.
     Incumbent incumbent(start);
     for (auto& w : works) w->incumbent = &incumbent;
@@ -225,6 +226,10 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     works.back()->set_deadline(std::min(algorithms_deadline, start + std::chrono::duration_cast<Clock::duration>(
                                                                           std::chrono::duration<double>(0.25 * budget))));
     refine();
+    // The convergence test presumes the refinement has explored around a plan; where the quick
+    // members found none (a cluster tight on memory), the slower ones are the only explorers and
+    // get a quarter of the budget before it applies.
+    const double at_least_s = seeds.empty() ? 0.25 * budget : 0.5;
     incumbent.restart();
     std::vector<std::thread> slow;
     std::atomic<int> running{0};
@@ -235,7 +240,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
       }
     while (running > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (opt.converge && incumbent.stalled(start, 0.5)) {
+      if (opt.converge && incumbent.stalled(start, at_least_s)) {
         for (auto& w : works)
           if (w->name != "exhaustive") w->set_deadline(std::min(w->deadline(), Clock::now()));
         break;

@@ -59,8 +59,8 @@ struct Options {
   // the cap or an exhausted tree stop it.
   std::int64_t mcts_patience = 256;
   // auto: the slower members (hapt, mcts, hexiscale) are stopped once the portfolio's best
-  // estimate has not improved by 0.1% for half the time it took to reach it (at least 0.5 s;
-  // exhaustive never), instead of running to their own end or 80% of the budget (issue 20).
+  // estimate has not improved by 0.1% for half the time it took to reach it (at least 0.5 s, a
+  // quarter of the budget when uniform and heteroauto found nothing to refine; exhaustive never), instead of running to their own end or 80% of the budget (issue 20).
   // false: each runs as it would alone, so auto is at least as good as every one of them.
   bool converge = true;
   // Progress for people: called from any thread, at most a few times per second.
