@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <set>
+#include <thread>
 
 #include "../bench/instances.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
+#include "search/algorithms.hpp"
 #include "search/search.hpp"
 #include "kept_plans.hpp"
 #include "test_util.hpp"
@@ -415,4 +417,22 @@ links:
   auto r = search::run("auto", *m, *c, cm, {});
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.errors()[0].message, Catch::Contains("no plan fits memory") && Catch::Contains("GiB on a (3.0 GiB usable)"));
+}
+
+TEST_CASE("auto's convergence test: an improvement below 0.1% does not restart the clock") {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  search::Incumbent best(start);
+  CHECK_FALSE(best.stalled(start, 0));  // nothing found yet: never converged
+  best.offer(10);
+  CHECK_FALSE(best.stalled(start, 1));  // found just now: at least a second to go
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  best.offer(9.995);                    // 0.05% better: not an improvement for the test
+  CHECK(best.stalled(start, 0.05));     // 300 ms without one: more than half the ~0 s it took
+  best.offer(9.9);                      // 1% better: the clock starts again
+  CHECK_FALSE(best.stalled(start, 1));
+  // Found after 100 s of search: converged only after 50 s without an improvement.
+  search::Incumbent late(start - std::chrono::seconds(100));
+  late.offer(5);
+  CHECK_FALSE(late.stalled(start - std::chrono::seconds(100), 0));
 }

@@ -215,8 +215,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     // budget, or — Options::converge — once the portfolio's best estimate has not improved by
     // 0.1% for half the time it took to reach it (at least 0.5 s, or a quarter of the budget
     // when the quick members found nothing; exhaustive, the oracle of small instances, is never
-    // stopped). Then the refinement of everything they found, in
-    // what is left of the budget.
+    // stopped). Then the refinement of everything they found, in what is left of the budget.
     Incumbent incumbent(start);
     for (auto& w : works) w->incumbent = &incumbent;
     std::vector<std::thread> quick;
