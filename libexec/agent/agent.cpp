@@ -468,12 +468,19 @@ struct Agent::State final : public pb::Agent::Service {
       post(*j, std::move(out));
       log->info("job={} event=worker_exited rank={} exit_code={} signal={}", j->id, e.rank, e.exit_code, e.signal);
       const bool ok = e.signal == 0 && e.exit_code == 0;
-      if (!ok && !e.stopped && !j->stop_requested) {
-        failed = true;
+      if (!ok && !e.stopped) {
         const std::string how = e.signal ? "was killed by signal " + std::to_string(e.signal) : "exited with status " + std::to_string(e.exit_code);
         const auto err = last_err.find(e.rank);
-        end_job(*j, launch::kind_of_exit(e.exit_code, e.signal),
-                "rank " + std::to_string(e.rank) + " " + how + (err != last_err.end() ? ": " + err->second : ""), e.rank);
+        const std::string why = "rank " + std::to_string(e.rank) + " " + how + (err != last_err.end() ? ": " + err->second : "");
+        if (!j->stop_requested) {
+          failed = true;
+          end_job(*j, launch::kind_of_exit(e.exit_code, e.signal), why, e.rank);
+        } else {
+          // It failed on its own while the job was already stopping for another rank's failure
+          // (a killed rank reaped after the peer that lost it): reported too, so that the
+          // submitter picks the root cause among them by kind (launch/cause.hpp).
+          post_error(*j, launch::kind_of_exit(e.exit_code, e.signal), why, e.rank);
+        }
       }
     });
     std::lock_guard lock(mu);

@@ -176,6 +176,9 @@ Result<Done> WorkerGroup::run(const std::vector<WorkerCommand>& commands, const 
       WorkerEvent e{WorkerEvent::Kind::exited, w.rank, false, "", -1, 0, stopping};
       if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
       else if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+      // A SIGKILL before this group sent one came from elsewhere: the worker did not end
+      // because stop() asked it to (it may be the root cause of the stop).
+      if (e.signal == SIGKILL && std::chrono::steady_clock::now() <= kill_at) e.stopped = false;
       on_event(e);
     }
   }
