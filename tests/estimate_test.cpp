@@ -46,6 +46,27 @@ std::optional<search::Layout> random_layout(const search::Evaluator& eval, std::
   return l;
 }
 
+// Random instances seed_base, seed_base + 1, .. (at most 400), and on each up to two random
+// layouts that have a best split: calls fn(instance, compute model, evaluator, layout, best
+// split) until done() says enough.
+template <class Done, class Fn>
+void for_random_splits(std::uint64_t seed_base, Done done, Fn fn) {
+  for (int seed = 0; !done() && seed < 400; ++seed) {
+    const auto in = bench::random_instance(seed_base + std::uint64_t(seed), test::catalog());
+    const cost::ComputeModel cm(in.model, {});
+    const search::Evaluator eval(in.model, in.cluster, cm, in.model.training.recompute, Granularity::layer, {});
+    std::mt19937_64 rng{std::uint64_t(seed)};
+    for (int draw = 0, found = 0; draw < 40 && found < 2; ++draw) {
+      const auto layout = random_layout(eval, rng);
+      if (!layout) continue;
+      const auto best = eval.best_split(*layout);
+      if (!best) continue;
+      ++found;
+      fn(in, cm, eval, *layout, *best);
+    }
+  }
+}
+
 }  // namespace
 
 // Measured (241 plans): median 1.000, 232 within 5%; the rest are pipelines whose hops take
@@ -55,29 +76,21 @@ TEST_CASE("property: the search's estimate is within 5% of the simulator on 95% 
   std::vector<double> ratios;
   double worst = 0;
   std::string worst_what;
-  for (int seed = 0; ratios.size() < 240 && seed < 400; ++seed) {
-    const auto in = bench::random_instance(9000 + std::uint64_t(seed), test::catalog());
-    const cost::ComputeModel cm(in.model, {});
-    const search::Evaluator eval(in.model, in.cluster, cm, in.model.training.recompute, Granularity::layer, {});
-    std::mt19937_64 rng{std::uint64_t(seed)};
-    for (int draw = 0, found = 0; draw < 40 && found < 2; ++draw) {
-      const auto layout = random_layout(eval, rng);
-      if (!layout) continue;
-      const auto c = eval.best_split(*layout);
-      if (!c) continue;
-      ++found;
-      const Plan plan = eval.to_plan(*c);
-      const auto predicted = predict::predict(plan, cm, eval.predict_options());
-      REQUIRE(predicted.ok());
-      const double ratio = c->estimate_s / predicted->plan.predicted->iteration_s;
-      ratios.push_back(ratio);
-      if (std::abs(std::log(ratio)) > std::abs(std::log(worst > 0 ? worst : 1))) {
-        worst = ratio;
-        worst_what = in.description + ", " + to_string(layout->schedule) + ", " + std::to_string(layout->stages.size()) +
-                     " stages, " + std::to_string(layout->pipelines) + " pipelines";
-      }
-    }
-  }
+  for_random_splits(9000, [&] { return ratios.size() >= 240; },
+                    [&](const bench::Instance& in, const cost::ComputeModel& cm, const search::Evaluator& eval,
+                        const search::Layout& layout, const search::Candidate& c) {
+                      const Plan plan = eval.to_plan(c);
+                      const auto predicted = predict::predict(plan, cm, eval.predict_options());
+                      REQUIRE(predicted.ok());
+                      const double ratio = c.estimate_s / predicted->plan.predicted->iteration_s;
+                      ratios.push_back(ratio);
+                      if (std::abs(std::log(ratio)) > std::abs(std::log(worst > 0 ? worst : 1))) {
+                        worst = ratio;
+                        worst_what = in.description + ", " + to_string(layout.schedule) + ", " +
+                                     std::to_string(layout.stages.size()) + " stages, " + std::to_string(layout.pipelines) +
+                                     " pipelines";
+                      }
+                    });
   std::sort(ratios.begin(), ratios.end());
   const double median = ratios[ratios.size() / 2];
   const double p95 = ratios[ratios.size() * 95 / 100], p5 = ratios[ratios.size() * 5 / 100];
@@ -99,29 +112,21 @@ TEST_CASE("property: the search's estimate is within 5% of the simulator on 95% 
 // not fit). Random instances and layouts, every schedule kind.
 TEST_CASE("property: the search's cutoff never loses a split that beats it") {
   int checked = 0;
-  for (int seed = 0; checked < 150 && seed < 400; ++seed) {
-    const auto in = bench::random_instance(7000 + std::uint64_t(seed), test::catalog());
-    const cost::ComputeModel cm(in.model, {});
-    const search::Evaluator eval(in.model, in.cluster, cm, in.model.training.recompute, Granularity::layer, {});
-    std::mt19937_64 rng{std::uint64_t(seed)};
-    for (int draw = 0, found = 0; draw < 40 && found < 2; ++draw) {
-      const auto layout = random_layout(eval, rng);
-      if (!layout) continue;
-      const auto best = eval.best_split(*layout);
-      if (!best) continue;
-      ++found, ++checked;
-      INFO(in.description << ", " << to_string(layout->schedule) << ", " << layout->stages.size() << " stages, "
-                          << layout->pipelines << " pipelines, best " << best->estimate_s);
-      bool cut = false;
-      const auto above = eval.evaluate(*layout, {layout->schedule}, nullptr, best->estimate_s * (1 + 1e-9), &cut);
-      REQUIRE(above.size() == 1);
-      CHECK(above.front().estimate_s == Approx(best->estimate_s).epsilon(1e-12));
-      CHECK(above.front().first_unit == best->first_unit);
-      CHECK_FALSE(cut);
-      const auto below = eval.evaluate(*layout, {layout->schedule}, nullptr, best->estimate_s * (1 - 1e-6), &cut);
-      for (const auto& c : below) CHECK(c.estimate_s >= best->estimate_s * (1 - 1e-12));  // never better than the best
-      if (below.empty()) CHECK(cut);
-    }
-  }
+  for_random_splits(7000, [&] { return checked >= 150; },
+                    [&](const bench::Instance& in, const cost::ComputeModel&, const search::Evaluator& eval,
+                        const search::Layout& layout, const search::Candidate& best) {
+                      ++checked;
+                      INFO(in.description << ", " << to_string(layout.schedule) << ", " << layout.stages.size() << " stages, "
+                                          << layout.pipelines << " pipelines, best " << best.estimate_s);
+                      bool cut = false;
+                      const auto above = eval.evaluate(layout, {layout.schedule}, nullptr, best.estimate_s * (1 + 1e-9), &cut);
+                      REQUIRE(above.size() == 1);
+                      CHECK(above.front().estimate_s == Approx(best.estimate_s).epsilon(1e-12));
+                      CHECK(above.front().first_unit == best.first_unit);
+                      CHECK_FALSE(cut);
+                      const auto below = eval.evaluate(layout, {layout.schedule}, nullptr, best.estimate_s * (1 - 1e-6), &cut);
+                      for (const auto& c : below) CHECK(c.estimate_s >= best.estimate_s * (1 - 1e-12));  // never better than the best
+                      if (below.empty()) CHECK(cut);
+                    });
   CHECK(checked >= 150);
 }

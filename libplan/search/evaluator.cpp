@@ -385,7 +385,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     }
     return starts[U] != 0;
   };
-  // Every split pays, besides (m − 1) times its t_max, at least `fixed`: each unit's fastest time
+  // Every split pays, besides (m − 1) times its t_max, at least `fixed_cost`: each unit's fastest time
   // on any stage (Σ_i t_i) and the hops there and back (Σ_i 2c_i, fixed by the layout). The
   // step after the last backward may hide behind the drain of the stages before it: it adds
   // nothing certain.
@@ -403,10 +403,10 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   for (int i = 0; i < S; ++i)
     for (int r = 0; r < R; ++r) top = std::max(top, p.tables[i][r]->time[U]);
   top *= 1.0000001;
-  // With a cutoff, only splits with (m − 1)·t_max + fixed below it matter (HAPT §5.2's pruning,
-  // from above): when none has t_max that small — one feasibility test — the layout cannot
-  // beat the cutoff, and otherwise t_max is searched below that bound only.
   if (!feasible(top, warmups(top))) return std::nullopt;
+  // With a cutoff, only splits with (m − 1)·t_max + fixed_cost below it matter (HAPT §5.2's
+  // pruning, from above): when none has t_max that small — one feasibility test — the layout
+  // cannot beat the cutoff, and otherwise t_max is searched below that bound only.
   if (cutoff < kNoCutoff && m > 1) {
     const double bound = (cutoff - fixed_cost) / (m - 1);
     // A hop paces the pipeline too.
