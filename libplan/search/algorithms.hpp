@@ -2,6 +2,7 @@
 // The algorithms behind search::run (internal to the search module).
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -55,6 +56,7 @@ class Work {
   void offer(const Candidate& c);
   double best() const;
   std::vector<Candidate> take();
+  std::vector<Candidate> peek() const;  // the k best so far, kept
   // Complete plans that a layout cannot express (pipelines of different shapes); run()
   // predicts them like the candidates.
   void offer_plan(Plan plan);
@@ -91,10 +93,24 @@ void run_heteroauto(Work& w);
 void run_mcts(Work& w);
 // HexiScale §4: METIS parts of the cluster as differently-shaped pipelines (hexiscale.cpp).
 void run_hexiscale(Work& w);
-// Best-first search from the given candidates over neighbouring layouts (refine.cpp). `seen`
-// holds the layouts already reached (pipelines and stage shapes): a later call with new seeds
-// goes on from where an earlier one stopped instead of expanding the same layouts again.
-void run_refine(Work& w, const std::vector<Candidate>& seeds, std::set<std::vector<int>>& seen);
+// The local refinement's state (refine.cpp), kept across calls: the layouts reached (pipelines
+// and stage shapes), those reached but not yet expanded, and the best estimate reached, so
+// that a later call goes on from where an earlier one stopped instead of expanding the same
+// layouts again.
+struct Refinement {
+  std::set<std::vector<int>> seen;
+  std::vector<Candidate> frontier;
+  double best = 1e300;
+  // Set while run_refine waits for its feed, having converged on everything it was given
+  // (auto's convergence test presumes the refinement has explored around the plans found).
+  std::atomic<bool> waiting{false};
+};
+// Candidates found elsewhere since the last call, or nullopt once none will come.
+using Feed = std::function<std::optional<std::vector<Candidate>>()>;
+// Best-first search over neighbouring layouts from `seeds`, the state's frontier and —
+// with a feed — from what the feed gives between expansions (auto refines the slower
+// members' plans while they run).
+void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, const Feed& more = nullptr);
 
 // (dp, cp, tp) factorisations of `devices` for one stage of a subcluster: tp divides the
 // heads and the node size, cp divides the sequence (and is 1 below 8192 tokens).

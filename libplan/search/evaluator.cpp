@@ -140,9 +140,11 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
 double Evaluator::hop(const StageShape& a, int offset_a, const StageShape& b, int offset_b, int mbs, int sharers) const {
   // Blocks of consecutive devices in node-major order: which devices share a node depends only
   // on the offset within a node, and whether the two stages share nodes on their distance.
+  // Two blocks of whole nodes share none wherever they are.
   const int ma = cluster_.subclusters[a.sub].devices_per_node, mb = cluster_.subclusters[b.sub].devices_per_node;
+  const bool whole_nodes = offset_a % ma == 0 && a.devices() % ma == 0 && offset_b % mb == 0 && b.devices() % mb == 0;
   const std::vector<int> key = {a.sub, a.dp, a.cp, a.tp, offset_a % ma, b.sub, b.dp, b.cp, b.tp, offset_b % mb,
-                                a.sub == b.sub ? offset_b - offset_a : 0, mbs, sharers};
+                                a.sub == b.sub && !whole_nodes ? offset_b - offset_a : 0, mbs, sharers};
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = hops_.find(key); it != hops_.end()) return it->second;

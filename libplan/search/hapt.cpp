@@ -2,11 +2,12 @@
 //
 // One pipeline. Each stage runs on a submesh of one subcluster of size (1,1),(1,2),(1,4)..
 // (1,M),(2,M)..(N,M) (M devices per node; on subclusters of four or more nodes only whole
-// nodes, to keep the state space of large clusters small), with the best intra-op option
-// (dp × tp = the submesh) for its units. Stages of one subcluster are contiguous; the
-// subcluster order is enumerated (all orders up to three subclusters; beyond, the orders by
-// memory and by compute, descending). For a candidate t_max a DP from the last unit backwards
-// over (first unit covered, subcluster, devices used there) minimises Σ (t_i + 2 c_i) subject
+// nodes, and on those of more than 64 nodes whole blocks of 2^j nodes, to keep the state
+// space of large clusters small), with the best intra-op option (dp × tp = the submesh) for
+// its units. Stages of one subcluster are contiguous; the subcluster order is enumerated (all
+// orders up to three subclusters; beyond, the orders by memory and by compute, descending).
+// For a candidate t_max a DP from the last unit backwards over (first unit covered,
+// subcluster, slots used there: devices, nodes or blocks) minimises Σ (t_i + 2 c_i) subject
 // to t_i ≤ t_max and the schedule's memory constraint (eq. 14-24): the warm-up count of a new
 // stage is the next stage's plus δ of their hop (h-1f1b), +1 (1f1b), as HAPT keeps N(s, k, ..)
 // along the optimal substructure. t_max is searched from the smallest feasible value upward
@@ -33,22 +34,36 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Mesh {
   int devices;
   int dp, tp;
+  int slots;  // devices / the subcluster's allocation slot (a node where only whole nodes are used)
 };
+
+// The allocation slot of a subcluster, in devices: a device on subclusters of fewer than four
+// nodes; else whole nodes, 2^j of them, the fewest that leave at most kSlots slots — the DP
+// counts what is used in slots and its meshes are whole slots, which bounds its state space
+// on large clusters (issue 20: on 10,000 devices a solve over single nodes took a second).
+constexpr int kSlots = 64;
+int slot_of(const SubclusterSpec& s) {
+  if (s.nodes < 4) return 1;
+  int nodes = 1;
+  while (s.nodes / nodes > kSlots) nodes *= 2;
+  return nodes * s.devices_per_node;
+}
 
 std::vector<Mesh> meshes(const Evaluator& eval, int sub, int mbs) {
   const SubclusterSpec& s = eval.cluster().subclusters[sub];
   const ModelSpec& m = eval.model();
-  const int M = s.devices_per_node, N = s.nodes;
+  const int M = s.devices_per_node, slot = slot_of(s);
   std::vector<int> sizes;
-  if (N < 4)
+  if (slot == 1)
     for (int g = 1; g < M; g *= 2) sizes.push_back(g);
-  for (int n = 1; n <= N; ++n) sizes.push_back(n * M);
+  const int unit = std::max(slot, M);  // whole nodes, or whole slots
+  for (int n = 1; n * unit <= s.num_devices(); ++n) sizes.push_back(n * unit);
   std::vector<Mesh> out;
   for (int g : sizes)
     for (int tp = 1; tp <= std::min(g, M); tp *= 2) {
       if (g % tp || M % tp || m.num_attention_heads % tp || m.num_kv_heads % tp) continue;
       if (mbs % (g / tp)) continue;
-      out.push_back({g, g / tp, tp});
+      out.push_back({g, g / tp, tp, g / slot_of(s)});
     }
   return out;
 }
@@ -56,7 +71,7 @@ std::vector<Mesh> meshes(const Evaluator& eval, int sub, int mbs) {
 struct Cell {
   double cost = kInf;  // Σ (t_i + 2 c_i) of the suffix
   int warmup = 0;      // warm-up count of the suffix's first stage
-  int first_mesh = -1, first_offset = 0, first_sub = -1, first_end = -1;  // the suffix's first stage
+  int first_mesh = -1, first_offset = 0, first_sub = -1, first_end = -1;  // the suffix's first stage (offset in slots)
   int next = -1;       // index of the successor cell (the rest of the suffix)
 };
 
@@ -68,7 +83,8 @@ class HaptDp {
     m_ = w.eval.model().training.global_batch_size / mbs;
     for (int j : order_) {
       meshes_.push_back(meshes(w.eval, j, mbs));
-      capacity_.push_back(c.subclusters[j].num_devices());
+      slot_.push_back(slot_of(c.subclusters[j]));
+      capacity_.push_back(c.subclusters[j].num_devices() / slot_.back());
     }
     tables_.resize(order_.size());
     base_.assign(order_.size() + 1, 0);
@@ -98,9 +114,9 @@ class HaptDp {
             if (q2 < q && from.first_sub < 0) continue;  // an empty suffix starts in its own subcluster
             for (std::size_t mi = 0; mi < meshes_[q2].size(); ++mi) {
               const Mesh& mesh = meshes_[q2][mi];
-              if (already + mesh.devices > capacity_[q2]) continue;
-              const int offset = capacity_[q2] - already - mesh.devices;  // allocated from the back
-              extend(cell, id(k, q, used), k, sub, mesh, offset, tau, [&](int k2) { return id(k2, q2, already + mesh.devices); });
+              if (already + mesh.slots > capacity_[q2]) continue;
+              const int offset = capacity_[q2] - already - mesh.slots;  // in slots, allocated from the back
+              extend(cell, id(k, q, used), k, sub, mesh, offset, tau, [&](int k2) { return id(k2, q2, already + mesh.slots); });
             }
           }
         }
@@ -186,18 +202,24 @@ class HaptDp {
       Layout one;
       one.micro_batch_size = mbs_;
       one.stages = {{sub, mesh.dp, 1, mesh.tp}};
-      slots[at] = &w_.eval.table(one, 0, offset, w_.eval.recompute_options()[r]);
+      slots[at] = &w_.eval.table(one, 0, offset * slot_[q], w_.eval.recompute_options()[r]);
     }
     return *slots[at];
   }
 
   double hop(int sub, const Mesh& mesh, int offset, const Cell& next) {
     const Mesh& nm = meshes_[position(next.first_sub)][static_cast<std::size_t>(next.first_mesh)];
-    // (subcluster, mesh, offset) of both ends: this DP's own cache before the evaluator's.
-    auto end = [](int s, std::ptrdiff_t m, int off) { return std::uint64_t(s) << 48 | std::uint64_t(m) << 24 | std::uint64_t(off); };
+    // (subcluster, mesh, offset) of both ends: this DP's own cache before the evaluator's. Stages
+    // of whole nodes never share a node, so where both ends are whole nodes the hop does not
+    // depend on their offsets (the evaluator's key says the same).
+    const bool nodes = slot_[position(sub)] > 1 && slot_[position(next.first_sub)] > 1;
+    auto end = [&](int s, std::ptrdiff_t m, int off) {
+      return std::uint64_t(s) << 48 | std::uint64_t(m) << 24 | std::uint64_t(nodes ? 0 : off);
+    };
     const HopKey key{end(sub, &mesh - meshes_[position(sub)].data(), offset), end(next.first_sub, next.first_mesh, next.first_offset)};
     if (auto it = hops_.find(key); it != hops_.end()) return it->second;
-    const double t = w_.eval.hop({sub, mesh.dp, 1, mesh.tp}, offset, {next.first_sub, nm.dp, 1, nm.tp}, next.first_offset, mbs_, 1);
+    const double t = w_.eval.hop({sub, mesh.dp, 1, mesh.tp}, offset * slot_[position(sub)], {next.first_sub, nm.dp, 1, nm.tp},
+                                 next.first_offset * slot_[position(next.first_sub)], mbs_, 1);
     hops_.emplace(key, t);
     return t;
   }
@@ -209,7 +231,8 @@ class HaptDp {
   int U_;
   int m_ = 1;
   std::vector<std::vector<Mesh>> meshes_;
-  std::vector<int> capacity_;
+  std::vector<int> slot_;      // per subcluster position: devices per allocation slot
+  std::vector<int> capacity_;  // per subcluster position: slots
   std::vector<std::size_t> base_;
   using HopKey = std::pair<std::uint64_t, std::uint64_t>;
   struct HopHash {

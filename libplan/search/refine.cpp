@@ -1,11 +1,15 @@
 // Local refinement of the portfolio's best plans: best-first search over neighbouring layouts,
 // each evaluated like any other (best split, every micro-batch size and schedule). It
 // crosses the boundaries between the seed algorithms' spaces: it trades stage data
-// parallelism for identical pipelines and back, refactors a stage's (dp, cp, tp), splits,
-// merges, drops and adds stages, and swaps the order of subclusters.
+// parallelism for identical pipelines and back (by any power of two), refactors a stage's
+// (dp, cp, tp) — or that of every like stage of a subcluster at once —, splits, merges, drops
+// and adds stages, and swaps the order of subclusters.
 #include <algorithm>
+#include <array>
+#include <map>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include <tbb/parallel_for.h>
 
@@ -27,17 +31,20 @@ std::vector<Layout> neighbours(const Evaluator& eval, const Layout& l) {
   std::vector<Layout> out;
   const int S = static_cast<int>(l.stages.size());
   const ClusterSpec& c = eval.cluster();
-  // Identical pipelines <-> stage data parallelism.
-  if (std::all_of(l.stages.begin(), l.stages.end(), [](const StageShape& s) { return s.dp % 2 == 0; })) {
+  // Identical pipelines <-> stage data parallelism, by every power of two at once (a plan of
+  // one pipeline of dp-16 stages is four doublings from 16 pipelines).
+  int common = 0;  // the stages' common dp
+  for (const auto& s : l.stages) common = std::gcd(common, s.dp);
+  for (int d = 2; common % d == 0; d *= 2) {
     Layout n = l;
-    n.pipelines *= 2;
-    for (auto& s : n.stages) s.dp /= 2;
+    n.pipelines *= d;
+    for (auto& s : n.stages) s.dp /= d;
     out.push_back(n);
   }
-  if (l.pipelines % 2 == 0) {
+  for (int d = 2; l.pipelines % d == 0; d *= 2) {
     Layout n = l;
-    n.pipelines /= 2;
-    for (auto& s : n.stages) s.dp *= 2;
+    n.pipelines /= d;
+    for (auto& s : n.stages) s.dp *= d;
     out.push_back(n);
   }
   for (int i = 0; i < S; ++i) {
@@ -69,6 +76,24 @@ std::vector<Layout> neighbours(const Evaluator& eval, const Layout& l) {
     if (S > 1) {
       Layout n = l;
       n.stages.erase(n.stages.begin() + i);
+      out.push_back(n);
+    }
+  }
+  // Every stage of one shape on one subcluster refactored at once: on large clusters a plan
+  // has tens of like stages, and changing them one per expansion takes tens of expansions
+  // (issue 20: 10,000 devices).
+  // Below kLike like stages the single-stage moves get there in as many expansions.
+  constexpr int kLike = 4;
+  std::map<std::array<int, 4>, int> like;  // (subcluster, dp, cp, tp) -> stages
+  for (const auto& st : l.stages) ++like[{st.sub, st.dp, st.cp, st.tp}];
+  for (const auto& [shape, count] : like) {
+    if (count < kLike) continue;
+    const auto [sub, dp, cp, tp] = shape;
+    for (const Shape3& f : factorisations(eval, sub, dp * cp * tp)) {
+      if (f.dp == dp && f.cp == cp && f.tp == tp) continue;
+      Layout n = l;
+      for (auto& st : n.stages)
+        if (st.sub == sub && st.dp == dp && st.cp == cp && st.tp == tp) st = {sub, f.dp, f.cp, f.tp};
       out.push_back(n);
     }
   }
@@ -110,35 +135,66 @@ std::vector<Layout> neighbours(const Evaluator& eval, const Layout& l) {
 
 }  // namespace
 
-void run_refine(Work& w, const std::vector<Candidate>& seeds, std::set<Key>& seen) {
-  // Best-first over layouts: expand the best unexpanded one (all its neighbours), up to a
-  // number of expansions, so that a step that is no better by itself (adding a stage before
-  // splitting it) can still lead somewhere better.
-  // It stops after kExpansions, or once kPatience expansions in a row found nothing better.
+void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, const Feed& more) {
+  // Best-first over layouts: expand the best unexpanded one (all its neighbours), so that a
+  // step that is no better by itself (adding a stage before splitting it) can still lead
+  // somewhere better. Each call goes on from the frontier the earlier ones left. It stops
+  // after kExpansions, or once kPatience expansions in a row found nothing better — or, with
+  // a feed, waits then for the feed's next candidates until it says none will come. A
+  // candidate from the feed that beats the best starts the count again.
   // A neighbour is followed only when it estimates within kSlack of the best so far (and
   // enters the k best kept): a step through a worse layout may lead somewhere better, a step
   // through a much worse one rarely does, and pruning by it makes an expansion several times
   // cheaper (issue 20: exp3, 50 mid-size instances).
   constexpr int kExpansions = 128, kPatience = 8;
   constexpr double kSlack = 0.01;
-  std::vector<Candidate> frontier;
-  for (const auto& s : seeds) {
-    w.offer(s);
-    if (seen.insert(key_of(s.layout)).second) frontier.push_back(s);
-  }
-  double best = 1e300;
-  for (const auto& s : seeds) best = std::min(best, s.estimate_s);
-  for (int step = 0, stale = 0; step < kExpansions && stale < kPatience && !frontier.empty() && !w.expired(); ++step) {
-    auto it = std::min_element(frontier.begin(), frontier.end(),
+  // What counts as progress for the patience: 0.1%, as for auto's convergence test (a
+  // plateau of equivalent layouts improves by 1e-5 per expansion for tens of expansions).
+  constexpr double kProgress = 1e-3;
+  // An expansion is evaluated in chunks; between them the feed is polled, and a candidate
+  // from it better than the layout being expanded ends the expansion there (the layout goes
+  // back to the frontier, its neighbours not yet evaluated unseen): on large clusters one
+  // expansion of a poor early plan takes seconds.
+  constexpr std::size_t kChunk = 256;
+  int steps = 0, stale = 0;
+  bool fed = !more;  // nothing more will come
+  auto add = [&](const Candidate& c) {
+    w.offer(c);
+    if (c.estimate_s < r.best * (1 - kProgress)) steps = stale = 0;
+    r.best = std::min(r.best, c.estimate_s);
+    if (r.seen.insert(key_of(c.layout)).second) r.frontier.push_back(c);
+  };
+  auto poll = [&] {  // the best estimate the feed gave
+    double given = 1e300;
+    if (fed) return given;
+    if (auto next = more()) {
+      for (const auto& c : *next) add(c), given = std::min(given, c.estimate_s);
+    } else {
+      fed = true;
+    }
+    return given;
+  };
+  for (const auto& c : seeds) add(c);
+  while (!w.expired()) {
+    poll();
+    if (r.frontier.empty() || stale >= kPatience || steps >= kExpansions) {
+      if (fed) break;
+      r.waiting = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    r.waiting = false;
+    ++steps;
+    auto it = std::min_element(r.frontier.begin(), r.frontier.end(),
                                [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
-    const Layout at = it->layout;
-    frontier.erase(it);
+    const Candidate at = *it;
+    r.frontier.erase(it);
     // Every new neighbour at every micro-batch size, evaluated in parallel against the k best
     // kept when the expansion began (so the result does not depend on the thread count); a
     // neighbour that cannot enter them is not followed.
     std::vector<Layout> fresh;
-    for (const Layout& n : neighbours(w.eval, at))
-      if (seen.insert(key_of(n)).second) fresh.push_back(n);
+    for (const Layout& n : neighbours(w.eval, at.layout))
+      if (r.seen.insert(key_of(n)).second) fresh.push_back(n);
     std::vector<Layout> tries;
     std::vector<std::size_t> of;  // the neighbour of each try
     for (std::size_t i = 0; i < fresh.size(); ++i)
@@ -149,29 +205,47 @@ void run_refine(Work& w, const std::vector<Candidate>& seeds, std::set<Key>& see
         l.micro_batch_size = b * d;
         if (w.eval.admissible(l)) tries.push_back(std::move(l)), of.push_back(i);
       }
-    const double cutoff = std::min(w.best(), best * (1 + kSlack));
+    const double cutoff = std::min(w.best(), r.best * (1 + kSlack));
     std::vector<std::vector<Candidate>> results(tries.size());
-    tbb::parallel_for(std::size_t(0), tries.size(), [&](std::size_t j) {
-      if (w.expired()) return;
-      results[j] = w.eval.evaluate(tries[j], w.schedules, nullptr, cutoff);
-      for (const auto& c : results[j]) w.note(c.estimate_s);  // auto's convergence test sees progress at once
-    });
-    w.count(static_cast<std::int64_t>(tries.size() * w.schedules.size()));
-    for (std::size_t i = 0, j = 0; i < fresh.size(); ++i) {
+    std::size_t done = 0;  // tries evaluated
+    bool superseded = false;
+    while (done < tries.size() && !superseded && !w.expired()) {
+      const std::size_t end = std::min(tries.size(), done + kChunk);
+      tbb::parallel_for(done, end, [&](std::size_t j) {
+        if (w.expired()) return;
+        results[j] = w.eval.evaluate(tries[j], w.schedules, nullptr, cutoff);
+        for (const auto& c : results[j]) w.note(c.estimate_s);  // auto's convergence test sees progress at once
+      });
+      if (w.expired()) break;
+      done = end;
+      superseded = poll() < at.estimate_s * (1 - 1e-3);
+    }
+    // A neighbour whose tries were not all evaluated is unseen again, and the layout goes
+    // back to the frontier to be expanded into them later.
+    std::size_t whole = done;  // tries of the neighbours evaluated whole
+    while (whole > 0 && whole < tries.size() && of[whole] == of[whole - 1]) --whole;
+    if (whole < tries.size()) {
+      for (std::size_t i = of[whole]; i < fresh.size(); ++i) r.seen.erase(key_of(fresh[i]));
+      r.frontier.push_back(at);
+    }
+    w.count(static_cast<std::int64_t>(whole * w.schedules.size()));
+    for (std::size_t i = 0, j = 0; j < whole; ++i) {
       std::vector<Candidate> found;
-      for (; j < tries.size() && of[j] == i; ++j)
+      for (; j < whole && of[j] == i; ++j)
         for (auto& c : results[j])
           if (c.estimate_s < cutoff) found.push_back(std::move(c));
       if (found.empty()) continue;
       std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
       for (const auto& c : found) w.offer(c);
-      if (found.front().estimate_s < best) best = found.front().estimate_s, stale = -1;
-      frontier.push_back(found.front());  // the layout's best micro-batch size and schedule
+      if (found.front().estimate_s < r.best * (1 - kProgress)) stale = -1;
+      r.best = std::min(r.best, found.front().estimate_s);
+      r.frontier.push_back(found.front());  // the layout's best micro-batch size and schedule
     }
-    if (w.expired()) return;
+    if (w.expired()) break;
     ++stale;
     w.note_progress("refining");
   }
+  r.waiting = false;
 }
 
 }  // namespace het::search

@@ -181,26 +181,36 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     seconds[i] += std::chrono::duration<double>(Clock::now() - t0).count();
   };
   auto is_quick = [](const std::string& name) { return name == "uniform" || name == "heteroauto"; };
-  // The refinement (auto only): from the four best candidates so far and every member's best,
-  // over layouts it has not reached before; its row counts its seeds too, so it never reports
-  // worse than what it started from.
-  std::set<std::vector<int>> refined;
-  std::vector<Candidate> seeds;
-  auto refine = [&] {
-    Work& r = *works.back();
+  // The refinement (auto only): from every member's best candidate and the four best overall,
+  // each given once; its state (refine.cpp) carries over from one call to the next, and its
+  // row counts its seeds too, so it never reports worse than what it started from.
+  Refinement refinement;
+  std::mutex seeds_mutex;
+  std::vector<Candidate> seeds;   // every candidate given to the refinement
+  std::set<std::vector<int>> fed;  // their layouts, micro-batches and schedules
+  auto gather = [&] {
     std::vector<Candidate> all, now;
     for (auto& w : works) {
-      std::vector<Candidate> own = w->take();
-      for (const auto& c : own) all.push_back(c), w->offer(c);
-      auto best = std::min_element(own.begin(), own.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
-      if (best != own.end()) now.push_back(*best);
+      if (w->name == "refine") continue;
+      std::vector<Candidate> own = w->peek();  // best first
+      if (!own.empty()) now.push_back(own.front());
+      all.insert(all.end(), own.begin(), own.end());
     }
     std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
     if (all.size() > 4) all.resize(4);
     now.insert(now.end(), all.begin(), all.end());
-    seeds.insert(seeds.end(), now.begin(), now.end());
+    std::vector<Candidate> given;
+    std::lock_guard<std::mutex> lock(seeds_mutex);
+    for (const Candidate& c : now) {
+      std::vector<int> key = {c.layout.pipelines, c.layout.micro_batch_size, static_cast<int>(c.layout.schedule)};
+      for (const auto& st : c.layout.stages) key.insert(key.end(), {st.sub, st.dp, st.cp, st.tp});
+      if (fed.insert(std::move(key)).second) given.push_back(c), seeds.push_back(c);
+    }
+    return given;
+  };
+  auto refine = [&](const Feed& more) {
     const auto t0 = Clock::now();
-    run_refine(r, now, refined);
+    run_refine(*works.back(), refinement, gather(), more);
     seconds.back() += std::chrono::duration<double>(Clock::now() - t0).count();
   };
   if (algorithm != "auto") {
@@ -210,12 +220,13 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     // on every core, until it converges or for a quarter of the budget: on large clusters it
     // finds the best plans long before the slower members would (issue 20). Then the slower
     // members side by side, each on a thread of its own so that the system shares the cores
-    // fairly among them (tasks of one task group would queue behind the long ones). Each ends
-    // by itself when its space is done (mcts when its subtrees converge), at 80% of the
-    // budget, or — Options::converge — once the portfolio's best estimate has not improved by
-    // 0.1% for half the time it took to reach it (at least 0.5 s, or a quarter of the budget
-    // when the quick members found nothing; exhaustive, the oracle of small instances, is never
-    // stopped). Then the refinement of everything they found, in what is left of the budget.
+    // fairly among them (tasks of one task group would queue behind the long ones), and the
+    // refinement on one more, fed each member's best plans as they are found. Each ends by
+    // itself when its space is done (mcts when its subtrees converge), at 80% of the budget, or
+    // — Options::converge — once the refinement has converged on everything they found and the
+    // portfolio's best estimate has not improved by 0.1% for half the time it took to reach it
+    // (at least 0.5 s; exhaustive, the oracle of small instances, is never stopped). Then the refinement of everything they found, in what is
+    // left of the budget.
     Incumbent incumbent(start);
     for (auto& w : works) w->incumbent = &incumbent;
     std::vector<std::thread> quick;
@@ -224,11 +235,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     for (auto& t : quick) t.join();
     works.back()->set_deadline(std::min(algorithms_deadline, start + std::chrono::duration_cast<Clock::duration>(
                                                                           std::chrono::duration<double>(0.25 * budget))));
-    refine();
-    // The convergence test presumes the refinement has explored around a plan; where the quick
-    // members found none (a cluster tight on memory), the slower ones are the only explorers and
-    // get a quarter of the budget before it applies.
-    const double at_least_s = seeds.empty() ? 0.25 * budget : 0.5;
+    refine(nullptr);
     incumbent.restart();
     std::vector<std::thread> slow;
     std::atomic<int> running{0};
@@ -237,17 +244,25 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
         ++running;
         slow.emplace_back([&, i] { run_one(i), --running; });
       }
+    works.back()->set_deadline(algorithms_deadline);
+    std::thread refiner([&] {
+      refine([&]() -> std::optional<std::vector<Candidate>> {
+        if (running == 0) return std::nullopt;
+        return gather();
+      });
+    });
     while (running > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (opt.converge && incumbent.stalled(start, at_least_s)) {
+      if (opt.converge && refinement.waiting && incumbent.stalled(start, 0.5)) {
         for (auto& w : works)
           if (w->name != "exhaustive") w->set_deadline(std::min(w->deadline(), Clock::now()));
         break;
       }
     }
     for (auto& t : slow) t.join();
+    refiner.join();
     works.back()->set_deadline(deadline);
-    refine();  // from what the slower members found
+    refine(nullptr);  // from what the slower members found last
   }
 
   // Re-rank each algorithm's best candidates with the simulator: each distinct candidate once

@@ -68,6 +68,11 @@ std::vector<Candidate> Work::take() {
   return std::move(top_);
 }
 
+std::vector<Candidate> Work::peek() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return top_;
+}
+
 void Work::offer_plan(Plan plan) {
   std::lock_guard<std::mutex> lock(mutex_);
   plans_.push_back(std::move(plan));
