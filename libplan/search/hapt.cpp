@@ -34,7 +34,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Mesh {
   int devices;
   int dp, tp;
-  int slots;  // devices / the subcluster's allocation slot (a node where only whole nodes are used)
+  int slots;  // devices / the subcluster's allocation slot (slot_of)
 };
 
 // The allocation slot of a subcluster, in devices: a device on subclusters of fewer than four
@@ -63,7 +63,7 @@ std::vector<Mesh> meshes(const Evaluator& eval, int sub, int mbs) {
     for (int tp = 1; tp <= std::min(g, M); tp *= 2) {
       if (g % tp || M % tp || m.num_attention_heads % tp || m.num_kv_heads % tp) continue;
       if (mbs % (g / tp)) continue;
-      out.push_back({g, g / tp, tp, g / slot_of(s)});
+      out.push_back({g, g / tp, tp, g / slot});
     }
   return out;
 }

@@ -218,7 +218,7 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
       });
       if (w.expired()) break;
       done = end;
-      superseded = poll() < at.estimate_s * (1 - 1e-3);
+      superseded = poll() < at.estimate_s * (1 - kProgress);
     }
     // A neighbour whose tries were not all evaluated is unseen again, and the layout goes
     // back to the frontier to be expanded into them later.

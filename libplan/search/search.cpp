@@ -91,6 +91,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A layout as a key: pipelines, micro-batch, schedule and every stage's shape.
+std::vector<int> layout_key(const Layout& l) {
+  std::vector<int> key = {l.pipelines, l.micro_batch_size, static_cast<int>(l.schedule)};
+  for (const auto& st : l.stages) key.insert(key.end(), {st.sub, st.dp, st.cp, st.tp});
+  return key;
+}
+
 // Instances small enough for the exhaustive oracle.
 bool small_instance(const Evaluator& eval) {
   return eval.cluster().num_devices() <= 16 && eval.num_units() <= 18 && eval.cluster().subclusters.size() <= 3;
@@ -202,9 +209,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     std::vector<Candidate> given;
     std::lock_guard<std::mutex> lock(seeds_mutex);
     for (const Candidate& c : now) {
-      std::vector<int> key = {c.layout.pipelines, c.layout.micro_batch_size, static_cast<int>(c.layout.schedule)};
-      for (const auto& st : c.layout.stages) key.insert(key.end(), {st.sub, st.dp, st.cp, st.tp});
-      if (fed.insert(std::move(key)).second) given.push_back(c), seeds.push_back(c);
+      if (fed.insert(layout_key(c.layout)).second) given.push_back(c), seeds.push_back(c);
     }
     return given;
   };
@@ -225,8 +230,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     // itself when its space is done (mcts when its subtrees converge), at 80% of the budget, or
     // — Options::converge — once the refinement has converged on everything they found and the
     // portfolio's best estimate has not improved by 0.1% for half the time it took to reach it
-    // (at least 0.5 s; exhaustive, the oracle of small instances, is never stopped). Then the refinement of everything they found, in what is
-    // left of the budget.
+    // (at least 0.5 s; exhaustive, the oracle of small instances, is never stopped). Then the
+    // refinement of everything they found, in what is left of the budget.
     Incumbent incumbent(start);
     for (auto& w : works) w->incumbent = &incumbent;
     std::vector<std::thread> quick;
@@ -274,8 +279,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     std::vector<Candidate> candidates = works[i]->take();
     if (works[i]->name == "refine") candidates.insert(candidates.end(), seeds.begin(), seeds.end());
     for (const Candidate& c : candidates) {
-      std::vector<int> key = {c.layout.pipelines, c.layout.micro_batch_size, static_cast<int>(c.layout.schedule)};
-      for (const auto& st : c.layout.stages) key.insert(key.end(), {st.sub, st.dp, st.cp, st.tp});
+      std::vector<int> key = layout_key(c.layout);
       key.insert(key.end(), c.first_unit.begin(), c.first_unit.end());
       for (Recompute r : c.recompute) key.push_back(static_cast<int>(r));
       auto [it, fresh] = index.emplace(std::move(key), plans.size());
