@@ -203,6 +203,7 @@ TEST_CASE("when the submitter dies, the agents stop the job within its lease") {
   Background submitter(submit_args(agents, token, {"--steps", "100000", "--seed", seed, "--lease", "2"}));
   for (int i = 0; i < 600 && find_processes({"worker", "--rank 5 ", agents.root()}).empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  INFO("the submitter so far: " << submitter.out() << submitter.err());  // why no worker started (a CI flake, 83d120e)
   REQUIRE_FALSE(find_processes({"worker", agents.root()}).empty());
   submitter.signal(SIGKILL);
   CHECK(all_gone({"worker", agents.root()}, 2 + 5));  // the lease, and the stop's grace
