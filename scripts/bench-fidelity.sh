@@ -9,10 +9,13 @@
 # time. The profiles are taken as the dilated ranks compute (`hetexec profile --time-dilation`:
 # each operation followed by the pause the run takes after it, X - 1 times it on the fast devices,
 # 2X - 1 on the slow ones, which --emulate-devices slows 2x more).
-# Each repetition runs every plan FIDELITY_RUNS times (default 3) and keeps the fastest run: this
-# VM's host slows it by up to 40% for seconds at a time (docs/executor.md), which makes a run
-# slower, never faster.
+# Each repetition runs every plan FIDELITY_RUNS times (default 3), round-robin over the plans so
+# that a plan's runs are minutes apart, and keeps its fastest run the probes found undisturbed:
+# this VM's host slows it by up to 40% for seconds to minutes at a time (docs/executor.md), which
+# makes a run slower, never faster; bench/fidelity/measure.sh says how it is detected.
 #   scripts/bench-fidelity.sh [REPETITIONS] [PLAN-NAME-FILTER]
+#   FIDELITY_RUNS, FIDELITY_QUIET, FIDELITY_WAITS: measure.sh
+#   FIDELITY_REUSE_PROFILES=1: use the profiles an earlier run left in $build/bench-fidelity (saves ~30 min)
 # Writes $build/bench-fidelity/results.json (and per plan its trace, comparison and side-by-side
 # trace) and prints a markdown table and the summary.
 set -euo pipefail
@@ -27,12 +30,16 @@ hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
 cluster=bench/fidelity/cluster.yaml
 x=8
+source bench/fidelity/measure.sh
+probe_baseline
 for model in tiny-gpt tiny-llama; do  # slow: times x 2, the cluster's peak ratio, as --emulate-devices slows it
   for dev in fast:1 slow:2; do
     s=${dev##*:}
+    if [[ -n ${FIDELITY_REUSE_PROFILES:-} && -f $out/$model-${dev%%:*}.yaml ]]; then continue; fi  # an earlier run's profiles
     # Two profiles, each row the faster of the two: a row the machine disturbed (another tenant
     # of this VM's host) is slower, never faster.
     for k in 1 2; do
+      wait_quiet
       "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-${dev%%:*}" --slowdown "$s" \
         --time-dilation $(( x * s )) --tp 1 2 --cp 1 2 --micro-batch 1 2 4 -o "$out/$model-${dev%%:*}.$k.yaml" > /dev/null
     done
@@ -41,24 +48,37 @@ for model in tiny-gpt tiny-llama; do  # slow: times x 2, the cluster's peak rati
 done
 results="$out/results.jsonl"
 : > "$results"
-echo "| plan | ranks | dilation | rep | predicted ms | measured ms | predicted ÷ measured |"
-echo "|---|---|---|---|---|---|---|"
+plans=()
+for plan in bench/fidelity/plans/*.plan.json; do
+  name=$(basename "$plan" .plan.json)
+  if [[ -z $filter || $name == *$filter* ]]; then plans+=("$plan"); fi
+done
+echo "| plan | ranks | dilation | rep | predicted ms | measured ms | predicted ÷ measured | runs disturbed |"
+echo "|---|---|---|---|---|---|---|---|"
 for rep in $(seq 1 "$reps"); do
-  for plan in bench/fidelity/plans/*.plan.json; do
-    name=$(basename "$plan" .plan.json)
-    if [[ -n $filter && $name != *$filter* ]]; then continue; fi
-    model=tiny-${name%%-*}
-    ranks=$(python3 bench/fidelity/report.py ranks "$plan")
-    inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
-    compares=()
-    for k in $(seq 1 "$runs"); do
+  for k in $(seq 1 "$runs"); do  # round-robin: a plan's runs are a whole round apart
+    for plan in "${plans[@]}"; do
+      name=$(basename "$plan" .plan.json)
+      model=tiny-${name%%-*}
+      inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
+      wait_quiet
+      before=$probe_now
       "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
         --trace "$out/$name.$k.trace.json" > "$out/$name.$k.log"
+      probe
+      python3 bench/fidelity/report.py probed "$out/$name.$k.probe.json" "$before" "$probe_now" "$quiet"
       "$hetplan" simulate "$plan" "${inputs[@]}" --profile "$out/$model-fast.yaml" --profile "$out/$model-slow.yaml" \
         --time-dilation "$x" --measured "$out/$name.$k.trace.json" --side-by-side "$out/$name.$k.side-by-side.json" \
         --format json > "$out/$name.$k.compare.json"
-      compares+=("$out/$name.$k.compare.json")
+      python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(f'rep $rep run $k/$runs $name: predicted {c[\"predicted_step_s\"]*1e3:.1f} ms, measured {c[\"measured_step_s\"]*1e3:.1f} ms (probes $before, $probe_now)')" \
+        "$out/$name.$k.compare.json" >&2
     done
+  done
+  for plan in "${plans[@]}"; do
+    name=$(basename "$plan" .plan.json)
+    ranks=$(python3 bench/fidelity/report.py ranks "$plan")
+    compares=()
+    for k in $(seq 1 "$runs"); do compares+=("$out/$name.$k.compare.json"); done
     python3 bench/fidelity/report.py fastest "$out/$name.compare.json" "${compares[@]}"
     python3 bench/fidelity/report.py row "$name" "$ranks" "$x" "$rep" "$out/$name.compare.json" "$results"
   done

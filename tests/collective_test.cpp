@@ -3,6 +3,12 @@
 // share — between real ranks over loopback; and how run-local spreads ranks over GPUs.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <chrono>
 #include <set>
 #include <thread>
 
@@ -11,6 +17,8 @@
 #include "launch/local.hpp"
 #include "process.hpp"
 #include "rendezvous/directory.hpp"
+#include "transport/shared_link.hpp"
+#include "transport/tcp.hpp"
 
 namespace col = het::collective;
 
@@ -116,4 +124,73 @@ TEST_CASE("collectives: run-local spreads ranks over the GPUs, sharing one only 
   CHECK(het::launch::spread_over_gpus(4, 2) == std::vector<int>{0, 1, 0, 1});
   CHECK(het::launch::spread_over_gpus(3, 8) == std::vector<int>{0, 1, 2});
   CHECK(het::launch::spread_over_gpus(3, 0).empty());
+}
+
+TEST_CASE("transport: connections sharing an emulated link take turns on it, across processes") {
+  using het::transport::SharedLink;
+  using std::chrono::seconds;
+  const std::string name = "/het-test-" + std::to_string(::getpid());
+  auto a = SharedLink::open(name);
+  REQUIRE(a);
+  const SharedLink::Clock::time_point t0{seconds(1000)};
+  // Free since the epoch: a frame queued at t0 leaves after its own time.
+  CHECK((*a)->reserve(t0, seconds(2)) == t0 + seconds(2));
+  // Another process opening the same name shares it: its frame queued at t0 waits for ours.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto b = SharedLink::open(name);
+    ::_exit(b && (*b)->reserve(t0, seconds(3)) == t0 + seconds(5) ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  // ... and ours after it; a frame queued after the link is free starts when queued.
+  CHECK((*a)->reserve(t0, seconds(1)) == t0 + seconds(6));
+  CHECK((*a)->reserve(t0 + seconds(10), seconds(1)) == t0 + seconds(11));
+  // A link of this process only is its own.
+  auto own = SharedLink::local();
+  CHECK(own->reserve(t0, seconds(1)) == t0 + seconds(1));
+  // The name goes with the last handle of this process (the child's went with it).
+  a->reset();
+  CHECK(::access(("/dev/shm" + name).c_str(), F_OK) != 0);
+}
+
+TEST_CASE("transport: a rank's two connections shaped on one link send one after the other") {
+  // Rank 0 sends `bytes` to ranks 1 and 2 at once, each connection shaped to `bandwidth`: on a
+  // shared link the second frame arrives after both frames' time (2 x 0.2 s), not after one.
+  het::test::TempDir dir;
+  const int world = 3;
+  const double bandwidth = 1e6;
+  const std::size_t bytes = 200000;
+  for (bool shared : {false, true}) {
+    INFO((shared ? "shared" : "a link per connection"));
+    std::filesystem::create_directories(dir.path() + (shared ? "/s" : "/u"));
+    std::vector<double> arrived(world, 0);
+    std::vector<std::string> errors(world);
+    std::vector<std::thread> threads;
+    std::atomic<std::int64_t> sent{0};  // when rank 0 sent (steady_clock ticks)
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back([&, r] {
+        het::rendezvous::DirectoryRendezvous rdv(dir.path() + (shared ? "/s" : "/u"));
+        auto peers = het::transport::Peers::connect(r, world, rdv, 30);
+        if (!peers) return void(errors[std::size_t(r)] = het::to_string(peers.errors()));
+        std::vector<char> data(bytes, char(r));
+        if (r == 0) {
+          auto link = het::transport::SharedLink::local();
+          for (int to : {1, 2}) (*peers)->shape(to, bandwidth, 0, shared ? link : nullptr);
+          sent = std::chrono::steady_clock::now().time_since_epoch().count();
+          for (int to : {1, 2}) (*peers)->send(to, 7, data.data(), bytes);
+          if (auto done = (*peers)->flush(); !done) errors[0] = het::test::error_text(done);
+        } else {
+          if (auto got = (*peers)->recv(0, 7, data.data(), bytes); !got) errors[std::size_t(r)] = het::test::error_text(got);
+          const std::chrono::steady_clock::time_point at{std::chrono::steady_clock::duration(sent.load())};
+          arrived[std::size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) CHECK(errors[std::size_t(r)] == "");
+    const double one = double(bytes) / bandwidth;
+    CHECK(std::min(arrived[1], arrived[2]) >= one);
+    if (shared) CHECK(std::max(arrived[1], arrived[2]) >= 2 * one);  // (each on its own link: both after ~one)
+  }
 }

@@ -12,11 +12,12 @@ def ranks(plan):
 def row(name, n, x, rep, compare, results):
     c = json.load(open(compare))
     r = {"plan": name, "ranks": int(n), "dilation": int(x), "rep": int(rep), "predicted_s": c["predicted_step_s"],
-         "measured_s": c["measured_step_s"], "ratio": c["predicted_over_measured"]}
+         "measured_s": c["measured_step_s"], "ratio": c["predicted_over_measured"], "runs": c.get("runs", 1),
+         "disturbed_runs": c.get("disturbed_runs", 0)}
     with open(results, "a") as f:
         f.write(json.dumps(r) + "\n")
-    print("| %s | %d | %d | %d | %.1f | %.1f | %.3f |" % (name, r["ranks"], r["dilation"], r["rep"], r["predicted_s"] * 1e3,
-                                                       r["measured_s"] * 1e3, r["ratio"]))
+    print("| %s | %d | %d | %d | %.1f | %.1f | %.3f | %d of %d |" % (name, r["ranks"], r["dilation"], r["rep"], r["predicted_s"] * 1e3,
+                                                                 r["measured_s"] * 1e3, r["ratio"], r["disturbed_runs"], r["runs"]))
 
 
 def faster(a, b, out):
@@ -40,14 +41,47 @@ def faster(a, b, out):
             g.write(line)
 
 
+def layer_time(profile, micro_batch=2):
+    """A tiny-gpt layer's forward + backward at tp 1, cp 1 (seconds) in a profile."""
+    import re
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+    for line in open(profile):
+        if re.match(r"\s*- \{unit: layer, tp: 1, cp: 1, micro_batch_size: %d\b" % micro_batch, line):
+            return sum(float(v) * scale[u] for v, u in re.findall(r"(?:forward|backward): ([0-9.e+-]+)(ns|us|ms|s)\b", line))
+    raise SystemExit(f"{profile}: no layer row at tp 1, cp 1, micro-batch {micro_batch}")
+
+
+def probe(profile, baseline, unit="ratio"):
+    """Prints the probe's layer time over the baseline's (the machine's slowdown now), or with
+    unit 'ms' the probe's layer time in milliseconds (bench/fidelity/measure.sh)."""
+    t = layer_time(profile)
+    print(f"{t * 1e3:.3f}" if unit == "ms" else f"{t / layer_time(baseline):.4f}")
+
+
+def probed(out, before, after, quiet):
+    """Writes a run's probes (measure.sh): the slowdowns before and after it and whether both
+    were within `quiet` of the baseline."""
+    b, a = float(before), float(after)
+    json.dump({"before": b, "after": a, "quiet": max(b, a) <= 1 + float(quiet)}, open(out, "w"))
+
+
 def fastest(out, *compares):
-    """Copies to `out` the comparison whose measured step is the shortest: a run the machine
-    disturbed (another tenant of this VM's host computing at the same time: up to 40% slower
-    for seconds) is slower, never faster, so of several runs of one plan the fastest is the
-    least disturbed (as `faster` keeps the faster of two profiles)."""
-    best = min(compares, key=lambda c: json.load(open(c))["measured_step_s"])
-    with open(best) as f, open(out, "w") as g:
-        g.write(f.read())
+    """Copies to `out` the comparison whose measured step is the shortest among the runs the
+    probes found undisturbed (NAME.probe.json beside each NAME.compare.json: the machine's
+    slowdown before and after the run, and whether both were quiet; measure.sh), or among all
+    runs when none was: a run the machine disturbed (another tenant of this VM's host
+    computing at the same time: up to 40% slower for seconds) is slower, never faster, so of
+    several runs of one plan the fastest is the least disturbed (as `faster` keeps the faster
+    of two profiles). Adds "runs", "disturbed_runs" and the kept run's "probe"."""
+    import os
+    def probes(c):
+        p = c.replace(".compare.json", ".probe.json")
+        return json.load(open(p)) if os.path.exists(p) else {"quiet": True}
+    quiet = [c for c in compares if probes(c)["quiet"]]
+    best = min(quiet or compares, key=lambda c: json.load(open(c))["measured_step_s"])
+    kept = json.load(open(best))
+    kept.update({"runs": len(compares), "disturbed_runs": len(compares) - len(quiet), "probe": probes(best)})
+    json.dump(kept, open(out, "w"), indent=1)
 
 
 def ranked(cluster, plan, compare, results):
@@ -103,13 +137,17 @@ def summary(results, out):
     errs = [abs(r["ratio"] - 1) for r in rows]
     s = {"plans": len({r["plan"] for r in rows}), "runs": len(rows), "median_abs_error": statistics.median(errs),
          "max_abs_error": max(errs), "within_5pct": sum(e <= 0.05 for e in errs), "within_10pct": sum(e <= 0.10 for e in errs),
-         "median_ratio": statistics.median(r["ratio"] for r in rows)}
+         "median_ratio": statistics.median(r["ratio"] for r in rows),
+         "rows_from_disturbed_runs": sum(r.get("disturbed_runs", 0) == r.get("runs", 1) for r in rows),
+         "disturbed_runs": sum(r.get("disturbed_runs", 0) for r in rows), "all_runs": sum(r.get("runs", 1) for r in rows)}
     json.dump({"summary": s, "runs": rows}, open(out, "w"), indent=1)
     print(f"\n{s['plans']} plans, {s['runs']} runs: predicted ÷ measured median {s['median_ratio']:.3f}; "
           f"|error| median {s['median_abs_error'] * 100:.1f}%, max {s['max_abs_error'] * 100:.1f}%; "
-          f"within 5%: {s['within_5pct']}/{s['runs']}, within 10%: {s['within_10pct']}/{s['runs']}")
+          f"within 5%: {s['within_5pct']}/{s['runs']}, within 10%: {s['within_10pct']}/{s['runs']}; "
+          f"{s['disturbed_runs']} of {s['all_runs']} runs disturbed by the host (probes), "
+          f"{s['rows_from_disturbed_runs']} rows with no undisturbed run")
 
 
 if __name__ == "__main__":
     {"ranks": ranks, "row": row, "summary": summary, "faster": faster, "fastest": fastest, "ranked": ranked,
-     "ranking": ranking}[sys.argv[1]](*sys.argv[2:])
+     "ranking": ranking, "probe": probe, "probed": probed}[sys.argv[1]](*sys.argv[2:])

@@ -10,6 +10,10 @@
 #include <stdexcept>
 
 #include <csignal>
+#include <cstdio>
+#include <random>
+
+#include <unistd.h>
 
 #include "model/stage.hpp"
 #include "runtime/buckets.hpp"
@@ -36,7 +40,8 @@ void check(const Result<Done>& done) {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 enum Tag : std::uint32_t {
-  kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6, kMemory = 7, kCheckpoint = 8, kSwitch = 9
+  kActivation = 1, kGradient = 2, kTensorParallel = 3, kSync = 4, kLoss = 5, kContext = 6, kMemory = 7, kCheckpoint = 8, kSwitch = 9,
+  kLinks = 10
 };
 
 // ---- Moving a micro-batch between stages: the program's messages --------------------------
@@ -247,19 +252,54 @@ void gather_memory(transport::Peers& peers, const MemoryPeak& mine, std::vector<
 
 // ---- Emulating the plan's cluster on this machine ------------------------------------------
 
-// Shapes every connection to the link class the plan's cluster gives the two ranks.
-// Dilated `dilation` times: bandwidth over it, latency times it.
+// Shapes every connection to the link class the plan's cluster gives the two ranks, dilated
+// `dilation` times (bandwidth over it, latency times it), each on the link it loads in the cost
+// model (predict/stage_cost.cpp), shared with the other connections that load it:
+//   to another subcluster   the node's share of the link between the two (per node and
+//                           subcluster it goes to; docs/inputs.md), shared by the node's ranks;
+//   to another node         the node's NIC (inter_node), shared by the node's ranks;
+//   within the node         the device's intra-node link, shared by the rank's connections.
+// Ranks are processes: a node's links are in shared memory named after a token rank 0 sends
+// every rank (tag kLinks), so that two jobs on one machine do not share them; the connections
+// keep their links, whose names go with the last of them.
 void shape_links(const Plan& plan, const program::Topology& topo, transport::Peers& peers, double dilation) {
   const int me = peers.rank();
+  std::array<char, 32> token{};
+  if (me == 0) {
+    std::snprintf(token.data(), token.size(), "%d-%08x", int(::getpid()), unsigned(std::random_device{}()));
+    for (int r = 1; r < peers.world(); ++r) peers.send(r, kLinks, token.data(), token.size());
+  } else {
+    check(peers.recv(0, kLinks, token.data(), token.size()));
+  }
   const Stage& mine = topo.stage_of(me);
   const SubclusterSpec* sub = plan.cluster.find(mine.subcluster);
+  const int my_node = topo.device_of(me).node;
+  const std::string node = mine.subcluster + "/" + std::to_string(my_node);
+  std::map<std::string, std::shared_ptr<transport::SharedLink>> links;  // by what the link is
+  auto link_named = [&](const std::string& what) {
+    auto& l = links[what];
+    if (!l) {
+      char name[64];
+      std::snprintf(name, sizeof name, "/het-%s-%016zx", token.data(), std::hash<std::string>{}(what));
+      auto opened = transport::SharedLink::open(name);
+      if (!opened) throw Failure{opened.errors().front()};
+      l = *opened;
+    }
+    return l;
+  };
+  std::shared_ptr<transport::SharedLink> device = transport::SharedLink::local();
   for (int r = 0; r < peers.world(); ++r) {
     if (r == me) continue;
     const Stage& other = topo.stage_of(r);
-    const LinkSpec link = mine.subcluster != other.subcluster ? plan.cluster.link_between(mine.subcluster, other.subcluster)
-                          : topo.device_of(me).node == topo.device_of(r).node ? sub->intra_node
-                                                                    : sub->inter_node.value_or(sub->intra_node);
-    peers.shape(r, link.bandwidth / dilation, link.latency * dilation);
+    if (mine.subcluster != other.subcluster) {
+      const LinkSpec link = plan.cluster.link_between(mine.subcluster, other.subcluster);
+      peers.shape(r, link.bandwidth / dilation, link.latency * dilation, link_named(node + " to " + other.subcluster));
+    } else if (topo.device_of(r).node != my_node) {
+      const LinkSpec link = sub->inter_node.value_or(sub->intra_node);
+      peers.shape(r, link.bandwidth / dilation, link.latency * dilation, link_named(node + " nic"));
+    } else {
+      peers.shape(r, sub->intra_node.bandwidth / dilation, sub->intra_node.latency * dilation, device);
+    }
   }
 }
 

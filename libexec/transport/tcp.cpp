@@ -180,6 +180,7 @@ struct Peers::Link {
   bool stop = false, busy = false;
   std::optional<Diagnostic> error;    // the first write that failed
   double bandwidth = 0, latency = 0;    // shaping; 0: none
+  std::shared_ptr<SharedLink> shared;   // the link it shares with other connections, or null
   std::thread thread;
   // Receiving: frames read ahead by `reader` as they arrive, taken by recv(); after the last
   // frame, why no more come (closed, corrupt); both under in_mutex.
@@ -253,10 +254,10 @@ void Peers::reader_loop(Link& l) {
   }
 }
 
-void Peers::shape(int peer, double bandwidth, double latency) {
+void Peers::shape(int peer, double bandwidth, double latency, std::shared_ptr<SharedLink> shared) {
   Link& l = *links_[std::size_t(peer)];
   std::lock_guard<std::mutex> lock(l.mutex);
-  l.bandwidth = bandwidth, l.latency = latency;
+  l.bandwidth = bandwidth, l.latency = latency, l.shared = std::move(shared);
 }
 
 void Peers::send(int peer, std::uint32_t tag, const void* data, std::size_t bytes) {
@@ -293,6 +294,7 @@ void Peers::sender_loop(Link& l) {
     l.queue.pop_front();
     l.busy = true;
     const double bandwidth = l.bandwidth, latency = l.latency;
+    SharedLink* shared = l.shared.get();
     lock.unlock();
     {
       Header h;
@@ -302,10 +304,11 @@ void Peers::sender_loop(Link& l) {
     }
     if (bandwidth > 0) {
       // The frame enters the link when it was queued or when the link has carried the frames
-      // before it, occupies it for bytes/bandwidth, and arrives `latency` later; frames in
-      // flight overlap their latencies as on a wire.
-      const auto start = std::max(queued, link_free);
-      link_free = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(double(f.size()) / bandwidth));
+      // before it (this connection's, or every connection's sharing the link), occupies it for
+      // bytes/bandwidth, and arrives `latency` later; frames in flight overlap their latencies
+      // as on a wire.
+      const auto busy = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(double(f.size()) / bandwidth));
+      link_free = shared != nullptr ? shared->reserve(queued, busy) : std::max(queued, link_free) + busy;
       clock::sleep_until(link_free + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(latency)));
     }
     const bool ok = write_all(l.fd, f.data(), f.size());

@@ -27,6 +27,7 @@
 
 #include "diag/diag.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "transport/shared_link.hpp"
 
 namespace het::transport {
 
@@ -52,8 +53,10 @@ class Peers {
   Result<Done> recv(int peer, std::uint32_t tag, void* data, std::size_t bytes);
   // Waits until every queued message is written (or the first write error).
   Result<Done> flush();
-  // Shapes the connection to `peer` (bytes per second, seconds); bandwidth 0: unshaped.
-  void shape(int peer, double bandwidth, double latency);
+  // Shapes the connection to `peer` (bytes per second, seconds); bandwidth 0: unshaped. With
+  // `shared`, its frames take turns on that link with the other connections shaped by it
+  // (shared_link.hpp); else the connection is a link of its own.
+  void shape(int peer, double bandwidth, double latency, std::shared_ptr<SharedLink> shared = nullptr);
 
   // Payload bytes this rank has sent (queued) and received so far under one tag, over all
   // peers: what the runtime's byte counts are checked with against the rank program.
