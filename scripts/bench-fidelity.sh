@@ -16,6 +16,7 @@
 #   scripts/bench-fidelity.sh [REPETITIONS] [PLAN-NAME-FILTER]
 #   FIDELITY_RUNS, FIDELITY_QUIET, FIDELITY_WAITS: measure.sh
 #   FIDELITY_REUSE_PROFILES=1: use the profiles an earlier run left in $build/bench-fidelity (saves ~30 min)
+#   FIDELITY_CLUSTER=F: run the plans on another cluster of the same subclusters (bench/fidelity/cluster-slow-link.yaml)
 # Writes $build/bench-fidelity/results.json (and per plan its trace, comparison and side-by-side
 # trace) and prints a markdown table and the summary.
 set -euo pipefail
@@ -28,7 +29,7 @@ out="$build/bench-fidelity"
 mkdir -p "$out"
 hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
-cluster=bench/fidelity/cluster.yaml
+cluster="${FIDELITY_CLUSTER:-bench/fidelity/cluster.yaml}"
 x=8
 source bench/fidelity/measure.sh
 probe_baseline

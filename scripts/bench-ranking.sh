@@ -8,7 +8,9 @@
 # --time-dilation 8 --measured`, and report per cluster: every plan's predicted and measured step,
 # Kendall's tau between the predicted and the measured order, and how far the planner's first
 # choice is from the fastest measured plan. Profiles are taken twice (each row the faster of the
-# two) and each plan run FIDELITY_RUNS times (default 3, the fastest kept), as bench-fidelity.sh.
+# two) and each plan run FIDELITY_RUNS times (default 3, the fastest undisturbed run kept), each
+# profile and run when a probe finds the machine quiet, as bench-fidelity.sh
+# (bench/fidelity/measure.sh).
 #   scripts/bench-ranking.sh [CLUSTER-FILTER]
 #   RANKING_REUSE_PROFILES=1: use the profiles an earlier run left in $build/bench-ranking (saves ~20 min per cluster)
 # Writes $build/bench-ranking/results.json.
@@ -22,6 +24,8 @@ mkdir -p "$out"
 hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
 x=8
+source bench/fidelity/measure.sh
+probe_baseline
 results="$out/results.jsonl"
 : > "$results"
 # name:cluster:model:device=slowdown,...
@@ -40,6 +44,7 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
       continue
     fi
     for k in 1 2; do  # two profiles, each row the faster of the two (report.py faster)
+      wait_quiet
       "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-$d" --slowdown "$s" \
         --time-dilation $(( x * s )) --tp 1 2 --cp 1 2 --micro-batch 1 2 4 8 -o "$dir/cpu-$d.$k.yaml" > /dev/null
     done
@@ -53,9 +58,13 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
     [[ -f $plan ]] || continue
     p=$(basename "$plan" .plan.json)
     compares=()
-    for k in $(seq 1 "$runs"); do  # the fastest of the runs kept (report.py fastest)
+    for k in $(seq 1 "$runs"); do  # the fastest undisturbed run kept (report.py fastest)
+      wait_quiet
+      before=$probe_now
       "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
         --trace "$dir/$p.$k.trace.json" > "$dir/$p.$k.log"
+      probe
+      python3 bench/fidelity/report.py probed "$dir/$p.$k.probe.json" "$before" "$probe_now" "$quiet"
       "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" --time-dilation "$x" --measured "$dir/$p.$k.trace.json" \
         --format json > "$dir/$p.$k.compare.json"
       compares+=("$dir/$p.$k.compare.json")

@@ -126,7 +126,7 @@ TEST_CASE("collectives: run-local spreads ranks over the GPUs, sharing one only 
   CHECK(het::launch::spread_over_gpus(3, 0).empty());
 }
 
-TEST_CASE("transport: connections sharing an emulated link take turns on it, across processes") {
+TEST_CASE("emulated links: connections sharing one take turns on it, across processes") {
   using het::transport::SharedLink;
   using std::chrono::seconds;
   const std::string name = "/het-test-" + std::to_string(::getpid());
@@ -155,7 +155,7 @@ TEST_CASE("transport: connections sharing an emulated link take turns on it, acr
   CHECK(::access(("/dev/shm" + name).c_str(), F_OK) != 0);
 }
 
-TEST_CASE("transport: a rank's two connections shaped on one link send one after the other") {
+TEST_CASE("emulated links: a rank's two connections shaped on one link send one after the other") {
   // Rank 0 sends `bytes` to ranks 1 and 2 at once, each connection shaped to `bandwidth`: on a
   // shared link the second frame arrives after both frames' time (2 x 0.2 s), not after one.
   het::test::TempDir dir;

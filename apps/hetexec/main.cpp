@@ -469,7 +469,7 @@ int main(int argc, char** argv) {
   local->add_option("--backend", job.backend, "cpu (default) or cuda (CUDA builds, on a GPU; tp = cp = 1 only)");
   local->add_option("--threads", job.threads, "CPU threads per rank (default: the cores shared out among the ranks)")
       ->check(CLI::NonNegativeNumber);
-  local->add_flag("--emulate-links", job.emulate_links, "shape each connection to its link in the plan's cluster");
+  local->add_flag("--emulate-links", job.emulate_links, "shape each connection to its link in the plan's cluster (a node's links shared by its ranks, as the planner costs them)");
   local->add_option("--time-dilation", job.time_dilation,
                     "run every rank's compute and every shaped link X times slower, so many ranks share few cores without "
                     "contending (predict it with hetplan simulate --time-dilation X)")

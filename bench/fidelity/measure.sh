@@ -3,9 +3,12 @@
 # work makes the same computation 10-40% slower in CPU time (cache and memory bandwidth; steal is
 # not counted, the kernel subtracts it), in a profile as in a run (docs/executor.md). A measured
 # run taken then is not the machine the profile describes, so
-#  * a probe (one thread timing a tiny-gpt layer's forward and backward at micro-batch 2, as
-#    `hetexec profile` times it) measures how fast the machine is now, against the fastest of
-#    three probes taken at the start (the baseline);
+#  * a probe (on every core at once, one thread pinned to it timing a tiny-gpt layer's forward
+#    and backward at micro-batch 2, as `hetexec profile` times it) measures how fast the machine
+#    is now: its slowest core against the baseline, the fastest of three probes taken at the
+#    start. Every core: the host disturbs one vCPU and not the other for minutes, and a run uses
+#    both, so a probe on whichever core the scheduler gave it found the machine quiet
+#    (1.01-1.03) before runs that measured 15-25% over their prediction;
 #  * every profile and every run waits until a probe is within FIDELITY_QUIET (default 3%) of the
 #    baseline (at most FIDELITY_WAITS probes, 5 s apart; then it goes on and says so);
 #  * each run is followed by a probe too, and a run whose probes before and after are both quiet
@@ -16,22 +19,41 @@
 quiet="${FIDELITY_QUIET:-0.03}"
 waits="${FIDELITY_WAITS:-6}"
 
-probe() {  # sets probe_now: this machine's speed now, as a slowdown against the baseline
-  "$hetexec" profile --threads 1 --model configs/models/tiny-gpt.yaml --device probe --tp 1 --cp 1 --micro-batch 2 \
-    --max-seconds 0.25 -o "$out/probe.yaml" > /dev/null
-  probe_now=$(python3 bench/fidelity/report.py probe "$out/probe.yaml" "$out/probe-baseline.yaml")
+cores=$(nproc)
+
+probe_cores() {  # PREFIX: a probe on every core at once, pinned, into PREFIX.CORE.yaml
+  local c
+  for c in $(seq 0 $((cores - 1))); do
+    taskset -c "$c" "$hetexec" profile --threads 1 --model configs/models/tiny-gpt.yaml --device probe --tp 1 --cp 1 \
+      --micro-batch 2 --max-seconds 0.25 -o "$1.$c.yaml" > /dev/null &
+  done
+  wait
 }
 
-probe_baseline() {  # the fastest of three probes, a few seconds apart
-  local k
+probe() {  # sets probe_now: this machine's speed now (its slowest core), as a slowdown against the baseline
+  local c worst=0 s
+  probe_cores "$out/probe"
+  for c in $(seq 0 $((cores - 1))); do
+    s=$(python3 bench/fidelity/report.py probe "$out/probe.$c.yaml" "$out/probe-baseline.yaml")
+    worst=$(python3 -c "print(max($worst, $s))")
+  done
+  probe_now=$worst
+}
+
+probe_baseline() {  # row by row the fastest of three probes on every core, a few seconds apart
+  local k c
   for k in 1 2 3; do
-    "$hetexec" profile --threads 1 --model configs/models/tiny-gpt.yaml --device probe --tp 1 --cp 1 --micro-batch 2 \
-      --max-seconds 0.25 -o "$out/probe.$k.yaml" > /dev/null
+    probe_cores "$out/probe-base-$k"
     sleep 2
   done
-  python3 bench/fidelity/report.py faster "$out/probe.1.yaml" "$out/probe.2.yaml" "$out/probe.12.yaml"
-  python3 bench/fidelity/report.py faster "$out/probe.12.yaml" "$out/probe.3.yaml" "$out/probe-baseline.yaml"
-  echo "probe baseline: $(python3 bench/fidelity/report.py probe "$out/probe-baseline.yaml" "$out/probe-baseline.yaml" ms) ms per layer (fwd + bwd, micro-batch 2)" >&2
+  cp "$out/probe-base-1.0.yaml" "$out/probe-baseline.yaml"
+  for k in 1 2 3; do
+    for c in $(seq 0 $((cores - 1))); do
+      python3 bench/fidelity/report.py faster "$out/probe-baseline.yaml" "$out/probe-base-$k.$c.yaml" "$out/probe-baseline.next.yaml"
+      mv "$out/probe-baseline.next.yaml" "$out/probe-baseline.yaml"
+    done
+  done
+  echo "probe baseline: $(python3 bench/fidelity/report.py probe "$out/probe-baseline.yaml" "$out/probe-baseline.yaml" ms) ms per layer (fwd + bwd, micro-batch 2; $cores cores)" >&2
 }
 
 is_quiet() { python3 -c "import sys; sys.exit(0 if float('$probe_now') <= 1 + float('$quiet') else 1)"; }

@@ -80,27 +80,35 @@ def fastest(out, *compares):
     quiet = [c for c in compares if probes(c)["quiet"]]
     best = min(quiet or compares, key=lambda c: json.load(open(c))["measured_step_s"])
     kept = json.load(open(best))
-    kept.update({"runs": len(compares), "disturbed_runs": len(compares) - len(quiet), "probe": probes(best)})
+    kept.update({"runs": len(compares), "disturbed_runs": len(compares) - len(quiet), "probe": probes(best),
+                 "measured_runs_s": [json.load(open(c))["measured_step_s"] for c in (quiet or compares)]})
     json.dump(kept, open(out, "w"), indent=1)
 
 
 def ranked(cluster, plan, compare, results):
     c = json.load(open(compare))
-    r = {"cluster": cluster, "plan": plan, "predicted_s": c["predicted_step_s"], "measured_s": c["measured_step_s"]}
+    r = {"cluster": cluster, "plan": plan, "predicted_s": c["predicted_step_s"], "measured_s": c["measured_step_s"],
+         "measured_runs_s": c.get("measured_runs_s", [c["measured_step_s"]]), "disturbed_runs": c.get("disturbed_runs", 0)}
     with open(results, "a") as f:
         f.write(json.dumps(r) + "\n")
 
 
-def kendall_tau(a, b):
+def kendall_tau(a, b, resolution=0.0):
     """Kendall's tau between two lists of values over the same items: (tau-a, tau-b).
     tau-a counts a pair tied in either list as neither agreeing nor not, over all n(n-1)/2 pairs;
     tau-b (Kendall 1945; scipy.stats.kendalltau's default) leaves the tied pairs out of the
     denominator too, so plans the planner predicts equal (the same layout as one pipeline of dp 4
-    or four of dp 1) are not counted as a wrong order whichever of them measures faster."""
+    or four of dp 1) are not counted as a wrong order whichever of them measures faster.
+    With a resolution r > 0, two values closer than r of the smaller count as tied: plans whose
+    measured times differ by less than one plan's runs differ from each other cannot be ordered
+    by measuring them, and plans predicted within r are a tie the measurement cannot check."""
     n, s, ties_a, ties_b = len(a), 0, 0, 0
+    def diff(v, i, j):
+        d = v[i] - v[j]
+        return 0 if abs(d) <= resolution * min(v[i], v[j]) else d
     for i in range(n):
         for j in range(i + 1, n):
-            x, y = a[i] - a[j], b[i] - b[j]
+            x, y = diff(a, i, j), diff(b, i, j)
             s += (x > 0) - (x < 0) if y > 0 else -((x > 0) - (x < 0)) if y < 0 else 0
             ties_a += x == 0
             ties_b += y == 0
@@ -121,13 +129,20 @@ def ranking(results, out):
             print(f"  {r['plan']:10s} | {r['predicted_s'] * 1e3:8.1f} | {r['measured_s'] * 1e3:8.1f} | {r['predicted_s'] / r['measured_s']:.3f}")
         tau, tau_b = kendall_tau([r["predicted_s"] for r in rs], [r["measured_s"] for r in rs])
         tied = sum(rs[i]["predicted_s"] == rs[j]["predicted_s"] for i in range(len(rs)) for j in range(i + 1, len(rs)))
+        # The measurement's resolution: the median over plans of how far a plan's undisturbed
+        # runs spread ((slowest - fastest) / fastest); plans closer than that are ties.
+        spreads = [max(r["measured_runs_s"]) / min(r["measured_runs_s"]) - 1 for r in rs if len(r.get("measured_runs_s", [])) > 1]
+        resolution = statistics.median(spreads) if spreads else 0.0
+        _, tau_r = kendall_tau([r["predicted_s"] for r in rs], [r["measured_s"] for r in rs], resolution)
         # The planner's first choice: the plan hetplan search returns (its own ranking).
         first = next((r for r in rs if r["plan"] == "search.1"), min(rs, key=lambda r: r["predicted_s"]))
         fastest = min(rs, key=lambda r: r["measured_s"])
         gap = first["measured_s"] / fastest["measured_s"] - 1
-        print(f"  Kendall tau-a {tau:.2f}, tau-b {tau_b:.2f} ({tied} pairs predicted equal); the planner's first choice ({first['plan']}) measured {gap * 100:.1f}% "
+        print(f"  Kendall tau-a {tau:.2f}, tau-b {tau_b:.2f} ({tied} pairs predicted equal), tau-b {tau_r:.2f} at the measurement's "
+              f"resolution ({resolution * 100:.1f}%: a plan's runs spread that much); the planner's first choice ({first['plan']}) measured {gap * 100:.1f}% "
               f"slower than the fastest measured ({fastest['plan']})")
-        report[cluster] = {"kendall_tau": tau, "kendall_tau_b": tau_b, "pairs_predicted_equal": tied, "first_choice": first["plan"], "fastest_measured": fastest["plan"],
+        report[cluster] = {"kendall_tau": tau, "kendall_tau_b": tau_b, "kendall_tau_b_at_resolution": tau_r, "resolution": resolution,
+                           "pairs_predicted_equal": tied, "first_choice": first["plan"], "fastest_measured": fastest["plan"],
                            "first_choice_gap": gap, "plans": rs}
     json.dump(report, open(out, "w"), indent=1)
 
