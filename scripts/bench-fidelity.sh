@@ -62,16 +62,12 @@ for rep in $(seq 1 "$reps"); do
       name=$(basename "$plan" .plan.json)
       model=tiny-${name%%-*}
       inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
-      wait_quiet
-      before=$probe_now
-      "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
-        --trace "$out/$name.$k.trace.json" > "$out/$name.$k.log"
-      probe
-      python3 bench/fidelity/report.py probed "$out/$name.$k.probe.json" "$before" "$probe_now" "$quiet"
+      probed_run "$out/$name.$k.probe.json" "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices \
+        --emulate-links --time-dilation "$x" --trace "$out/$name.$k.trace.json" > "$out/$name.$k.log"
       "$hetplan" simulate "$plan" "${inputs[@]}" --profile "$out/$model-fast.yaml" --profile "$out/$model-slow.yaml" \
         --time-dilation "$x" --measured "$out/$name.$k.trace.json" --side-by-side "$out/$name.$k.side-by-side.json" \
         --format json > "$out/$name.$k.compare.json"
-      python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(f'rep $rep run $k/$runs $name: predicted {c[\"predicted_step_s\"]*1e3:.1f} ms, measured {c[\"measured_step_s\"]*1e3:.1f} ms (probes $before, $probe_now)')" \
+      python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(f'rep $rep run $k/$runs $name: predicted {c[\"predicted_step_s\"]*1e3:.1f} ms, measured {c[\"measured_step_s\"]*1e3:.1f} ms (probes $probe_before, $probe_now)')" \
         "$out/$name.$k.compare.json" >&2
     done
   done

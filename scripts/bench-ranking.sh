@@ -59,12 +59,8 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
     p=$(basename "$plan" .plan.json)
     compares=()
     for k in $(seq 1 "$runs"); do  # the fastest undisturbed run kept (report.py fastest)
-      wait_quiet
-      before=$probe_now
-      "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
-        --trace "$dir/$p.$k.trace.json" > "$dir/$p.$k.log"
-      probe
-      python3 bench/fidelity/report.py probed "$dir/$p.$k.probe.json" "$before" "$probe_now" "$quiet"
+      probed_run "$dir/$p.$k.probe.json" "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices \
+        --emulate-links --time-dilation "$x" --trace "$dir/$p.$k.trace.json" > "$dir/$p.$k.log"
       "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" --time-dilation "$x" --measured "$dir/$p.$k.trace.json" \
         --format json > "$dir/$p.$k.compare.json"
       compares+=("$dir/$p.$k.compare.json")

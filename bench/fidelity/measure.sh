@@ -14,7 +14,8 @@
 #  * each run is followed by a probe too, and a run whose probes before and after are both quiet
 #    counts as undisturbed; report.py fastest keeps the fastest undisturbed run of a plan (the
 #    fastest of all when none was), and rows say how many were disturbed.
-# Needs: $hetexec, $out. Sets: probe_now (the last probe's slowdown, e.g. 1.012).
+# Needs: $hetexec, $out. Sets: probe_now (the last probe's slowdown, e.g. 1.012), probe_before
+# (probed_run's probe before its command).
 
 quiet="${FIDELITY_QUIET:-0.03}"
 waits="${FIDELITY_WAITS:-6}"
@@ -67,4 +68,14 @@ wait_quiet() {  # probes until the machine is as fast as at the baseline (within
     sleep 5
   done
   echo "  machine still ${probe_now}x slower after $waits probes; measuring anyway (the run is marked disturbed)" >&2
+}
+
+probed_run() {  # PROBE_JSON COMMAND...: runs COMMAND once the machine is quiet, and writes the probes around it
+  local json=$1
+  shift
+  wait_quiet
+  probe_before=$probe_now
+  "$@"
+  probe
+  python3 bench/fidelity/report.py probed "$json" "$probe_before" "$probe_now" "$quiet"
 }

@@ -291,15 +291,12 @@ void shape_links(const Plan& plan, const program::Topology& topo, transport::Pee
   for (int r = 0; r < peers.world(); ++r) {
     if (r == me) continue;
     const Stage& other = topo.stage_of(r);
-    if (mine.subcluster != other.subcluster) {
-      const LinkSpec link = plan.cluster.link_between(mine.subcluster, other.subcluster);
-      peers.shape(r, link.bandwidth / dilation, link.latency * dilation, link_named(node + " to " + other.subcluster));
-    } else if (topo.device_of(r).node != my_node) {
-      const LinkSpec link = sub->inter_node.value_or(sub->intra_node);
-      peers.shape(r, link.bandwidth / dilation, link.latency * dilation, link_named(node + " nic"));
-    } else {
-      peers.shape(r, sub->intra_node.bandwidth / dilation, sub->intra_node.latency * dilation, device);
-    }
+    const bool across = mine.subcluster != other.subcluster, same_node = !across && topo.device_of(r).node == my_node;
+    const LinkSpec link = across      ? plan.cluster.link_between(mine.subcluster, other.subcluster)
+                          : same_node ? sub->intra_node
+                                      : sub->inter_node.value_or(sub->intra_node);
+    auto shared = across ? link_named(node + " to " + other.subcluster) : same_node ? device : link_named(node + " nic");
+    peers.shape(r, link.bandwidth / dilation, link.latency * dilation, std::move(shared));
   }
 }
 
