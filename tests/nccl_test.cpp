@@ -40,7 +40,7 @@ int worker(int rank, const std::string& dir) {
   het::rendezvous::DirectoryRendezvous rendezvous(dir);
   auto comm = nccl::Communicator::create("pair", {0, 1}, rank, rank, rendezvous, 60);
   if (!comm) return std::fprintf(stderr, "%s\n", het::to_string(comm.errors()).c_str()), 2;
-  cudaStream_t stream;
+  cudaStream_t stream = nullptr;
   cudaStreamCreate(&stream);
   const std::size_t n = 1000;
   float* a;
@@ -70,6 +70,22 @@ int worker(int rank, const std::string& dir) {
   return 0;
 }
 
+// Rank 1 of 2 that joins the communicator and then dies (or, with `other`, does an all-gather
+// where rank 0 does an all-reduce).
+int dying_worker(const std::string& dir, bool other) {
+  het::rendezvous::DirectoryRendezvous rendezvous(dir);
+  auto comm = nccl::Communicator::create("pair", {0, 1}, 1, 1, rendezvous, 60);
+  if (!comm) return std::fprintf(stderr, "%s\n", het::to_string(comm.errors()).c_str()), 2;
+  if (!other) std::_Exit(3);  // no destructor, no goodbye: as if killed
+  cudaStream_t stream = nullptr;
+  cudaStreamCreate(&stream);
+  float* a;
+  cudaMalloc(reinterpret_cast<void**>(&a), 2 * 64 * 4);
+  auto r = (*comm)->all_gather(a, a, 64, nccl::DataType::f32, stream);
+  std::fprintf(stderr, "rank 1's all-gather: %s\n", r ? "done" : het::to_string(r.errors()).c_str());
+  return 0;
+}
+
 }  // namespace
 
 TEST_CASE("nccl: a communicator of one member: its uid in the rendezvous, and every operation", "[one-gpu]") {
@@ -84,7 +100,7 @@ TEST_CASE("nccl: a communicator of one member: its uid in the rendezvous, and ev
   REQUIRE(uid.ok());
   CHECK(uid->size() == 256);  // 128 bytes, hex
 
-  cudaStream_t stream;
+  cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
   const std::size_t n = 4096;
   std::vector<float> host(n);
@@ -135,8 +151,52 @@ TEST_CASE("nccl: two processes on two GPUs: all-reduce, reduce-scatter, all-gath
   CHECK(other.exit_code == 0);
 }
 
+// Rank 0 in this process, rank 1 a worker that dies after joining (or does another operation):
+// rank 0's all-reduce ends with an error within the communicator's timeout.
+het::Result<het::Done> against_bad_peer(const char* mode, std::string* worker_err) {
+  het::test::TempDir dir;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  het::test::Background one({self, mode, dir.path()});
+  het::rendezvous::DirectoryRendezvous rendezvous(dir.path());
+  auto comm = nccl::Communicator::create("pair", {0, 1}, 0, 0, rendezvous, 20);
+  REQUIRE(comm.ok());
+  Device a(256);
+  a.put(std::vector<float>(256, 1.0f));
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  auto r = (*comm)->all_reduce_sum(a.p, 256, nccl::DataType::f32, stream);
+  one.wait(60);
+  *worker_err = one.err();
+  cudaStreamDestroy(stream);
+  return r;
+}
+
+TEST_CASE("nccl: a member that dies after joining: the others' next operation fails (peer lost), no hang", "[two-gpus]") {
+  std::string err;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = against_bad_peer("--nccl-dies", &err);
+  INFO("rank 1: " << err);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.errors().front().kind == het::ErrorKind::peer_lost);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 60);
+}
+
+#ifdef HET_CUDA_EMULATION
+// NCCL leaves a mismatch undefined (a hang, or wrong data); the emulation names it.
+TEST_CASE("nccl emulation: members doing different operations get an error naming both, not wrong data", "[two-gpus]") {
+  std::string err;
+  auto r = against_bad_peer("--nccl-other-op", &err);
+  INFO("rank 1: " << err);
+  REQUIRE_FALSE(r.ok());
+  CHECK(het::to_string(r.errors()).find("member 1 sent an all-gather of 256 bytes where this member expected an all-reduce of 1024") !=
+        std::string::npos);
+}
+#endif
+
 int main(int argc, char* argv[]) {
   if (argc == 4 && std::strcmp(argv[1], "--nccl-worker") == 0) return worker(std::atoi(argv[2]), argv[3]);
+  if (argc == 3 && std::strcmp(argv[1], "--nccl-dies") == 0) return dying_worker(argv[2], false);
+  if (argc == 3 && std::strcmp(argv[1], "--nccl-other-op") == 0) return dying_worker(argv[2], true);
   int need = 1;
   std::vector<char*> args{argv[0]};
   for (int i = 1; i < argc; ++i) {

@@ -43,21 +43,22 @@ Diagnostic Communicator::fail(const std::string& what, const std::string& why, E
                            std::to_string(size_) + "): " + why);
 }
 
+std::string Communicator::describe(int result) const {
+  std::string text = ncclGetErrorString(static_cast<ncclResult_t>(result));
+  const char* last = comm_ != nullptr ? ncclGetLastError(comm_) : nullptr;
+  if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
+  return text;
+}
+
 Result<Done> Communicator::settle(const std::string& what, int result) {
-  auto why = [&](ncclResult_t r) {
-    std::string text = ncclGetErrorString(r);
-    const char* last = comm_ != nullptr ? ncclGetLastError(comm_) : nullptr;
-    if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
-    return text;
-  };
   if (result != ncclSuccess && result != ncclInProgress)
-    return fail(what, why(static_cast<ncclResult_t>(result)), kind_of(static_cast<ncclResult_t>(result)));
+    return fail(what, describe(result), kind_of(static_cast<ncclResult_t>(result)));
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
   for (;;) {
     ncclResult_t state = ncclSuccess;
-    if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return fail(what, why(r), kind_of(r));
+    if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return fail(what, describe(r), kind_of(r));
     if (state == ncclSuccess) return Done{};
-    if (state != ncclInProgress) return fail(what, why(state), kind_of(state));
+    if (state != ncclInProgress) return fail(what, describe(state), kind_of(state));
     if (Clock::now() >= deadline)
       return fail(what, "did not finish within " + seconds(timeout_s_) + " s (is every member alive?); aborted", ErrorKind::peer_lost);
     std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -72,8 +73,7 @@ Result<Done> Communicator::finish(const std::string& what, cudaStream_t stream) 
     if (done != cudaErrorNotReady) return fail(what, std::string("CUDA error ") + cudaGetErrorString(done), ErrorKind::internal);
     ncclResult_t state = ncclSuccess;
     ncclCommGetAsyncError(comm_, &state);
-    if (state != ncclSuccess && state != ncclInProgress)
-      return fail(what, std::string(ncclGetErrorString(state)) + " (a peer failed or left)", ErrorKind::peer_lost);
+    if (state != ncclSuccess && state != ncclInProgress) return fail(what, describe(state), kind_of(state));
     if (Clock::now() >= deadline)
       return fail(what, "did not finish within " + seconds(timeout_s_) + " s (is every member alive?); aborted", ErrorKind::peer_lost);
     std::this_thread::sleep_for(std::chrono::microseconds(50));

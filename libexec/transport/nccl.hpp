@@ -68,6 +68,7 @@ class Communicator {
   template <class Call>
   Result<Done> run(const std::string& what, Call&& call, cudaStream_t stream);
   Result<Done> settle(const std::string& what, int result);  // waits out ncclInProgress
+  std::string describe(int result) const;  // NCCL's sentence for a result, and its last error
   Result<Done> finish(const std::string& what, cudaStream_t stream);  // waits for the stream
   Diagnostic fail(const std::string& what, const std::string& why, ErrorKind kind);  // aborts the communicator
 

@@ -8,13 +8,22 @@
 
 #include "emulation.hpp"
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidConfiguration = 9 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorNotReady = 600
+};
 inline const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
   }
   return "unknown error";
 }
@@ -23,35 +32,53 @@ inline cudaError_t cudaGetLastError() {
   return cudaError_t(std::exchange(emu::device().last_error, 0));
 }
 
-struct CUstream_st {};
+struct CUstream_st : emu::Stream {};
 using cudaStream_t = CUstream_st*;
 constexpr unsigned cudaStreamNonBlocking = 1;
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return *s = new CUstream_st, cudaSuccess; }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) { return delete s, cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) { return s->drain(), delete s, cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { return emu::stream(s).drain(), cudaSuccess; }
+inline cudaError_t cudaStreamQuery(cudaStream_t s) { return emu::stream(s).idle() ? cudaSuccess : cudaErrorNotReady; }
 
 inline cudaError_t cudaMalloc(void** p, std::size_t n) { return (*p = std::malloc(n ? n : 1)) ? cudaSuccess : cudaErrorMemoryAllocation; }
 inline cudaError_t cudaFree(void* p) { return std::free(p), cudaSuccess; }
-inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t) { return cudaMalloc(p, n); }
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t s) { return emu::stream(s).drain(), cudaMalloc(p, n); }
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) { return emu::stream(s).drain(), cudaFree(p); }
 inline cudaError_t cudaMallocHost(void** p, std::size_t n) { return cudaMalloc(p, n); }
 inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
 
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 inline cudaError_t cudaMemcpy(void* to, const void* from, std::size_t n, cudaMemcpyKind) { return std::memmove(to, from, n), cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
-  return cudaMemcpy(to, from, n, k);
+inline cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t n, cudaMemcpyKind k, cudaStream_t s = nullptr) {
+  return emu::stream(s).drain(), cudaMemcpy(to, from, n, k);
 }
 inline cudaError_t cudaMemset(void* p, int v, std::size_t n) { return std::memset(p, v, n), cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void* p, int v, std::size_t n, cudaStream_t = nullptr) { return cudaMemset(p, v, n); }
+inline cudaError_t cudaMemsetAsync(void* p, int v, std::size_t n, cudaStream_t s = nullptr) {
+  return emu::stream(s).drain(), cudaMemset(p, v, n);
+}
 
-inline cudaError_t cudaGetDeviceCount(int* n) { return *n = 1, cudaSuccess; }
-inline cudaError_t cudaGetDevice(int* d) { return *d = 0, cudaSuccess; }
-inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+namespace emu {
+inline int device_count() {  // HET_CUDA_EMULATION_DEVICES (1-64), else 8
+  const char* v = std::getenv("HET_CUDA_EMULATION_DEVICES");
+  const int n = v != nullptr ? std::atoi(v) : 8;
+  return n >= 1 && n <= 64 ? n : 8;
+}
+inline thread_local int current_device = 0;
+inline bool valid_device(int d) { return d >= 0 && d < device_count(); }
+}  // namespace emu
+inline cudaError_t cudaGetDeviceCount(int* n) { return *n = emu::device_count(), cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) { return *d = emu::current_device, cudaSuccess; }
+inline cudaError_t cudaSetDevice(int d) { return emu::valid_device(d) ? (emu::current_device = d, cudaSuccess) : cudaErrorInvalidDevice; }
+inline cudaError_t cudaRuntimeGetVersion(int* v) { return *v = 13000, cudaSuccess; }  // the toolkit the emulation follows
+inline cudaError_t cudaDriverGetVersion(int* v) { return *v = 0, cudaSuccess; }       // no driver
+inline cudaError_t cudaDeviceGetPCIBusId(char* bus, int n, int device) {
+  if (!emu::valid_device(device)) return cudaErrorInvalidDevice;
+  return std::snprintf(bus, std::size_t(n), "emulated:%02x", device), cudaSuccess;
+}
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int device) {
-  if (device != 0) return cudaErrorInvalidValue;
+  if (!emu::valid_device(device)) return cudaErrorInvalidDevice;
   return *v = emu::Device::kOptinLimit, cudaSuccess;
 }
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -70,7 +97,7 @@ struct cudaDeviceProp {
   int multiProcessorCount;
 };
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
-  if (device != 0) return cudaErrorInvalidValue;
+  if (!emu::valid_device(device)) return cudaErrorInvalidDevice;
   *p = cudaDeviceProp{};
   std::snprintf(p->name, sizeof p->name, "CUDA emulation on CPU threads");
   p->major = 9, p->minor = 0, p->totalGlobalMem = std::size_t(80) << 30, p->sharedMemPerBlockOptin = emu::Device::kOptinLimit;
@@ -82,7 +109,7 @@ using cudaMemPool_t = CUmemPoolHandle_st*;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
   static CUmemPoolHandle_st the_pool;
-  if (device != 0) return cudaErrorInvalidValue;
+  if (!emu::valid_device(device)) return cudaErrorInvalidDevice;
   return *pool = &the_pool, cudaSuccess;
 }
 inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }

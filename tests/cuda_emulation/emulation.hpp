@@ -9,7 +9,11 @@
 //    block's); the dynamic shared memory is a buffer filled with NaN (a read before a write
 //    shows); more than 48 KiB of it needs the kernel's cudaFuncSetAttribute opt-in and at most
 //    the device's 227 KiB, else the launch fails as on an H100.
-//  * Device memory is host memory from malloc; streams run everything at once, in order.
+//  * Device memory is host memory from malloc. Kernels, copies and memsets run at once on the
+//    calling thread; what runs off it (an emulated NCCL operation, nccl.h) is a stream's pending
+//    work, which every later operation on that stream waits for (stream order), and which
+//    cudaStreamQuery reports as not ready. Devices: HET_CUDA_EMULATION_DEVICES of them (default
+//    8), all sharing the host's memory; each process picks its own with cudaSetDevice.
 // What it does not show: speed, the device's rounding of transcendental functions, memory
 // coalescing, bank conflicts, warp-divergence rules beyond "every lane calls the shuffle".
 #pragma once
@@ -18,15 +22,18 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -71,6 +78,39 @@ struct Device {  // the one emulated device's state
 inline Device& device() {
   static Device d;
   return d;
+}
+
+// A stream's work running off the calling thread, in the order it was enqueued.
+struct Stream {
+  std::mutex mutex;
+  std::vector<std::shared_future<void>> pending;
+  void enqueue(std::shared_future<void> f) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::erase_if(pending, [](const std::shared_future<void>& p) { return p.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
+    pending.push_back(std::move(f));
+  }
+  std::vector<std::shared_future<void>> snapshot() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return pending;
+  }
+  void drain() {  // before anything else runs on this stream
+    for (auto& f : snapshot()) f.wait();
+  }
+  bool idle() {
+    for (auto& f : snapshot())
+      if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+    return true;
+  }
+};
+inline Stream& legacy_stream() {  // stream 0
+  static Stream s;
+  return s;
+}
+inline Stream& stream(Stream* s) { return s != nullptr ? *s : legacy_stream(); }
+template <class S>
+Stream& stream(S s) {  // a literal 0 or nullptr: the legacy stream
+  if constexpr (std::is_convertible_v<S, Stream*>) return stream(static_cast<Stream*>(s));
+  return legacy_stream();
 }
 
 // The CPU threads that play CUDA threads, kept across launches (creating 256 threads per launch
@@ -172,8 +212,9 @@ struct Launch {
     run_blocks(grid, block.x, shared, [&] { std::apply(kernel, args); });
   }
 };
-template <class Stream, class... P>
-Launch<P...> launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t shared, Stream) {  // every stream in order
+template <class S, class... P>
+Launch<P...> launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t shared, S s) {  // after the stream's pending work
+  stream(s).drain();
   return {kernel, grid, block, shared};
 }
 }  // namespace emu
