@@ -1,16 +1,33 @@
-# HET_CUDA=AUTO|ON|OFF decides whether the CUDA and NCCL parts are built.
+# HET_CUDA=AUTO|ON|OFF|EMULATION decides whether the CUDA and NCCL parts are built.
 # AUTO builds them when nvcc is found (by default under /usr/local/cuda) and says so either way.
-# Output variables: HET_HAVE_CUDA, HET_HAVE_NCCL (ON/OFF), HET_CUDA_SUMMARY (a sentence),
-# and the imported target het_nccl when NCCL is found.
+# EMULATION builds them as C++ against tests/cuda_emulation (CUDA, cuBLASLt and NCCL on CPU
+# threads and loopback TCP; no GPU, no CUDA toolkit): a hetexec whose whole GPU path runs on
+# CPUs, which the tests build beside the main one (tests/CMakeLists.txt, hetexec_emulated).
+# Output variables: HET_HAVE_CUDA, HET_HAVE_NCCL, HET_CUDA_EMULATION (ON/OFF), HET_CUDA_SUMMARY
+# (a sentence), and the targets het_cudart, het_cublaslt, het_nccl (what the CUDA parts link).
 set(HET_HAVE_CUDA OFF)
 set(HET_HAVE_NCCL OFF)
+set(HET_CUDA_EMULATION OFF)
 set(HET_CUDA_SUMMARY "not built (HET_CUDA=OFF)")
 string(TOUPPER "${HET_CUDA}" _het_cuda)
-if(NOT _het_cuda MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "HET_CUDA must be AUTO, ON or OFF, got '${HET_CUDA}'")
+if(NOT _het_cuda MATCHES "^(AUTO|ON|OFF|EMULATION)$")
+  message(FATAL_ERROR "HET_CUDA must be AUTO, ON, OFF or EMULATION, got '${HET_CUDA}'")
 endif()
 
-if(NOT _het_cuda STREQUAL "OFF")
+if(_het_cuda STREQUAL "EMULATION")
+  set(HET_HAVE_CUDA ON)
+  set(HET_HAVE_NCCL ON)
+  set(HET_CUDA_EMULATION ON)
+  add_library(het_cudart INTERFACE)
+  target_include_directories(het_cudart INTERFACE ${PROJECT_SOURCE_DIR}/tests/cuda_emulation)
+  target_compile_definitions(het_cudart INTERFACE HET_CUDA_EMULATION=1 HET_EMULATION_FIBERS=1)
+  target_link_libraries(het_cudart INTERFACE Threads::Threads)
+  add_library(het_cublaslt INTERFACE)
+  target_link_libraries(het_cublaslt INTERFACE het_cudart)
+  add_library(het_nccl INTERFACE)
+  target_link_libraries(het_nccl INTERFACE het_cudart)
+  set(HET_CUDA_SUMMARY "EMULATED on CPU threads (tests/cuda_emulation): CUDA, cuBLASLt and NCCL")
+elseif(NOT _het_cuda STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER)
     find_program(HET_NVCC nvcc HINTS ${CUDAToolkit_ROOT}/bin /usr/local/cuda/bin)
     if(HET_NVCC)
@@ -26,6 +43,10 @@ if(NOT _het_cuda STREQUAL "OFF")
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(HET_HAVE_CUDA ON)
+    add_library(het_cudart INTERFACE)
+    target_link_libraries(het_cudart INTERFACE CUDA::cudart)
+    add_library(het_cublaslt INTERFACE)
+    target_link_libraries(het_cublaslt INTERFACE CUDA::cublasLt)
     find_path(HET_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
     find_library(HET_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
     if(HET_NCCL_INCLUDE_DIR AND HET_NCCL_LIBRARY)

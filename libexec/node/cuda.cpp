@@ -37,6 +37,9 @@ void describe_cuda(BuildInfo& b) {
   b.cuda = true;
   int v = 0;
   if (cudaRuntimeGetVersion(&v) == cudaSuccess) b.cuda_runtime = version_text(v);
+#ifdef HET_CUDA_EMULATION
+  b.cuda_runtime += ", EMULATED on CPU threads";
+#endif
   if (cudaDriverGetVersion(&v) == cudaSuccess && v > 0) b.cuda_driver = version_text(v);
 #ifdef HET_HAVE_NCCL
   int nccl = 0;
@@ -44,6 +47,9 @@ void describe_cuda(BuildInfo& b) {
     b.nccl = true;
     b.nccl_version = std::to_string(nccl / 10000) + "." + std::to_string((nccl / 100) % 100) + "." +
                      std::to_string(nccl % 100);
+#ifdef HET_CUDA_EMULATION
+    b.nccl_version += ", EMULATED over loopback TCP";
+#endif
   }
 #endif
 }

@@ -1,0 +1,76 @@
+// The whole GPU path in the emulation (issue 21): a hetexec built with -DHET_CUDA=EMULATION
+// (tests/cuda_emulation: the CUDA backend's kernels on CPU threads as fibers, cuBLASLt and NCCL
+// emulated, NCCL between the rank processes over loopback TCP) runs `run-local --backend cuda`
+// with several ranks — kernels, GEMMs, NCCL groups, the runtime — and must train as the CPU
+// backend does. The tolerance is the one-stage test's (gpu_test.cpp): bf16 activations and
+// weights with fp32 masters against fp32 everywhere, within 2% per step over 4 steps.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "run_local.hpp"
+
+using het::test::run_local;
+
+namespace {
+
+const std::string kSrc = HET_SOURCE_DIR;
+const std::string kModel = kSrc + "/configs/models/tiny-gpt.yaml";
+
+struct Run {
+  std::vector<double> losses;
+  std::string out;
+};
+
+Run run(const std::string& binary, const std::string& plan, const std::vector<std::string>& extra) {
+  Run r;
+  r.losses = run_local(kSrc + "/tests/data/plans/" + plan, kModel, 4, extra, &r.out, binary);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("emulated GPUs: run-local --backend cuda trains every plan shape the CUDA backend runs as the CPU backend does") {
+  struct Case {
+    const char* plan;
+    const char* shape;
+    const char* groups;  // what rank 0 says of its collective groups
+  };
+  const Case cases[] = {
+      {"data.plan.json", "DP 2 in one subcluster: the gradient sync on an NCCL group", "nccl: 1 group"},
+      {"pipeline-one-subcluster.plan.json", "2 stages in one subcluster (host-staged)", "its collective groups: nccl: 1 group"},
+      {"pipeline.plan.json", "2 stages over two subclusters (host-staged)", "tcp: 1 group (members in different subclusters)"},
+      {"dp2-then-dp1.plan.json", "a dp 2 stage feeding a dp 1 stage in another subcluster",
+       "nccl: 1 group; tcp: 1 group (members in different subclusters)"},
+      {"two-pipelines.plan.json", "two pipelines of different splits", "nccl: 1 group"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.plan << ": " << c.shape);
+    const Run cpu = run(HETEXEC_BIN, c.plan, {});
+    const Run cuda = run(HETEXEC_EMULATED_BIN, c.plan, {"--backend", "cuda"});
+    INFO(cuda.out);
+    CHECK_THAT(cuda.out, Catch::Contains("rank 0: cuda (device 0: CUDA emulation on CPU threads, bf16)") && Catch::Contains(c.groups));
+    REQUIRE(cuda.losses.size() == 4);
+    REQUIRE(cpu.losses.size() == 4);
+    bool same_bits = true;
+    for (std::size_t i = 0; i < 4; ++i) {
+      INFO("step " << i << ": cpu " << cpu.losses[i] << ", cuda " << cuda.losses[i]);
+      CHECK(cuda.losses[i] == Approx(cpu.losses[i]).epsilon(0.02));
+      same_bits = same_bits && cuda.losses[i] == cpu.losses[i];
+    }
+    CHECK_FALSE(same_bits);  // bf16 on the emulated device, not the CPU backend again
+  }
+}
+
+TEST_CASE("emulated GPUs: the ranks are spread over the emulated GPUs, and --gpus beyond them is refused with exit 2") {
+  std::string out;
+  auto losses = run_local(kSrc + "/tests/data/plans/data.plan.json", kModel, 1, {"--backend", "cuda", "--gpus", "1"}, &out,
+                          HETEXEC_EMULATED_BIN);
+  // Two ranks on one GPU: NCCL refuses that, so the sync runs over TCP and says why.
+  CHECK_THAT(out, Catch::Contains("ranks on GPUs: 0→cuda:0, 1→cuda:0") && Catch::Contains("tcp: 1 group (two members share cuda:0"));
+  auto r = het::test::run_process({HETEXEC_EMULATED_BIN, "run-local", kSrc + "/tests/data/plans/data.plan.json", "--model", kModel,
+                                   "--cluster", het::test::kCluster, "--backend", "cuda", "--gpus", "9"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--gpus 9: this machine has 8 CUDA GPUs"));
+}
