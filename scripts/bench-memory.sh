@@ -6,15 +6,27 @@
 # (each rank's peak: the heap's growth, and the buffers it accounts) and predict the plan with
 # `hetplan simulate --format json` (the stage's memory_bytes per device). Prints a markdown
 # table and the summary; writes $build/bench-memory/results.json.
+# MEMORY_BACKEND=cuda: the same on the CUDA backend in the emulation (the hetexec every build
+# makes in $build/emulation, its device buffers' peak per rank) for the plans it runs (tp = cp =
+# 1, no recomputation), predicted in bf16 (the precision the CUDA backend trains in);
+# results in $build/bench-memory-cuda.
 #   scripts/bench-memory.sh [PLAN-NAME-FILTER]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build="${HET_BUILD_DIR:-build}"
 filter="${1:-}"
-out="$build/bench-memory"
-mkdir -p "$out"
+backend="${MEMORY_BACKEND:-cpu}"
 hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
+out="$build/bench-memory"
+if [[ $backend == cuda ]]; then
+  out="$build/bench-memory-cuda"
+  hetexec="$build/emulation/apps/hetexec/hetexec"
+elif [[ $backend != cpu ]]; then
+  echo "error: MEMORY_BACKEND must be cpu or cuda, not '$backend'" >&2
+  exit 2
+fi
+mkdir -p "$out"
 cluster=bench/fidelity/cluster.yaml
 runs=()
 for plan in bench/fidelity/plans/*.plan.json; do
@@ -26,8 +38,19 @@ runs+=("gpt-dp2-zero1|bench/fidelity/plans/gpt-dp2.plan.json|bench/memory/tiny-g
 for run in "${runs[@]}"; do
   IFS='|' read -r name plan model <<< "$run"
   if [[ -n $filter && $name != *$filter* ]]; then continue; fi
+  flags=()
+  if [[ $backend == cuda ]]; then
+    # What the CUDA backend runs today (backend/cuda/cuda_backend.hpp); the rest are skipped.
+    if ! python3 -c "import json,sys; p=json.load(open(sys.argv[1])); sys.exit(0 if all(s.get('tp',1)==1 and s.get('cp',1)==1 and s.get('recompute','none')=='none' for q in p['pipelines'] for s in q['stages']) else 1)" "$plan"; then
+      echo "$name: skipped (tp, cp or recompute: not on the CUDA backend yet)" >&2
+      continue
+    fi
+    sed 's/^dtype: fp32/dtype: bf16/' "$model" > "$out/$name.model.yaml"
+    model="$out/$name.model.yaml"
+    flags=(--backend cuda)
+  fi
   inputs=(--model "$model" --cluster "$cluster")
-  "$hetexec" run-local "$plan" "${inputs[@]}" --steps 2 --metrics-out "$out/$name.metrics.jsonl" > "$out/$name.log"
+  "$hetexec" run-local "$plan" "${inputs[@]}" --steps 2 "${flags[@]}" --metrics-out "$out/$name.metrics.jsonl" > "$out/$name.log"
   "$hetplan" simulate "$plan" "${inputs[@]}" --format json > "$out/$name.predicted.json"
   echo "$name $plan $out/$name.metrics.jsonl $out/$name.predicted.json" >> "$out/runs.txt"
 done

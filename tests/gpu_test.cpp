@@ -26,7 +26,9 @@
 #include "backend/cuda/gemm.hpp"
 #include "model/stage.hpp"
 #ifdef HET_CUDA_EMULATION  // tests/cuda_emulation: everything on CPU threads
+#include <sys/wait.h>
 #include <tbb/global_control.h>
+#include <unistd.h>
 #endif
 
 namespace {
@@ -577,6 +579,38 @@ TEST_CASE("the CUDA stage refuses tensor and context parallelism with a sentence
   CHECK_THROWS_WITH((*backend)->make_stage({m, 1, 2, 0, 2, 7, het::Recompute::none, {}}),
                     Catch::Contains("tp = 1 and cp = 1 only"));
 }
+
+#ifdef HET_EMULATION_FIBERS
+// A kernel whose thread 0 skips a barrier the others wait at: a hang on a device, and with OS
+// threads; with fibers the launch names the deadlock and aborts.
+__global__ void skips_a_barrier(float* out) {
+  if (threadIdx.x != 0) __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+TEST_CASE("emulation with fibers: a kernel whose threads miss a barrier aborts, naming the deadlock", "[kernels]") {
+  std::fflush(nullptr);
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::dup2(pipe_fds[1], 2);
+    float out[64];
+    HET_LAUNCH(skips_a_barrier, 1, 64, 0, nullptr)(out);
+    std::_Exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string err;
+  char buf[256];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) err.append(buf, std::size_t(n));
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  CHECK_THAT(err, Catch::Contains("a deadlock in a kernel: 63 of 64 threads wait at a barrier the others never reach"));
+}
+#endif
 
 int main(int argc, char* argv[]) {
   int count = 0;

@@ -383,7 +383,7 @@ int run_local(const JobArgs& a) {
             << (first_step > 0 ? "steps " + std::to_string(first_step) + " to " + std::to_string(a.steps - 1) : std::to_string(a.steps) + " steps")
             << " on the "
             << a.backend << " backend, " << threads << " thread" << (threads == 1 ? "" : "s") << " per rank\n";
-  auto [stage_of_rank, predicted_memory] = het::cli::rank_memory_predictions(job->plan);
+  auto [stage_of_rank, predicted_memory] = het::cli::rank_memory_predictions(job->plan, a.backend);
   auto result = het::launch::run_local(
       lj, het::cli::StepPrinter(metrics.is_open() ? &metrics : nullptr, job->plan.model.training.zero_stage >= 1)
               .with_ranks(stage_of_rank, predicted_memory));

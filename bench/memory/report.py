@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/bench-memory.sh's table: per rank of every plan, the planner's peak bytes per device
 (hetplan simulate's stage memory_bytes) against the rank's measured peak (run-local's memory
-line: the heap's growth, and the buffers accounted)."""
+line: the heap's growth, or on a device backend its device buffers' peak, and the buffers
+accounted)."""
 import json
 import sys
 
@@ -35,10 +36,11 @@ def main(runs_file, results_file):
                 pred = st["predicted"]["memory_bytes"]
                 m = measured[r]
                 rows.append({"plan": name, "rank": r, "stage": f"p{p} s{s} {st['subcluster']}",
-                             "recompute": st.get("recompute", "none"), "predicted": pred, "heap": m["heap"],
+                             "recompute": st.get("recompute", "none"), "predicted": pred,
+                             "heap": m["device"] if m.get("device", 0) > 0 else m["heap"],
                              "accounted": m["accounted"], "activations": m["activations"]})
     mib = 1 << 20
-    print("| plan | rank | stage | recompute | predicted MiB | measured MiB (heap) | predicted ÷ measured | accounted MiB | predicted ÷ accounted |")
+    print("| plan | rank | stage | recompute | predicted MiB | measured MiB (heap, or device) | predicted ÷ measured | accounted MiB | predicted ÷ accounted |")
     print("|---|---|---|---|---|---|---|---|---|")
     for x in rows:
         print(f"| {x['plan']} | {x['rank']} | {x['stage']} | {x['recompute']} | {x['predicted'] / mib:.3f} | {x['heap'] / mib:.3f} | "

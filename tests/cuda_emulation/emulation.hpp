@@ -23,6 +23,9 @@
 // coalescing, bank conflicts, warp-divergence rules beyond "every lane calls the shuffle".
 #pragma once
 #include <math.h>
+#ifdef HET_EMULATION_FIBERS
+#include <sys/mman.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -213,11 +216,25 @@ het_emu_switch:
 )");
 
 struct Fiber {
-  static constexpr std::size_t kStack = 256 * 1024;  // the kernels' locals are a few KiB
-  std::unique_ptr<char[]> stack{new char[kStack]};
+  // The kernels' locals are a few KiB; below the stack a page no access is allowed to, so that
+  // an overflow faults instead of writing over the next fiber's.
+  static constexpr std::size_t kStack = 256 * 1024, kGuard = 4096;
+  char* base = nullptr;  // the guard page, then the stack
   void* sp = nullptr;
   bool done = false;
   Thread self;
+  Fiber() {
+    void* p = ::mmap(nullptr, kGuard + kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED || ::mprotect(p, kGuard, PROT_NONE) != 0) {
+      std::fprintf(stderr, "CUDA emulation: cannot map a fiber's stack\n");
+      std::abort();
+    }
+    base = static_cast<char*>(p);
+  }
+  ~Fiber() { ::munmap(base, kGuard + kStack); }
+  Fiber(const Fiber&) = delete;
+  Fiber& operator=(const Fiber&) = delete;
+  char* stack_top() const { return base + kGuard + kStack; }
 };
 struct Scheduler {  // of this OS thread: the block running now
   void* main_sp = nullptr;
@@ -256,7 +273,7 @@ void run_fibers(unsigned threads, const std::function<void()>& body, Who who) {
     Fiber& f = *s.fibers[t];
     // A fresh stack whose first switch "returns" into fiber_main with the ABI's alignment:
     // 6 saved registers, then fiber_main's address, then a null return address for it.
-    auto top = reinterpret_cast<std::uintptr_t>(f.stack.get() + Fiber::kStack) & ~std::uintptr_t(15);
+    auto top = reinterpret_cast<std::uintptr_t>(f.stack_top()) & ~std::uintptr_t(15);
     auto* sp = reinterpret_cast<void**>(top);
     *--sp = nullptr;
     *--sp = reinterpret_cast<void*>(&fiber_main);
