@@ -6,8 +6,11 @@
 // weights with fp32 masters against fp32 everywhere, within 2% per step over 4 steps.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "run_local.hpp"
 
@@ -61,6 +64,44 @@ TEST_CASE("emulated GPUs: run-local --backend cuda trains every plan shape the C
     }
     CHECK_FALSE(same_bits);  // bf16 on the emulated device, not the CPU backend again
   }
+}
+
+TEST_CASE("emulated GPUs: recomputation on the CUDA backend gives the same bits and keeps less on the device") {
+  // Stage 0 recomputes fully (keeps each layer's input), stage 1 selectively (drops attention's
+  // log-sum-exp); otherwise the plan of "2 stages in one subcluster" above.
+  auto device_run = [](const std::string& plan, std::vector<double>* peaks) {
+    het::test::TempDir dir;
+    auto r = het::test::run_process({HETEXEC_EMULATED_BIN, "run-local", kSrc + "/tests/data/plans/" + plan, "--model", kModel,
+                                     "--cluster", het::test::kCluster, "--steps", "4", "--backend", "cuda", "--metrics-out",
+                                     dir.path() + "/m.jsonl"},
+                                    300);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    std::vector<double> losses;
+    std::ifstream in(dir.path() + "/m.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+      if (j.contains("memory"))
+        for (const auto& rank : j["memory"]) peaks->push_back(rank["device"].get<double>());
+    }
+    return losses;
+  };
+  std::vector<double> kept, recomputed;
+  const auto all = device_run("pipeline-one-subcluster.plan.json", &kept);
+  const auto again = device_run("pipeline-one-subcluster-recompute.plan.json", &recomputed);
+  CHECK(again == all);  // the kernels are deterministic: recomputed activations are the kept ones
+  REQUIRE(kept.size() == 2);
+  REQUIRE(recomputed.size() == 2);
+  INFO("device peaks, keeping everything: " << kept[0] << ", " << kept[1] << "; recomputing: " << recomputed[0] << ", "
+                                            << recomputed[1]);
+  // Full: 3 layers' activations of up to 2 micro-batches in flight (~0.5 MiB here) become their
+  // inputs and one layer's set during its backward.
+  CHECK(recomputed[0] < kept[0] - 256 * 1024);
+  CHECK(recomputed[1] <= kept[1]);  // selective: the log-sum-exp, [B, H, T] fp32 per layer
+  const auto cpu = run_local(kSrc + "/tests/data/plans/pipeline-one-subcluster-recompute.plan.json", kModel, 4);
+  REQUIRE(cpu.size() == again.size());
+  for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(again[i] == Approx(cpu[i]).epsilon(0.02));
 }
 
 TEST_CASE("emulated GPUs: the ranks are spread over the emulated GPUs, and --gpus beyond them is refused with exit 2") {

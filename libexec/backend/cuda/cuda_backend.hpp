@@ -16,8 +16,11 @@
 //    copy only (the host's is overwritten whole by the next finish_backward()).
 //  * Only tp = 1 and cp = 1 (no tensor or context parallelism yet) and head dimension <= 256
 //    (the flash-style attention of kernels.hpp keeps O(B·H·T) per layer, any sequence length;
-//    D > 128 needs ~138 KiB of shared memory per block in the backward: H100 and A100 have it);
-//    activation recomputation is not implemented (all activations are kept).
+//    D > 128 needs ~138 KiB of shared memory per block in the backward: H100 and A100 have it).
+//    Recomputation: `full` keeps each layer's input only and runs the layer's forward again
+//    just before its backward (one layer's activations at a time); `selective` keeps all but
+//    attention's log-sum-exp and runs the attention forward again. Either gives the gradients
+//    of a run that keeps everything (the kernels are deterministic).
 //  * Errors (an unsupported spec, a failing CUDA or cuBLASLt call, out of device memory) are
 //    thrown as std::runtime_error with a sentence; the interface has no other error channel.
 #include <memory>

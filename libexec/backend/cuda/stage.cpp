@@ -51,7 +51,7 @@ struct Acts {
 class CudaStage final : public Stage {
  public:
   explicit CudaStage(const StageSpec& s)
-      : s_(model::Shape::of(s.model)), first_(s.first), last_(s.last), gemm_(stream_.get()),
+      : s_(model::Shape::of(s.model)), first_(s.first), last_(s.last), recompute_(s.recompute), gemm_(stream_.get()),
         host_(s.model, s.first, s.last, s.tp_rank, s.tp, s.seed) {
     if (s.tp != 1 || s.comm.cp != 1)
       throw std::invalid_argument("the CUDA backend runs tp = 1 and cp = 1 only for now (got tp = " + std::to_string(s.tp) +
@@ -80,6 +80,7 @@ class CudaStage final : public Stage {
     for (int u = std::max(first_, 1); u <= std::min(last_, s_.L); ++u) {
       a.layers.emplace_back();
       cur = layer_forward(u - 1, std::move(cur), B, a.layers.back());
+      forget(a.layers.back());
     }
     if (last_ != s_.L + 1) return download(cur.get(), std::size_t(N) * C);  // checks the launches, synchronises
     // Head: final norm, logits against wte (tied, gpt) or wout, cross-entropy.
@@ -122,8 +123,11 @@ class CudaStage final : public Stage {
     } else {
       upload_bf16(cur.get(), dy, std::size_t(N) * C);
     }
-    for (int u = std::min(last_, s_.L); u >= std::max(first_, 1); --u)
-      cur = layer_backward(u - 1, cur.get(), a.layers[std::size_t(u - std::max(first_, 1))]);
+    for (int u = std::min(last_, s_.L); u >= std::max(first_, 1); --u) {
+      LayerActs& kept = a.layers[std::size_t(u - std::max(first_, 1))];
+      cur = layer_backward(u - 1, cur.get(), recall(u - 1, kept, a.B));
+      kept = LayerActs{};  // this layer's activations go back to the pool now
+    }
     std::vector<float> dx;
     if (first_ == 0) {
       const DeviceParam* wpe = find("wpe");
@@ -335,6 +339,36 @@ class CudaStage final : public Stage {
     return y;
   }
 
+  // Recomputation (the plan's stages[].recompute; memory.hpp's bf16 layout): after a layer's
+  // forward, `full` keeps only its input x, `selective` all but attention's log-sum-exp.
+  void forget(LayerActs& a) const {
+    if (recompute_ == Recompute::full) {
+      LayerActs input;
+      input.x = std::move(a.x);
+      a = std::move(input);
+    } else if (recompute_ == Recompute::selective) {
+      a.lse = Buf<float>();
+    }
+  }
+  // What a layer's backward needs, from what forget() kept: the layer's forward again from its
+  // input (full: one layer's activations at a time), or the attention forward again for its
+  // log-sum-exp (selective; its output, the same bits as the kept one, is dropped). The kernels
+  // are deterministic, so the gradients are those of a run that keeps everything.
+  LayerActs& recall(int layer, LayerActs& kept, int B) {
+    if (recompute_ == Recompute::full) {
+      LayerActs again;
+      layer_forward(layer, std::move(kept.x), B, again);  // its output y is not needed
+      kept = std::move(again);
+    } else if (recompute_ == Recompute::selective) {
+      const int T = s_.T, H = s_.H, D = s_.D;
+      kept.lse = Buf<float>(ledger_, stream(), std::size_t(B) * H * T);
+      Buf<bf16> out(ledger_, stream(), kept.att_out.size());
+      cuda::attention_forward(out.get(), kept.lse.get(), kept.q.get(), kept.k.get(), kept.v.get(), B, T, T, 0, H, s_.KH, D, stream());
+      cuda::check_launch("the attention of layer " + std::to_string(layer) + " again");
+    }
+    return kept;
+  }
+
   // model::Block::backward on the device: dx[B,T,C] from dy; accumulates the parameter gradients.
   Buf<bf16> layer_backward(int layer, const bf16* dy, const LayerActs& a) {
     const std::string l = "layer" + std::to_string(layer) + ".";
@@ -395,6 +429,7 @@ class CudaStage final : public Stage {
 
   model::Shape s_;
   int first_, last_;
+  Recompute recompute_;
   cuda::DeviceLedger ledger_;  // every device buffer below counts here (declared first: freed last)
   cuda::Stream stream_;
   cuda::Gemm gemm_;
