@@ -20,7 +20,12 @@ if(_het_cuda STREQUAL "EMULATION")
   set(HET_CUDA_EMULATION ON)
   add_library(het_cudart INTERFACE)
   target_include_directories(het_cudart INTERFACE ${PROJECT_SOURCE_DIR}/tests/cuda_emulation)
-  target_compile_definitions(het_cudart INTERFACE HET_CUDA_EMULATION=1 HET_EMULATION_FIBERS=1)
+  target_compile_definitions(het_cudart INTERFACE HET_CUDA_EMULATION=1)
+  # The CUDA threads as fibers (x86-64: the stack switch is its); elsewhere OS threads, correct
+  # and some fifty times slower.
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64)$")
+    target_compile_definitions(het_cudart INTERFACE HET_EMULATION_FIBERS=1)
+  endif()
   target_link_libraries(het_cudart INTERFACE Threads::Threads)
   add_library(het_cublaslt INTERFACE)
   target_link_libraries(het_cublaslt INTERFACE het_cudart)

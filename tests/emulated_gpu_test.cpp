@@ -26,9 +26,9 @@ struct Run {
   std::string out;
 };
 
-Run run(const std::string& binary, const std::string& plan, const std::vector<std::string>& extra) {
+Run run(const std::string& binary, const std::string& plan, const std::string& model, const std::vector<std::string>& extra) {
   Run r;
-  r.losses = run_local(kSrc + "/tests/data/plans/" + plan, kModel, 4, extra, &r.out, binary);
+  r.losses = run_local(kSrc + "/tests/data/plans/" + plan, model, 4, extra, &r.out, binary);
   return r;
 }
 
@@ -37,21 +37,26 @@ Run run(const std::string& binary, const std::string& plan, const std::vector<st
 TEST_CASE("emulated GPUs: run-local --backend cuda trains every plan shape the CUDA backend runs as the CPU backend does") {
   struct Case {
     const char* plan;
+    const char* model;
     const char* shape;
     const char* groups;  // what rank 0 says of its collective groups
   };
   const Case cases[] = {
-      {"data.plan.json", "DP 2 in one subcluster: the gradient sync on an NCCL group", "nccl: 1 group"},
-      {"pipeline-one-subcluster.plan.json", "2 stages in one subcluster (host-staged)", "its collective groups: nccl: 1 group"},
-      {"pipeline.plan.json", "2 stages over two subclusters (host-staged)", "tcp: 1 group (members in different subclusters)"},
-      {"dp2-then-dp1.plan.json", "a dp 2 stage feeding a dp 1 stage in another subcluster",
+      {"data.plan.json", "tiny-gpt", "DP 2 in one subcluster: the gradient sync on an NCCL group", "nccl: 1 group"},
+      {"data.plan.json", "tiny-llama", "the same, Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied head)",
+       "nccl: 1 group"},
+      {"pipeline-one-subcluster.plan.json", "tiny-gpt", "2 stages in one subcluster (host-staged)", "its collective groups: nccl: 1 group"},
+      {"pipeline.plan.json", "tiny-gpt", "2 stages over two subclusters (host-staged)", "tcp: 1 group (members in different subclusters)"},
+      {"pipeline.plan.json", "tiny-llama", "the same, Llama (no tied embedding to sync)", "its collective groups: no groups"},
+      {"dp2-then-dp1.plan.json", "tiny-gpt", "a dp 2 stage feeding a dp 1 stage in another subcluster",
        "nccl: 1 group; tcp: 1 group (members in different subclusters)"},
-      {"two-pipelines.plan.json", "two pipelines of different splits", "nccl: 1 group"},
+      {"two-pipelines.plan.json", "tiny-gpt", "two pipelines of different splits", "nccl: 1 group"},
   };
   for (const Case& c : cases) {
-    INFO(c.plan << ": " << c.shape);
-    const Run cpu = run(HETEXEC_BIN, c.plan, {});
-    const Run cuda = run(HETEXEC_EMULATED_BIN, c.plan, {"--backend", "cuda"});
+    INFO(c.plan << " of " << c.model << ": " << c.shape);
+    const std::string model = kSrc + "/configs/models/" + c.model + ".yaml";
+    const Run cpu = run(HETEXEC_BIN, c.plan, model, {});
+    const Run cuda = run(HETEXEC_EMULATED_BIN, c.plan, model, {"--backend", "cuda"});
     INFO(cuda.out);
     CHECK_THAT(cuda.out, Catch::Contains("rank 0: cuda (device 0: CUDA emulation on CPU threads, bf16)") && Catch::Contains(c.groups));
     REQUIRE(cuda.losses.size() == 4);
