@@ -6,7 +6,6 @@
 // weights with fp32 masters against fp32 everywhere, within 2% per step over 4 steps.
 #include <catch2/catch.hpp>
 
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -75,21 +74,9 @@ TEST_CASE("emulated GPUs: recomputation on the CUDA backend gives the same bits 
   // Stage 0 recomputes fully (keeps each layer's input), stage 1 selectively (drops attention's
   // log-sum-exp); otherwise the plan of "2 stages in one subcluster" above.
   auto device_run = [](const std::string& plan, std::vector<double>* peaks) {
-    het::test::TempDir dir;
-    auto r = het::test::run_process({HETEXEC_EMULATED_BIN, "run-local", kSrc + "/tests/data/plans/" + plan, "--model", kModel,
-                                     "--cluster", het::test::kCluster, "--steps", "4", "--backend", "cuda", "--metrics-out",
-                                     dir.path() + "/m.jsonl"},
-                                    300);
-    INFO(r.out << r.err);
-    REQUIRE(r.exit_code == 0);
-    std::vector<double> losses;
-    std::ifstream in(dir.path() + "/m.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
-      if (j.contains("memory"))
-        for (const auto& rank : j["memory"]) peaks->push_back(rank["device"].get<double>());
-    }
+    nlohmann::json memory;
+    auto losses = run_local(kSrc + "/tests/data/plans/" + plan, kModel, 4, {"--backend", "cuda"}, nullptr, HETEXEC_EMULATED_BIN, &memory);
+    for (const auto& rank : memory) peaks->push_back(rank["device"].get<double>());
     return losses;
   };
   std::vector<double> kept, recomputed;

@@ -156,8 +156,8 @@ TEST_CASE("nccl: two processes on two GPUs: all-reduce, reduce-scatter, all-gath
   CHECK(other.exit_code == 0);
 }
 
-// Rank 0 in this process, rank 1 a worker that dies after joining (or does another operation):
-// rank 0's all-reduce ends with an error within the communicator's timeout.
+// Rank 0 in this process, rank 1 a worker that dies, hangs or does another operation after
+// joining (dying_worker): rank 0's all-reduce, and what rank 1 printed.
 het::Result<het::Done> against_bad_peer(const char* mode, std::string* worker_err) {
   het::test::TempDir dir;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();

@@ -30,11 +30,12 @@ inline std::vector<double> reference(const std::string& model, int steps) {
 }
 
 // The losses of `hetexec run-local PLAN --model MODEL --cluster kCluster --steps N EXTRA...`,
-// one per step run (a resumed run's from its first step on); its output in *out. `hetexec`: the
-// binary (another build's, e.g. the emulated GPUs').
+// one per step run (a resumed run's from its first step on); its output in *out, its memory
+// line's per-rank peaks in *memory. `hetexec`: the binary (another build's, e.g. the emulated
+// GPUs').
 inline std::vector<double> run_local(const std::string& plan, const std::string& model, int steps,
                                      const std::vector<std::string>& extra = {}, std::string* out = nullptr,
-                                     const std::string& hetexec = HETEXEC_BIN) {
+                                     const std::string& hetexec = HETEXEC_BIN, nlohmann::json* memory = nullptr) {
   TempDir dir;
   const std::string metrics = dir.path() + "/m.jsonl";
   std::vector<std::string> argv = {hetexec, "run-local", plan, "--model", model, "--cluster", kCluster, "--steps",
@@ -46,8 +47,11 @@ inline std::vector<double> run_local(const std::string& plan, const std::string&
   REQUIRE(r.exit_code == 0);
   std::ifstream in(metrics);
   std::vector<double> losses;
-  for (std::string line; std::getline(in, line);)  // step lines, then the memory line
-    if (auto j = nlohmann::json::parse(line); j.contains("loss")) losses.push_back(j["loss"].get<double>());
+  for (std::string line; std::getline(in, line);) {  // step lines, then the memory line
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+    if (memory && j.contains("memory")) *memory = std::move(j["memory"]);
+  }
   return losses;
 }
 

@@ -259,6 +259,16 @@ inline void store(char* p, std::size_t i, float v, ncclDataType_t t) {
   std::memcpy(p + 2 * i, &b, 2);
 }
 
+// out[count] = the parts summed element by element in member order (in fp32; every member
+// gets the same bits).
+inline void sum_into(char* out, const std::vector<std::vector<char>>& parts, std::size_t count, ncclDataType_t t) {
+  for (std::size_t i = 0; i < count; ++i) {
+    float sum = load(parts[0].data(), i, t);
+    for (std::size_t j = 1; j < parts.size(); ++j) sum += load(parts[j].data(), i, t);
+    store(out, i, sum, t);
+  }
+}
+
 }  // namespace emu::nccl
 
 struct ncclComm {
@@ -355,6 +365,23 @@ struct ncclComm {
                                         std::to_string(f.data.size()) + " bytes where this member expected " +
                                         emu::nccl::op_name(op) + " of " + std::to_string(bytes));
     *out = std::move(f.data);
+    return ncclSuccess;
+  }
+
+  // One collective's traffic in the mesh: sends block_of(j) [bytes] to every other member j, and
+  // returns in (*parts)[j] what member j sent this one (this member's own: block_of(me)).
+  // Every part is copied before anything is written back, so a block may lie in the output.
+  ncclResult_t exchange(std::uint32_t op, const std::function<const char*(int)>& block_of, std::size_t bytes,
+                        std::vector<std::vector<char>>* parts) {
+    parts->assign(std::size_t(n), {});
+    const char* mine = block_of(me);
+    (*parts)[std::size_t(me)].assign(mine, mine + bytes);
+    for (int j = 0; j < n; ++j)
+      if (j != me)
+        if (ncclResult_t r = send(j, op, block_of(j), bytes); r != ncclSuccess) return r;
+    for (int j = 0; j < n; ++j)
+      if (j != me)
+        if (ncclResult_t r = receive(j, op, bytes, &(*parts)[std::size_t(j)]); r != ncclSuccess) return r;
     return ncclSuccess;
   }
 
@@ -603,20 +630,10 @@ inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, nc
   if (ncclResult_t r = usable(c, t, count, send); r != ncclSuccess) return r;
   if (op != ncclSum) return c->fail(ncclInvalidArgument, "the emulation sums only");
   return collective(c, s, [=]() -> ncclResult_t {
-    const std::size_t bytes = count * type_bytes(t);
-    std::vector<std::vector<char>> part(std::size_t(c->n));
-    part[std::size_t(c->me)].assign(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);
-    for (int j = 0; j < c->n; ++j)
-      if (j != c->me)
-        if (ncclResult_t r = c->send(j, kAllReduce, send, bytes); r != ncclSuccess) return r;
-    for (int j = 0; j < c->n; ++j)
-      if (j != c->me)
-        if (ncclResult_t r = c->receive(j, kAllReduce, bytes, &part[std::size_t(j)]); r != ncclSuccess) return r;
-    for (std::size_t i = 0; i < count; ++i) {
-      float sum = load(part[0].data(), i, t);
-      for (int j = 1; j < c->n; ++j) sum += load(part[std::size_t(j)].data(), i, t);
-      store(static_cast<char*>(recv), i, sum, t);
-    }
+    std::vector<std::vector<char>> parts;
+    const auto whole = [&](int) { return static_cast<const char*>(send); };
+    if (ncclResult_t r = c->exchange(kAllReduce, whole, count * type_bytes(t), &parts); r != ncclSuccess) return r;
+    sum_into(static_cast<char*>(recv), parts, count, t);
     return ncclSuccess;
   });
 }
@@ -629,20 +646,10 @@ inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count
   if (op != ncclSum) return c->fail(ncclInvalidArgument, "the emulation sums only");
   return collective(c, s, [=]() -> ncclResult_t {
     const std::size_t bytes = count * type_bytes(t);
-    const char* base = static_cast<const char*>(send);
-    std::vector<std::vector<char>> part(std::size_t(c->n));
-    part[std::size_t(c->me)].assign(base + std::size_t(c->me) * bytes, base + std::size_t(c->me + 1) * bytes);
-    for (int j = 0; j < c->n; ++j)
-      if (j != c->me)
-        if (ncclResult_t r = c->send(j, kReduceScatter, base + std::size_t(j) * bytes, bytes); r != ncclSuccess) return r;
-    for (int j = 0; j < c->n; ++j)
-      if (j != c->me)
-        if (ncclResult_t r = c->receive(j, kReduceScatter, bytes, &part[std::size_t(j)]); r != ncclSuccess) return r;
-    for (std::size_t i = 0; i < count; ++i) {
-      float sum = load(part[0].data(), i, t);
-      for (int j = 1; j < c->n; ++j) sum += load(part[std::size_t(j)].data(), i, t);
-      store(static_cast<char*>(recv), i, sum, t);
-    }
+    std::vector<std::vector<char>> parts;
+    const auto block = [&](int j) { return static_cast<const char*>(send) + std::size_t(j) * bytes; };
+    if (ncclResult_t r = c->exchange(kReduceScatter, block, bytes, &parts); r != ncclSuccess) return r;
+    sum_into(static_cast<char*>(recv), parts, count, t);
     return ncclSuccess;
   });
 }
@@ -653,18 +660,10 @@ inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, nc
   if (ncclResult_t r = usable(c, t, count, send); r != ncclSuccess) return r;
   return collective(c, s, [=]() -> ncclResult_t {
     const std::size_t bytes = count * type_bytes(t);
-    const std::vector<char> mine(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);  // send may lie in recv
-    for (int j = 0; j < c->n; ++j)
-      if (j != c->me)
-        if (ncclResult_t r = c->send(j, kAllGather, mine.data(), bytes); r != ncclSuccess) return r;
-    char* out = static_cast<char*>(recv);
-    std::memcpy(out + std::size_t(c->me) * bytes, mine.data(), bytes);
-    for (int j = 0; j < c->n; ++j)
-      if (j != c->me) {
-        std::vector<char> got;
-        if (ncclResult_t r = c->receive(j, kAllGather, bytes, &got); r != ncclSuccess) return r;
-        std::memcpy(out + std::size_t(j) * bytes, got.data(), bytes);
-      }
+    std::vector<std::vector<char>> parts;
+    const auto whole = [&](int) { return static_cast<const char*>(send); };
+    if (ncclResult_t r = c->exchange(kAllGather, whole, bytes, &parts); r != ncclSuccess) return r;
+    for (int j = 0; j < c->n; ++j) std::memcpy(static_cast<char*>(recv) + std::size_t(j) * bytes, parts[std::size_t(j)].data(), bytes);
     return ncclSuccess;
   });
 }
