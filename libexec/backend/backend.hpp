@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "diag/diag.hpp"
@@ -38,6 +39,50 @@ struct DeviceMemory {
   std::size_t in_use = 0, peak = 0;
 };
 
+// The optimizer step in a device backend's memory (issue 21 step 2): the runtime's gradient-sync
+// buckets (runtime/buckets.hpp) laid out on the device, so that gradients, fp32 masters and
+// AdamW's moments never cross to the host; only what a TCP group carries and checkpoints do.
+// The runtime keeps the buckets' plan and drives the same moves as on the host.
+struct BucketLayout {
+  struct Part {
+    std::size_t param = 0;                                  // index into Stage::params()
+    std::size_t start = 0, run = 0, stride = 0, count = 1;  // its elements (runtime::Elements)
+    float weight = 1;                                       // its gradient's weight in the sum
+    std::size_t at = 0;                                     // offset in the bucket
+  };
+  std::vector<Part> parts;
+  std::size_t size = 0;    // elements
+  std::size_t padded = 0;  // elements its device buffers hold (>= size: the group's equal blocks)
+  std::size_t lo = 0, hi = 0;  // the part this rank steps (all, or its ZeRO share)
+};
+
+class DeviceOptimizer {
+ public:
+  virtual ~DeviceOptimizer() = default;
+  // Bucket i's gradients and values: `padded` floats of device memory each (the collective
+  // works on them in place). Where every part is a whole parameter of weight 1, they ARE the
+  // parameters' fp32 gradients and masters (nothing to pack); else packed copies.
+  virtual float* gradients(std::size_t i) = 0;
+  virtual float* values(std::size_t i) = 0;
+  // gradients(i) = the parameters' gradients (summed over the step's backwards) times their
+  // weights; returns when the device has them (the collective runs on another stream).
+  virtual void pack_gradients(std::size_t i) = 0;
+  // AdamW step `step` (from 1) on [lo, hi) of values(i) from gradients(i) (summed by then),
+  // each part with its parameter's weight decay; with `unpack` the values go to the
+  // parameters (their masters and bf16 copies), else wait in values(i) for the all-gather and
+  // unpack_values(i).
+  virtual void update(std::size_t i, const model::AdamW& adamw, int step, bool unpack) = 0;
+  virtual void unpack_values(std::size_t i) = 0;
+  // Bucket i's AdamW moments [hi - lo] each (device memory, zero at first).
+  virtual std::pair<float*, float*> moments(std::size_t i) = 0;
+  // n floats between device and host memory; return when copied.
+  virtual void to_host(float* host, const float* device, std::size_t n) = 0;
+  virtual void to_device(float* device, const float* host, std::size_t n) = 0;
+  // The fp32 masters into params()' host values (for a checkpoint), or from them (after a load).
+  virtual void pull_values() = 0;
+  virtual void push_values() = 0;
+};
+
 class Stage {
  public:
   virtual ~Stage() = default;
@@ -61,6 +106,12 @@ class Stage {
   virtual std::size_t activation_bytes_peak() const { return activation_bytes(); }
   // The device memory the stage holds; none for a backend whose memory is the host's (the CPU).
   virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
+  // The step on the device for these buckets (every parameter in them), owned by the stage;
+  // null for a backend whose optimizer state is host memory (the CPU). Called at most once,
+  // before the first step; from then on the device holds the masters: finish_backward() and
+  // zero_grad() no longer copy gradients or values, and params()' host values are what the
+  // last pull_values() left there.
+  virtual DeviceOptimizer* device_optimizer(std::vector<BucketLayout>) { return nullptr; }
 };
 
 class Backend {

@@ -41,6 +41,17 @@ class Group {
   virtual Result<Done> reduce_scatter_sum(float* data, std::size_t n) = 0;
   virtual Result<Done> all_gather(float* data, std::size_t n) = 0;
   virtual Range owned(std::size_t n) const = 0;
+
+  // The same operations on this rank's device memory, in place and without staging, where the
+  // group can (device_memory(): NCCL; a TCP group's caller stages through host memory). The
+  // buffer holds padded(n) elements: NCCL's reduce-scatter and all-gather cut it into equal
+  // blocks, member i's block i (owned(n) is its part below n).
+  enum class Op { all_reduce_sum, reduce_scatter_sum, all_gather };
+  virtual bool device_memory() const { return false; }
+  virtual std::size_t padded(std::size_t n) const { return n; }
+  virtual Result<Done> on_device(Op, float*, std::size_t) {
+    return failure(ErrorKind::internal, "a " + transport() + " group takes host memory only");
+  }
 };
 
 // Where a rank computes: its host, its device ("cpu", or "cuda:ORDINAL" followed by

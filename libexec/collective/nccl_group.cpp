@@ -27,6 +27,20 @@ class NcclGroup final : public Group {
     return {lo, std::min(n, lo + q)};
   }
 
+  bool device_memory() const override { return true; }
+  std::size_t padded(std::size_t n) const override { return block(n) * std::size_t(comm_->size()); }
+  Result<Done> on_device(Op op, float* data, std::size_t n) override {
+    if (n == 0) return Done{};
+    if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess) return cuda_error("cudaSetDevice", e);
+    float* mine = data + std::size_t(comm_->member()) * block(n);
+    switch (op) {
+      case Op::all_reduce_sum: return comm_->all_reduce_sum(data, n, DataType::f32, stream_);
+      case Op::reduce_scatter_sum: return comm_->reduce_scatter_sum(data, mine, block(n), DataType::f32, stream_);
+      case Op::all_gather: return comm_->all_gather(mine, data, block(n), DataType::f32, stream_);
+    }
+    return Done{};
+  }
+
   Result<Done> all_reduce_sum(float* data, std::size_t n) override {
     if (n == 0) return Done{};
     if (auto staged = stage_in(data, 0, n, n); !staged) return staged;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <stdexcept>
 
 namespace het::profiler {
 
@@ -94,10 +95,13 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
     for (auto* param : stage->params()) pt.parameters += param->value.size() * sizeof(float);
     if (pt.optimizer) {
       // Per layer's parameters, as the runtime takes it once per step (runtime/buckets.hpp, the
-      // same code): the gradients made whole on the host (a device backend copies them there)
-      // and packed, AdamW, the values back, and zero_grad for the next step.
-      auto bucket = std::make_shared<runtime::Bucket>(runtime::whole_bucket(stage->params()));
-      return [&, stage, bucket]() -> std::vector<double> {
+      // same code): the gradients made whole (on the host; a device backend keeps the step on
+      // the device) and packed, AdamW, the values back, and zero_grad for the next step.
+      auto buckets = std::make_shared<std::vector<runtime::Bucket>>();
+      buckets->push_back(runtime::whole_bucket(stage->params()));
+      if (auto moved = runtime::on_device(*buckets, *stage); !moved) throw std::runtime_error(moved.errors().front().message);
+      return [&, stage, buckets]() -> std::vector<double> {
+        runtime::Bucket* bucket = &buckets->front();
         const std::int64_t t0 = nanoseconds_now(o.clock);
         stage->finish_backward();
         const std::int64_t t1 = nanoseconds_now(o.clock);

@@ -90,9 +90,93 @@ Result<Done> connect(std::vector<Bucket>& buckets, collective::Fabric& fabric, s
   return Done{};
 }
 
-void pack_gradients(Bucket& b) { pack(b, &P::grad, b.grad, true); }
+Result<Done> on_device(std::vector<Bucket>& buckets, backend::Stage& stage) {
+  std::vector<backend::BucketLayout> layouts;
+  const auto params = stage.params();
+  for (const auto& b : buckets) {
+    backend::BucketLayout& l = layouts.emplace_back();
+    for (const auto& p : b.parts) {
+      const Elements& e = p.chunk.elements;
+      l.parts.push_back({p.chunk.param, e.start, e.run, e.stride, e.count, p.chunk.weight, p.at});
+      if (params.at(p.chunk.param) != p.param) return failure(ErrorKind::internal, "a bucket's parameter is not the stage's");
+    }
+    l.size = b.size, l.lo = b.lo, l.hi = b.hi;
+    l.padded = b.comm && b.comm->device_memory() ? b.comm->padded(b.size) : b.size;
+  }
+  backend::DeviceOptimizer* device = nullptr;
+  try {
+    device = stage.device_optimizer(std::move(layouts));
+  } catch (const std::exception& e) {
+    return failure(ErrorKind::internal, std::string("the device's optimizer: ") + e.what());
+  }
+  if (!device) return Done{};
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    Bucket& b = buckets[i];
+    b.device = device, b.index = i;
+    b.m = {}, b.v = {};  // on the device; pull_state() fills them for a checkpoint
+    if (b.group.size() <= 1 || b.comm->device_memory()) b.grad = {}, b.value = {};
+  }
+  return Done{};
+}
+
+void pull_state(std::vector<Bucket>& buckets) {
+  if (buckets.empty() || !buckets.front().device) return;
+  buckets.front().device->pull_values();
+  for (auto& b : buckets) {
+    b.m.resize(b.hi - b.lo), b.v.resize(b.hi - b.lo);
+    const auto [m, v] = b.device->moments(b.index);
+    b.device->to_host(b.m.data(), m, b.m.size());
+    b.device->to_host(b.v.data(), v, b.v.size());
+  }
+}
+
+void push_state(std::vector<Bucket>& buckets) {
+  if (buckets.empty() || !buckets.front().device) return;
+  buckets.front().device->push_values();
+  for (auto& b : buckets) {
+    const auto [m, v] = b.device->moments(b.index);
+    b.device->to_device(m, b.m.data(), b.m.size());
+    b.device->to_device(v, b.v.data(), b.v.size());
+  }
+}
+
+namespace {
+
+// op on the device bucket's `device` buffer: in place where the group takes device memory,
+// else through the host buffer `host` [size].
+template <class HostOp>
+Result<Done> on_group(Bucket& b, collective::Group::Op op, float* device, std::vector<float>& host, HostOp&& host_op) {
+  if (b.comm->device_memory()) return b.comm->on_device(op, device, b.size);
+  b.device->to_host(host.data(), device, b.size);
+  if (auto r = host_op(host.data()); !r) return r;
+  b.device->to_device(device, host.data(), b.size);
+  return Done{};
+}
+
+}  // namespace
+
+Result<Done> sum_gradients(Bucket& b, bool zero) {
+  if (b.group.size() <= 1) return Done{};
+  auto host_op = [&](float* data) { return zero ? b.comm->reduce_scatter_sum(data, b.size) : b.comm->all_reduce_sum(data, b.size); };
+  if (!b.device) return host_op(b.grad.data());
+  using Op = collective::Group::Op;
+  return on_group(b, zero ? Op::reduce_scatter_sum : Op::all_reduce_sum, b.device->gradients(b.index), b.grad, host_op);
+}
+
+Result<Done> gather_values(Bucket& b) {
+  if (b.group.size() <= 1) return Done{};
+  auto host_op = [&](float* data) { return b.comm->all_gather(data, b.size); };
+  if (!b.device) return host_op(b.value.data());
+  return on_group(b, collective::Group::Op::all_gather, b.device->values(b.index), b.value, host_op);
+}
+
+void pack_gradients(Bucket& b) {
+  if (b.device) return b.device->pack_gradients(b.index);
+  pack(b, &P::grad, b.grad, true);
+}
 
 void update(Bucket& b, const model::AdamW& adamw, int step, bool zero) {
+  if (b.device) return b.device->update(b.index, adamw, step, !zero || b.group.size() <= 1);
   pack(b, &P::value, b.value, false);
   tbb::parallel_for(std::size_t(0), b.parts.size(), [&](std::size_t i) {  // the owned part of each parameter's slice
     const Bucket::Part& p = b.parts[i];
@@ -107,6 +191,9 @@ void update(Bucket& b, const model::AdamW& adamw, int step, bool zero) {
   if (!zero || b.group.size() <= 1) unpack_values(b);
 }
 
-void unpack_values(Bucket& b) { copy_parts(b, &P::value, b.value, false, false); }
+void unpack_values(Bucket& b) {
+  if (b.device) return b.device->unpack_values(b.index);
+  copy_parts(b, &P::value, b.value, false, false);
+}
 
 }  // namespace het::runtime

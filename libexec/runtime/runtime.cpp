@@ -119,8 +119,7 @@ void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW
   double start = now_s();
   for (auto& b : buckets) {
     pack_gradients(b);
-    if (b.group.size() > 1)
-      check(pace.wait([&] { return zero ? b.comm->reduce_scatter_sum(b.grad.data(), b.size) : b.comm->all_reduce_sum(b.grad.data(), b.size); }));
+    if (b.group.size() > 1) check(pace.wait([&] { return sum_gradients(b, zero); }));
   }
   record("sync", start);
   at(progress::Activity::computing, "optimizer");
@@ -133,7 +132,7 @@ void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW
   start = now_s();
   for (auto& b : buckets) {
     if (b.group.size() <= 1) continue;
-    check(pace.wait([&] { return b.comm->all_gather(b.value.data(), b.size); }));
+    check(pace.wait([&] { return gather_values(b); }));
     unpack_values(b);
   }
   record("gather", start);
@@ -461,6 +460,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   std::vector<Bucket> sync = buckets_of(plan, topo, me, model->params());
   const bool zero = plan.model.training.zero_stage >= 1;
   if (auto connected = connect(sync, *fabric, kSync, zero); !connected) return connected.errors();
+  if (auto moved = on_device(sync, *model); !moved) return moved.errors();
   std::size_t optimizer_state = 0;
   for (const auto& bucket : sync) optimizer_state += 2 * (bucket.hi - bucket.lo);
   // Resuming: the parameters and moments from the checkpoint (or the survivors' state every rank
@@ -476,7 +476,9 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   int first_step = 0;
   if (from) {
     if (auto why = resume_problem(*from, plan.model); !why.empty()) return failure(ErrorKind::invalid_input, why);
+    pull_state(sync);  // the host buffers load_checkpoint() fills
     if (auto loaded = load_checkpoint(*from, model->params(), sync); !loaded) return loaded.errors();
+    push_state(sync);
     first_step = from->step();
     if (from == opt.rescue.from) {
       // The bytes read from each holder (open_rescue's "holders", one per file), by route; rank 0
@@ -506,8 +508,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   for (const auto* p : model->params())
     state.parameters += double(p->value.size() * sizeof(float)), state.gradients += double(p->grad.size() * sizeof(float));
   for (const auto& bucket : sync)
-    state.optimizer += double((bucket.m.size() + bucket.v.size()) * sizeof(float)),
-        state.sync_buffers += double((bucket.grad.size() + bucket.value.size()) * sizeof(float));
+    state.optimizer += double(2 * (bucket.hi - bucket.lo) * sizeof(float)), state.sync_buffers += double(2 * bucket.size * sizeof(float));
   auto sample_memory = [&] {
     if (!opt.memory) return;
     MemoryUse now = state;
@@ -596,6 +597,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       const int next = step + 1;
       if (const auto& c = checkpointing; !c.dir.empty() && c.every > 0 && (next % c.every == 0 || next == opt.steps)) {
         const double saving = now_s();
+        pull_state(sync);  // a device's masters and moments, to the host the checkpoint is written from
         if (auto saved = save_checkpoint(peers, sync, zero, c, next, pace, at)) {
           report.checkpoint = saved->dir, report.checkpoint_bytes = saved->bytes;
           report.checkpoint_s = now_s() - saving;
@@ -617,10 +619,15 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       struct sigaction ignore {}, before{};
       ignore.sa_handler = SIG_IGN;
       sigaction(SIGTERM, &ignore, &before);
-      auto kept = checkpoint::write_rescue(opt.rescue.dir, completed, me, opt.rescue.holder, checkpointing.about,
-                                           checkpoint_pieces(sync, me, zero, true));
+      try {
+        pull_state(sync);
+        auto kept = checkpoint::write_rescue(opt.rescue.dir, completed, me, opt.rescue.holder, checkpointing.about,
+                                             checkpoint_pieces(sync, me, zero, true));
+        if (!kept) why.message += " (and its state could not be kept for the job's recovery: " + kept.errors().front().message + ")";
+      } catch (const std::exception& e) {  // a device that failed with its peer
+        why.message += std::string(" (and its state could not be read from the device for the job's recovery: ") + e.what() + ")";
+      }
       sigaction(SIGTERM, &before, nullptr);
-      if (!kept) why.message += " (and its state could not be kept for the job's recovery: " + kept.errors().front().message + ")";
     }
     return why;
   }

@@ -49,12 +49,13 @@ StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
   const double params = (st.parameters - st.whole_parameters) / st.tp + st.whole_parameters;
   const double wbytes = dtype_bytes(m.dtype);
   const bool cpu = m.dtype == DType::fp32;
-  const double opt_bytes = cpu ? 8 : 12;
   const int z = m.training.zero_stage;
   const double dp = st.zero_dp > 0 ? st.zero_dp : 1;
   mem.weights = params * wbytes / (z >= 3 ? dp : 1);
   mem.gradients = params * 4 / (z >= 2 ? dp : 1);  // fp32 for every dtype (the CUDA backend's, Megatron's main_grad)
-  mem.optimizer = params * opt_bytes / (z >= 1 ? dp : 1);
+  // AdamW's m and v, sharded by ZeRO-1; bf16: and the fp32 masters, which the CUDA backend keeps
+  // whole on every rank (its sync buckets: the all-gather moves fp32 values into them).
+  mem.optimizer = params * 8 / (z >= 1 ? dp : 1) + (cpu ? 0 : params * 4);
   mem.activations = st.in_flight * st.layers * layer_activation_bytes(m, st.sequences, st.tp, st.cp, st.recompute);
   if (!cpu) {
     // The head (backend/cuda/stage.cpp Acts): per micro-batch in flight its input and norm output

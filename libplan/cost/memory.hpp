@@ -8,10 +8,10 @@
 //   weights (dtype bytes) + gradients (fp32: 4 bytes; the CUDA backend accumulates in fp32, as
 //   Megatron's main_grad does) + mixed-precision Adam state (fp32 master copy, m and v: 12
 //   bytes; for fp32 training the weights are the master copy: 8), i.e. 18 bytes per parameter
-//   for bf16/fp16 (DESIGN.md §6's 16–18). ZeRO shards over the data-parallel group: stage 1
-//   the optimizer state, 2 also the gradients, 3 also the weights. (Today the CUDA backend
-//   keeps the masters and moments in host memory, so a device holds 12 bytes per parameter
-//   less than this until the step is device-resident, issue 21.)
+//   for bf16/fp16 (DESIGN.md §6's 16–18), all on the device (the CUDA backend's step is
+//   device-resident). ZeRO shards over the data-parallel group: stage 1 the moments (the CUDA
+//   backend keeps the masters whole on every rank, unlike Megatron's distributed optimizer:
+//   2 + 4 + 4 + 8/dp), 2 also the gradients, 3 also the weights.
 // Activations per layer and micro-batch: what the CUDA backend keeps (backend/cuda/stage.cpp
 // LayerActs; Korthikanti et al.'s "Reducing Activation Recomputation" layout without dropout
 // masks, and with sequence parallelism so everything divides by tp; and by cp), N = b·s:

@@ -6,14 +6,19 @@
 // Contract with the runtime (backend.hpp), beyond the CPU backend's:
 //  * Activations and their gradients cross the interface as host fp32 tensors; forward and
 //    backward copy them to and from the device and return when the device work is done.
-//  * params() returns fp32 MASTER weights in host memory (model::Param<float>). The device keeps
-//    a bf16 copy of each value and an fp32 gradient. Values written on the host (the optimizer,
-//    a checkpoint load) reach the device at the next zero_grad() — the runtime calls it at the
-//    start of every step — or at construction. Gradients accumulate on the device (fp32) over the
-//    step's backward() calls and reach the host grad vectors only in finish_backward(), which
-//    copies them all (through one pinned buffer, one synchronisation per 128 MiB); until then the
-//    host grads hold what the last finish_backward() left there. zero_grad() clears the device
-//    copy only (the host's is overwritten whole by the next finish_backward()).
+//  * The step is on the device once the runtime asks for device_optimizer() (it always does;
+//    backend.hpp's DeviceOptimizer): the fp32 masters, gradients and AdamW's moments live there,
+//    a bucket of whole parameters holding their gradients and masters in place (18 bytes per
+//    parameter with the bf16 value; ZeRO-1 shards the 8 of the moments), AdamW runs as a kernel
+//    and the new masters become the bf16 values on the device; nothing crosses to the host but
+//    the losses, the activations between stages and what a TCP group carries. params()' host
+//    values are then what the last pull_values() left (a checkpoint's), push_values() brings
+//    them back (a load).
+//  * Until then (tools, tests) params() are the fp32 MASTER weights in host memory; the device
+//    keeps a bf16 copy of each value and an fp32 gradient. Values written on the host reach the
+//    device at the next zero_grad() or at construction; gradients accumulate on the device over
+//    the step's backward() calls and reach the host grad vectors only in finish_backward(),
+//    which copies them all (through one pinned buffer, one synchronisation per 128 MiB).
 //  * Only tp = 1 and cp = 1 (no tensor or context parallelism yet) and head dimension <= 256
 //    (the flash-style attention of kernels.hpp keeps O(B·H·T) per layer, any sequence length;
 //    D > 128 needs ~138 KiB of shared memory per block in the backward: H100 and A100 have it).

@@ -280,6 +280,16 @@ __global__ void adamw_kernel(float* value, const float* grad, float* mom1, float
   }
 }
 
+// Element k of a chunk is local index start + (k / run)·stride + k % run (runtime::Elements).
+__global__ void pack_elements_kernel(float* packed, const float* param, std::int64_t start, std::int64_t run, std::int64_t stride,
+                                     std::int64_t n, float weight) {
+  HET_GRID_STRIDE(k, n) packed[k] = param[start + (k / run) * stride + k % run] * weight;
+}
+__global__ void unpack_elements_kernel(float* param, const float* packed, std::int64_t start, std::int64_t run, std::int64_t stride,
+                                       std::int64_t n) {
+  HET_GRID_STRIDE(k, n) param[start + (k / run) * stride + k % run] = packed[k];
+}
+
 __global__ void sum_squares_kernel(float* sum, const float* x, std::int64_t n) {
   float s = 0;
   HET_GRID_STRIDE(i, n) s += x[i] * x[i];
@@ -431,6 +441,12 @@ void to_float(float* out, const bf16* in, std::int64_t n, cudaStream_t stream) {
 void adamw_update(float* value, const float* grad, float* m, float* v, std::int64_t n, const AdamWArgs& a, cudaStream_t stream) {
   const float c1 = float(1 - std::pow(double(a.beta1), a.step)), c2 = float(1 - std::pow(double(a.beta2), a.step));
   HET_LAUNCH(adamw_kernel, blocks_for(n), kThreads, 0, stream)(value, grad, m, v, n, a, c1, c2);
+}
+void pack_elements(float* packed, const float* param, const ElementRuns& e, float weight, cudaStream_t stream) {
+  if (e.n > 0) HET_LAUNCH(pack_elements_kernel, blocks_for(e.n), kThreads, 0, stream)(packed, param, e.start, e.run, e.stride, e.n, weight);
+}
+void unpack_elements(float* param, const float* packed, const ElementRuns& e, cudaStream_t stream) {
+  if (e.n > 0) HET_LAUNCH(unpack_elements_kernel, blocks_for(e.n), kThreads, 0, stream)(param, packed, e.start, e.run, e.stride, e.n);
 }
 void sum_squares(float* sum, const float* x, std::int64_t n, cudaStream_t stream) {
   HET_LAUNCH(sum_squares_kernel, blocks_for(n), kThreads, 0, stream)(sum, x, n);

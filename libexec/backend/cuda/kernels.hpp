@@ -104,6 +104,15 @@ struct AdamWArgs {
   bool decay;
 };
 void adamw_update(float* value, const float* grad, float* m, float* v, std::int64_t n, const AdamWArgs& a, cudaStream_t stream);
+// A parameter's chunk and a bucket's packed floats (runtime/buckets.hpp): element k of the
+// chunk is the parameter's element start + (k / run)·stride + k % run, k < n.
+struct ElementRuns {
+  std::int64_t start, run, stride, n;
+};
+// packed[k] = param[element k] · weight.
+void pack_elements(float* packed, const float* param, const ElementRuns& e, float weight, cudaStream_t stream);
+// param[element k] = packed[k].
+void unpack_elements(float* param, const float* packed, const ElementRuns& e, cudaStream_t stream);
 // *sum += Σ x[i]² (fp32 accumulation per block, one atomic per block) — gradient norm.
 void sum_squares(float* sum, const float* x, std::int64_t n, cudaStream_t stream);
 

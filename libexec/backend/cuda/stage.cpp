@@ -27,11 +27,25 @@ using cuda::bf16;
 template <class T>
 using Buf = cuda::DeviceBuffer<T>;
 
-// One parameter: the host master (owned by the StageModel), its bf16 device copy and fp32 gradient.
+// One parameter: the host copy (owned by the StageModel), its bf16 device copy, its fp32
+// gradient and, once the step is on the device (device_optimizer), its fp32 master there.
 struct DeviceParam {
   model::Param<float>* host = nullptr;
   Buf<bf16> value;
-  Buf<float> grad;
+  Buf<float> own_grad;      // its gradient, unless a bucket holds it
+  float* grad = nullptr;    // [size]: own_grad, or its place in a bucket's gradients
+  Buf<float> own_master;    // its master on the device, unless a bucket holds it
+  float* master = nullptr;  // [size]: own_master or its place in a bucket's values; null while the host holds the masters
+  std::size_t size() const { return host->value.size(); }
+};
+
+// A sync bucket on the device (backend.hpp's DeviceOptimizer): its gradients and values
+// [padded], and the moments of the part this rank steps [hi - lo]. `views`: every part is a
+// whole parameter of weight 1, whose gradient and master live in grad and value at its offset.
+struct DeviceBucket {
+  BucketLayout layout;
+  bool views = false;
+  Buf<float> grad, value, m, v;
 };
 
 // One layer's activations of one micro-batch (as model::BlockActs, on the device).
@@ -48,7 +62,7 @@ struct Acts {
   Buf<float> mean, rstd;
 };
 
-class CudaStage final : public Stage {
+class CudaStage final : public Stage, public DeviceOptimizer {
  public:
   explicit CudaStage(const StageSpec& s)
       : s_(model::Shape::of(s.model)), first_(s.first), last_(s.last), recompute_(s.recompute), gemm_(stream_.get()),
@@ -59,7 +73,9 @@ class CudaStage final : public Stage {
     if (s_.D > 256) throw std::invalid_argument("the CUDA attention kernel takes head dimensions up to 256, got " + std::to_string(s_.D));
     for (auto* p : host_.params()) {
       index_[p->name] = params_.size();
-      params_.push_back({p, Buf<bf16>(ledger_, stream(), p->value.size()), Buf<float>(ledger_, stream(), p->value.size())});
+      DeviceParam& q = params_.emplace_back();
+      q.host = p, q.value = Buf<bf16>(ledger_, stream(), p->value.size()), q.own_grad = Buf<float>(ledger_, stream(), p->value.size());
+      q.grad = q.own_grad.get();
     }
     zero_grad();
   }
@@ -131,7 +147,7 @@ class CudaStage final : public Stage {
     std::vector<float> dx;
     if (first_ == 0) {
       const DeviceParam* wpe = find("wpe");
-      cuda::embedding_backward(g("wte"), wpe ? wpe->grad.get() : nullptr, cur.get(), a.tokens.get(), N, s_.T, C, 0, stream());
+      cuda::embedding_backward(g("wte"), wpe ? wpe->grad : nullptr, cur.get(), a.tokens.get(), N, s_.T, C, 0, stream());
       cuda::check_launch("the backward of the embedding");
       cuda::check(cudaStreamSynchronize(stream()), "the backward of a stage");
     } else {
@@ -144,9 +160,10 @@ class CudaStage final : public Stage {
   // The host gradients made whole (backend.hpp): the fp32 device gradients, the sum over the
   // step's micro-batches, copied into params()' grad vectors through the pinned buffer.
   void finish_backward() override {
+    if (resident()) return;  // the gradients stay on the device
     through_pinned([](const DeviceParam& q) { return q.host->grad.data(); },
                    [&](const Piece& pc) {
-                     cuda::check(cudaMemcpyAsync(pinned_.get() + pc.at, pc.q->grad.get() + pc.offset, pc.n * sizeof(float),
+                     cuda::check(cudaMemcpyAsync(pinned_.get() + pc.at, pc.q->grad + pc.offset, pc.n * sizeof(float),
                                                  cudaMemcpyDeviceToHost, stream()),
                                  "copying the gradient of " + pc.q->host->name);
                    },
@@ -159,7 +176,9 @@ class CudaStage final : public Stage {
   // pinned buffer, then to bf16 from the fp32 staging buffer). The host gradients are left as
   // they are: finish_backward() overwrites every one of them.
   void zero_grad() override {
-    for (auto& q : params_) cuda::check(cudaMemsetAsync(q.grad.get(), 0, q.grad.bytes(), stream()), "clearing the gradient of " + q.host->name);
+    for (auto& q : params_)
+      cuda::check(cudaMemsetAsync(q.grad, 0, q.size() * sizeof(float), stream()), "clearing the gradient of " + q.host->name);
+    if (resident()) return;  // the masters are on the device, the bf16 copies made from them by the step
     const std::size_t want = std::min(total_parameters(), kPinnedFloats);
     if (staging_.size() < want) {
       cuda::check(cudaStreamSynchronize(stream()), "growing the staging buffer");
@@ -177,6 +196,100 @@ class CudaStage final : public Stage {
   }
 
   std::optional<DeviceMemory> device_memory() const override { return DeviceMemory{ledger_.in_use, ledger_.peak}; }
+
+  // ---- The step on the device (backend.hpp's DeviceOptimizer) ----
+  // Before the first step (gradients zero): the host-mode staging and the gradients that move
+  // into buckets are freed first, so the device never holds both.
+  DeviceOptimizer* device_optimizer(std::vector<BucketLayout> layouts) override {
+    if (resident()) throw std::logic_error("the CUDA stage's device optimizer was asked for twice");
+    staging_ = Buf<float>(), pinned_ = cuda::PinnedBuffer<float>();
+    std::vector<bool> placed(params_.size(), false);
+    for (auto& l : layouts) {
+      DeviceBucket& b = buckets_.emplace_back();
+      b.views = std::all_of(l.parts.begin(), l.parts.end(), [&](const BucketLayout::Part& pt) {
+        const bool contiguous = pt.count == 1 || pt.run == pt.stride;
+        return pt.start == 0 && contiguous && pt.run * pt.count == params_.at(pt.param).size() && pt.weight == 1.f && !placed[pt.param];
+      });
+      if (b.views)
+        for (const auto& pt : l.parts) placed[pt.param] = true, params_[pt.param].own_grad = Buf<float>();
+      b.layout = std::move(l);
+    }
+    for (DeviceBucket& b : buckets_) {
+      const BucketLayout& l = b.layout;
+      for (auto* buf : {&b.grad, &b.value}) *buf = Buf<float>(ledger_, stream(), l.padded), zero(*buf);
+      for (auto* buf : {&b.m, &b.v}) *buf = Buf<float>(ledger_, stream(), l.hi - l.lo), zero(*buf);
+      if (b.views)
+        for (const auto& pt : l.parts) params_[pt.param].grad = b.grad.get() + pt.at, params_[pt.param].master = b.value.get() + pt.at;
+    }
+    for (auto& q : params_)
+      if (!q.master) q.own_master = Buf<float>(ledger_, stream(), q.size()), q.master = q.own_master.get();
+    push_values();
+    return this;
+  }
+  float* gradients(std::size_t i) override { return buckets_.at(i).grad.get(); }
+  float* values(std::size_t i) override { return buckets_.at(i).value.get(); }
+  std::pair<float*, float*> moments(std::size_t i) override { return {buckets_.at(i).m.get(), buckets_.at(i).v.get()}; }
+
+  void pack_gradients(std::size_t i) override {
+    DeviceBucket& b = buckets_.at(i);
+    if (!b.views)
+      for (const auto& pt : b.layout.parts) cuda::pack_elements(b.grad.get() + pt.at, params_[pt.param].grad, runs(pt), pt.weight, stream());
+    cuda::check_launch("packing the gradients");
+    cuda::check(cudaStreamSynchronize(stream()), "packing the gradients");  // the collective runs on its own stream
+  }
+
+  void update(std::size_t i, const model::AdamW& o, int step, bool unpack) override {
+    DeviceBucket& b = buckets_.at(i);
+    const BucketLayout& l = b.layout;
+    if (!b.views)
+      for (const auto& pt : l.parts) cuda::pack_elements(b.value.get() + pt.at, params_[pt.param].master, runs(pt), 1.f, stream());
+    for (const auto& pt : l.parts) {  // the owned part of each part, with its parameter's decay (as runtime::update)
+      const std::size_t lo = std::max(l.lo, pt.at), hi = std::min(l.hi, pt.at + pt.run * pt.count);
+      if (lo >= hi) continue;
+      const cuda::AdamWArgs args{float(o.lr), float(o.beta1), float(o.beta2), float(o.eps), float(o.weight_decay), step,
+                                 model::decays(params_[pt.param].host->name)};
+      cuda::adamw_update(b.value.get() + lo, b.grad.get() + lo, b.m.get() + (lo - l.lo), b.v.get() + (lo - l.lo), std::int64_t(hi - lo),
+                         args, stream());
+    }
+    if (unpack) return unpack_values(i);
+    cuda::check_launch("AdamW");
+    cuda::check(cudaStreamSynchronize(stream()), "AdamW");  // the all-gather runs on its own stream
+  }
+
+  void unpack_values(std::size_t i) override {
+    DeviceBucket& b = buckets_.at(i);
+    for (const auto& pt : b.layout.parts) {
+      DeviceParam& q = params_[pt.param];
+      if (!b.views) cuda::unpack_elements(q.master, b.value.get() + pt.at, runs(pt), stream());
+      cuda::to_bf16(q.value.get(), q.master, std::int64_t(q.size()), stream());
+    }
+    cuda::check_launch("the new values");
+    cuda::check(cudaStreamSynchronize(stream()), "the new values");
+  }
+
+  void to_host(float* host, const float* device, std::size_t n) override {
+    cuda::check(cudaMemcpyAsync(host, device, n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
+    cuda::check(cudaStreamSynchronize(stream()), "copying to the host");
+  }
+  void to_device(float* device, const float* host, std::size_t n) override {
+    cuda::check(cudaMemcpyAsync(device, host, n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
+    cuda::check(cudaStreamSynchronize(stream()), "copying to the device");
+  }
+  void pull_values() override {
+    for (auto& q : params_)
+      cuda::check(cudaMemcpyAsync(q.host->value.data(), q.master, q.size() * sizeof(float), cudaMemcpyDeviceToHost, stream()),
+                  "copying the master of " + q.host->name + " to the host");
+    cuda::check(cudaStreamSynchronize(stream()), "copying the masters to the host");
+  }
+  void push_values() override {
+    for (auto& q : params_) {
+      cuda::check(cudaMemcpyAsync(q.master, q.host->value.data(), q.size() * sizeof(float), cudaMemcpyHostToDevice, stream()),
+                  "copying the master of " + q.host->name + " to the device");
+      cuda::to_bf16(q.value.get(), q.master, std::int64_t(q.size()), stream());
+    }
+    cuda::check_launch("to_bf16");
+    cuda::check(cudaStreamSynchronize(stream()), "copying the masters to the device");
+  }
 
   std::size_t activation_bytes() const override {
     std::size_t n = 0;
@@ -205,13 +318,17 @@ class CudaStage final : public Stage {
     return *q;
   }
   const bf16* p(const std::string& name) const { return param(name).value.get(); }
-  float* g(const std::string& name) const { return param(name).grad.get(); }
+  float* g(const std::string& name) const { return param(name).grad; }
+  bool resident() const { return !buckets_.empty(); }
+  static cuda::ElementRuns runs(const BucketLayout::Part& pt) {
+    return {std::int64_t(pt.start), std::int64_t(pt.run), std::int64_t(pt.stride), std::int64_t(pt.run * pt.count)};
+  }
   // A bias when the architecture has one (gpt), else null.
   const bf16* bias(const std::string& name) const { return gpt() ? p(name) : nullptr; }
 
   std::size_t total_parameters() const {
     std::size_t n = 0;
-    for (const auto& q : params_) n += q.grad.size();
+    for (const auto& q : params_) n += q.size();
     return n;
   }
   // Elements [offset, offset + n) of parameter q, at pinned_[at].
@@ -249,9 +366,9 @@ class CudaStage final : public Stage {
       pieces.clear(), used = 0;
     };
     for (const auto& q : params_)
-      for (std::size_t offset = 0; offset < q.grad.size();) {
+      for (std::size_t offset = 0; offset < q.size();) {
         if (used == pinned_.size()) flush();
-        const std::size_t n = std::min(q.grad.size() - offset, pinned_.size() - used);
+        const std::size_t n = std::min(q.size() - offset, pinned_.size() - used);
         pieces.push_back({&q, offset, used, n});
         used += n, offset += n;
       }
@@ -435,6 +552,7 @@ class CudaStage final : public Stage {
   cuda::Gemm gemm_;
   model::StageModel<float> host_;  // the fp32 master parameters (host mirrors); its own kernels never run
   std::vector<DeviceParam> params_;
+  std::vector<DeviceBucket> buckets_;  // the step on the device (device_optimizer); none while the host steps
   std::unordered_map<std::string, std::size_t> index_;
   std::map<int, Acts> in_flight_;
   Buf<float> staging_;  // fp32 host <-> device staging, grown as needed
