@@ -1,5 +1,7 @@
 #include "cost/memory.hpp"
 
+#include <algorithm>
+
 namespace het::cost {
 
 namespace {
@@ -59,9 +61,23 @@ StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
   mem.activations = st.in_flight * st.layers * layer_activation_bytes(m, st.sequences, st.tp, st.cp, st.recompute);
   if (!cpu) {
     // The head (backend/cuda/stage.cpp Acts): per micro-batch in flight its input and norm output
-    // and the bf16 logits; the backward's gradient of the logits, one micro-batch's.
+    // and the bf16 logits.
     const double N = st.sequences * m.seq_length / st.cp, h = m.hidden_size, V = double(m.vocab_size) / st.tp;
-    if (st.has_head) mem.stage_buffers = st.in_flight * (2 * N * V + 4 * N * h) + 2 * N * V;
+    if (st.has_head) mem.stage_buffers = st.in_flight * (2 * N * V + 4 * N * h);
+    // The backward's temporaries (CudaStage::backward), the larger of the head's — the logits'
+    // gradient, the losses, the gradients of the norm's output and input — and a layer's
+    // (layer_backward): the bf16 gradients of x2, h, fc, ln2, att_out, q, k, v and ln1 (llama's
+    // up is freed before the attention's part), attention's fp32 dq, dk, dv, and the incoming
+    // gradient; a fully recomputing layer holds its whole set again meanwhile (recall).
+    const double head = st.has_head ? 2 * N * V + 4 * N + 4 * N * h : 0;
+    double layer = 0;
+    if (st.layers > 0) {
+      const double a = m.num_attention_heads, g = m.num_kv_heads > 0 ? m.num_kv_heads : a;
+      const double q = h / st.tp, kv = h * g / a / st.tp, f = double(m.ffn_hidden_size) / st.tp;
+      layer = N * (2 * (3 * h + 2 * f + 2 * q + 2 * kv) + 4 * (q + 2 * kv) + 2 * h);
+      if (st.recompute == Recompute::full) layer += layer_activation_bytes(m, st.sequences, st.tp, st.cp, Recompute::none);
+    }
+    mem.workspace = std::max(head, layer);
     return mem;
   }
   mem.sync_buffers = params * 8;

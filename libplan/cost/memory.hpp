@@ -22,8 +22,11 @@
 //   selective  the same without the log-sum-exp (the core recomputed in backward)
 //   full       2sbh (the layer's input only)
 // times the micro-batches the stage holds in flight (its warm-up count). The head keeps, per
-// micro-batch in flight, its input and norm output (N·h each) and bf16 logits N·V/tp, and its
-// backward the logits' gradient, N·V/tp, once.
+// micro-batch in flight, its input and norm output (N·h each) and bf16 logits N·V/tp. The
+// backward's temporaries, once: the larger of the head's (the logits' gradient N·V/tp, its
+// input's and norm's gradients) and a layer's (its activations' gradients, bf16, attention's
+// dq, dk, dv in fp32, the incoming gradient: N·(8h + 4f + 8q + 12kv) bytes, q = h/tp, kv = h·g/(a·tp); with
+// full recomputation plus the layer's whole set, recomputed).
 //
 // fp32 models are trained by the CPU backend (libexec/model; the CUDA backend trains bf16), and
 // for them the model is what that backend allocates (issue 17), not Megatron's layout:
@@ -52,7 +55,7 @@ struct StageMemory {
   double stage_buffers = 0;                          // bf16: the head's logits; fp32: tokens, targets, head buffers
   double sync_buffers = 0;                           // fp32 (CPU backend): packed gradients and values
   double recompute = 0;                              // full recompute (fp32): one micro-batch's set again
-  double workspace = 0;                              // fp32 (CPU backend): the backward's temporaries
+  double workspace = 0;                              // the backward's temporaries
   double read_ahead = 0;                             // fp32 (CPU backend): frames the transport read ahead
   double total() const {
     return weights + gradients + optimizer + sync_buffers + activations + stage_buffers + recompute + workspace + read_ahead;
