@@ -75,7 +75,8 @@ StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
       const double a = m.num_attention_heads, g = m.num_kv_heads > 0 ? m.num_kv_heads : a;
       const double q = h / st.tp, kv = h * g / a / st.tp, f = double(m.ffn_hidden_size) / st.tp;
       layer = N * (2 * (3 * h + 2 * f + 2 * q + 2 * kv) + 4 * (q + 2 * kv) + 2 * h);
-      if (st.recompute == Recompute::full) layer += layer_activation_bytes(m, st.sequences, st.tp, st.cp, Recompute::none);
+      if (st.recompute == Recompute::full)  // the set again, but its input x, which is the kept one moved
+        layer += layer_activation_bytes(m, st.sequences, st.tp, st.cp, Recompute::none) - 2 * N * h / (st.tp * st.cp);
     }
     mem.workspace = std::max(head, layer);
     return mem;

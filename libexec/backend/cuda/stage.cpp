@@ -204,17 +204,18 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     if (resident()) throw std::logic_error("the CUDA stage's device optimizer was asked for twice");
     staging_ = Buf<float>(), pinned_ = cuda::PinnedBuffer<float>();
     std::vector<bool> placed(params_.size(), false);
+    std::vector<DeviceBucket> buckets;  // the stage's once all are made; a failure midway (out of memory) leaves it unusable
     for (auto& l : layouts) {
-      DeviceBucket& b = buckets_.emplace_back();
+      DeviceBucket& b = buckets.emplace_back();
       b.views = std::all_of(l.parts.begin(), l.parts.end(), [&](const BucketLayout::Part& pt) {
         const bool contiguous = pt.count == 1 || pt.run == pt.stride;
         return pt.start == 0 && contiguous && pt.run * pt.count == params_.at(pt.param).size() && pt.weight == 1.f && !placed[pt.param];
       });
       if (b.views)
-        for (const auto& pt : l.parts) placed[pt.param] = true, params_[pt.param].own_grad = Buf<float>();
+        for (const auto& pt : l.parts) placed[pt.param] = true, params_[pt.param].own_grad = Buf<float>(), params_[pt.param].grad = nullptr;
       b.layout = std::move(l);
     }
-    for (DeviceBucket& b : buckets_) {
+    for (DeviceBucket& b : buckets) {
       const BucketLayout& l = b.layout;
       for (auto* buf : {&b.grad, &b.value}) *buf = Buf<float>(ledger_, stream(), l.padded), zero(*buf);
       for (auto* buf : {&b.m, &b.v}) *buf = Buf<float>(ledger_, stream(), l.hi - l.lo), zero(*buf);
@@ -223,6 +224,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     }
     for (auto& q : params_)
       if (!q.master) q.own_master = Buf<float>(ledger_, stream(), q.size()), q.master = q.own_master.get();
+    buckets_ = std::move(buckets);
     push_values();
     return this;
   }
