@@ -10,9 +10,10 @@
 # each operation followed by the pause the run takes after it, X - 1 times it on the fast devices,
 # 2X - 1 on the slow ones, which --emulate-devices slows 2x more).
 # Each repetition runs every plan FIDELITY_RUNS times (default 3), round-robin over the plans so
-# that a plan's runs are minutes apart, and keeps its fastest run the probes found undisturbed:
-# this VM's host slows it by up to 40% for seconds to minutes at a time (docs/executor.md), which
-# makes a run slower, never faster; bench/fidelity/measure.sh says how it is detected.
+# that a plan's runs are minutes apart, and keeps the median of the runs the probes found
+# undisturbed: this VM's host slows it by up to 40% for seconds to minutes at a time
+# (docs/executor.md; bench/fidelity/measure.sh says how it is detected), and between quiet probes
+# a run still moves 15-20% either way, so the fastest run is an outlier as often as the slowest.
 #   scripts/bench-fidelity.sh [REPETITIONS] [PLAN-NAME-FILTER]
 #   FIDELITY_RUNS, FIDELITY_QUIET, FIDELITY_WAITS: measure.sh
 #   FIDELITY_REUSE_PROFILES=1: use the profiles an earlier run left in $build/bench-fidelity (saves ~30 min)
@@ -24,7 +25,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build="${HET_BUILD_DIR:-build}"
 reps="${1:-2}"
 filter="${2:-}"
-runs="${FIDELITY_RUNS:-3}"  # runs of each plan per repetition, the fastest kept (report.py fastest)
+runs="${FIDELITY_RUNS:-3}"  # runs of each plan per repetition, the median kept (report.py median)
 out="$build/bench-fidelity"
 mkdir -p "$out"
 hetexec="$build/apps/hetexec/hetexec"
@@ -76,7 +77,7 @@ for rep in $(seq 1 "$reps"); do
     ranks=$(python3 bench/fidelity/report.py ranks "$plan")
     compares=()
     for k in $(seq 1 "$runs"); do compares+=("$out/$name.$k.compare.json"); done
-    python3 bench/fidelity/report.py fastest "$out/$name.compare.json" "${compares[@]}"
+    python3 bench/fidelity/report.py median "$out/$name.compare.json" "${compares[@]}"
     python3 bench/fidelity/report.py row "$name" "$ranks" "$x" "$rep" "$out/$name.compare.json" "$results"
   done
 done

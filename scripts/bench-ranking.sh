@@ -8,7 +8,7 @@
 # --time-dilation 8 --measured`, and report per cluster: every plan's predicted and measured step,
 # Kendall's tau between the predicted and the measured order, and how far the planner's first
 # choice is from the fastest measured plan. Profiles are taken twice (each row the faster of the
-# two) and each plan run FIDELITY_RUNS times (default 3, the fastest undisturbed run kept), each
+# two) and each plan run FIDELITY_RUNS times (default 3, the median undisturbed run kept), each
 # profile and run when a probe finds the machine quiet, as bench-fidelity.sh
 # (bench/fidelity/measure.sh).
 #   scripts/bench-ranking.sh [CLUSTER-FILTER]
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build="${HET_BUILD_DIR:-build}"
 filter="${1:-}"
-runs="${FIDELITY_RUNS:-3}"  # runs of each plan, the fastest kept: this VM's host disturbs runs (bench-fidelity.sh)
+runs="${FIDELITY_RUNS:-3}"  # runs of each plan, the median kept: this VM's host disturbs runs (bench-fidelity.sh)
 out="$build/bench-ranking"
 mkdir -p "$out"
 hetexec="$build/apps/hetexec/hetexec"
@@ -58,14 +58,14 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
     [[ -f $plan ]] || continue
     p=$(basename "$plan" .plan.json)
     compares=()
-    for k in $(seq 1 "$runs"); do  # the fastest undisturbed run kept (report.py fastest)
+    for k in $(seq 1 "$runs"); do  # the median undisturbed run kept (report.py median)
       probed_run "$dir/$p.$k.probe.json" "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices \
         --emulate-links --time-dilation "$x" --trace "$dir/$p.$k.trace.json" > "$dir/$p.$k.log"
       "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" --time-dilation "$x" --measured "$dir/$p.$k.trace.json" \
         --format json > "$dir/$p.$k.compare.json"
       compares+=("$dir/$p.$k.compare.json")
     done
-    python3 bench/fidelity/report.py fastest "$dir/$p.compare.json" "${compares[@]}"
+    python3 bench/fidelity/report.py median "$dir/$p.compare.json" "${compares[@]}"
     python3 bench/fidelity/report.py ranked "$name" "$p" "$dir/$p.compare.json" "$results"
   done
 done

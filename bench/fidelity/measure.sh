@@ -12,8 +12,8 @@
 #  * every profile and every run waits until a probe is within FIDELITY_QUIET (default 3%) of the
 #    baseline (at most FIDELITY_WAITS probes, 5 s apart; then it goes on and says so);
 #  * each run is followed by a probe too, and a run whose probes before and after are both quiet
-#    counts as undisturbed; report.py fastest keeps the fastest undisturbed run of a plan (the
-#    fastest of all when none was), and rows say how many were disturbed.
+#    counts as undisturbed; report.py median keeps the median undisturbed run of a plan (the
+#    median of all when none was), and rows say how many were disturbed.
 # Needs: $hetexec, $out. Sets: probe_now (the last probe's slowdown, e.g. 1.012), probe_before
 # (probed_run's probe before its command).
 
