@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "../bench/instances.hpp"
@@ -129,4 +130,54 @@ TEST_CASE("property: the search's cutoff never loses a split that beats it") {
                       if (below.empty()) CHECK(cut);
                     });
   CHECK(checked >= 150);
+}
+
+// Issue 20: the split search visits only the first units a stage can start at (its forward
+// sweep) and the DP only those. That must lose no split: on random small instances and layouts,
+// the free search finds a split exactly when one of all C(U-1, S-1) splits (each evaluated
+// fixed) fits, and its estimate is within the t_max ladder's resolution of theirs (rungs 5%
+// apart, the first at +1%: a split of t_max up to 1.05x the best one's may stand for it).
+TEST_CASE("property: the split search finds a split whenever one fits, as good as the best of all splits") {
+  int compared = 0, none = 0;
+  for (int seed = 0; seed < 400 && compared < 120; ++seed) {
+    const auto in = bench::random_instance(9100 + std::uint64_t(seed), test::catalog());
+    const cost::ComputeModel cm(in.model, {});
+    const search::Evaluator eval(in.model, in.cluster, cm, in.model.training.recompute, Granularity::layer, {});
+    const int U = eval.num_units();
+    if (U > 18) continue;
+    std::mt19937_64 rng{std::uint64_t(seed)};
+    for (int draw = 0; draw < 20; ++draw) {
+      const auto layout = random_layout(eval, rng);
+      if (!layout) continue;
+      const int S = static_cast<int>(layout->stages.size());
+      double best_fixed = 1e300;
+      std::vector<int> first(S);
+      // Every split: first units 0 = f_0 < f_1 < ... < f_{S-1} <= U - 1.
+      std::function<void(int)> each = [&](int i) {
+        if (i == S) {
+          for (const auto& c : eval.evaluate(*layout, {layout->schedule}, &first)) best_fixed = std::min(best_fixed, c.estimate_s);
+          return;
+        }
+        for (int f = i == 0 ? 0 : first[i - 1] + 1; f <= U - (S - i); ++f) {
+          first[i] = f;
+          if (i == 0 && f > 0) break;
+          each(i + 1);
+        }
+      };
+      each(0);
+      const auto free = eval.evaluate(*layout, {layout->schedule});
+      INFO(in.description << ", " << to_string(layout->schedule) << ", " << S << " stages, " << layout->pipelines
+                          << " pipelines, best of all splits " << best_fixed);
+      CHECK(free.empty() == (best_fixed == 1e300));
+      if (free.empty()) {
+        ++none;
+        continue;
+      }
+      CHECK(free.front().estimate_s >= best_fixed * (1 - 1e-9));  // one of the splits
+      CHECK(free.front().estimate_s <= best_fixed * 1.06);
+      ++compared;
+    }
+  }
+  INFO(compared << " layouts compared, " << none << " with no split that fits");
+  CHECK(compared >= 120);
 }

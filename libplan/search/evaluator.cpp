@@ -255,6 +255,9 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     w.epsilon = predict_.epsilon;
     return schedule::warmup_counts(w);
   };
+  // The first units stage i can start at, from the last feasibility sweep (feasible, below):
+  // the DP at the same t_max visits only those.
+  std::vector<std::pair<int, int>> range(S, {0, U});
   // DP: F[i][k] = min Σ t over stages i.. covering units k..U-1 with every t <= tau.
   std::vector<double> F(static_cast<std::size_t>(S + 1) * (U + 1), kInf);
   std::vector<int> end(F.size(), -1), pick(F.size(), -1);
@@ -264,7 +267,8 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     F[at(S, U)] = 0;
     int covered = U;  // the first unit from which stages i + 1.. cover the rest
     for (int i = S - 1; i >= 0; --i) {
-      const int k_lo = fixed ? (*fixed)[i] : i, k_hi = fixed ? (*fixed)[i] : U - (S - i);
+      const int k_lo = fixed ? (*fixed)[i] : std::max(i, range[i].first),
+                k_hi = fixed ? (*fixed)[i] : std::min(U - (S - i), range[i].second);
       for (int k = k_lo; k <= k_hi; ++k) {
         const int e_lo = std::max(fixed ? (i + 1 < S ? (*fixed)[i + 1] - 1 : U - 1) : k, covered - 1);
         const int e_hi = fixed ? e_lo : (i == S - 1 ? U - 1 : U - (S - i - 1) - 1);
@@ -341,28 +345,19 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     c.estimate_s = sum + (m - 1) * steady + tail;
   };
 
-  Candidate best;
-  best.layout = l;
-  best.estimate_s = kInf;
-  auto try_tau = [&](double tau) {
-    const std::vector<int> N = warmups(tau);
-    if (run_dp(tau, N) == kInf) return false;
-    Candidate c;
-    c.layout = l;
-    estimate(N, c);
-    if (c.estimate_s < best.estimate_s) best = std::move(c);
-    return true;
-  };
   // Whether some split has every t_i <= tau, exactly and in O(S·U·R): the units a stage can
-  // hold from unit k form a run k..reach[k] that grows with k (time and memory only grow with
+  // hold from unit k form a run k..reach(k) that grows with k (time and memory only grow with
   // a stage's units), so the first units that stages 0..i can leave to stage i+1 are a union
-  // of runs, swept with a difference array.
-  std::vector<int> reach(U), ends(U + 2);
-  std::vector<char> starts(U + 1), next(U + 1);
+  // of runs, swept with a difference array. Only the first units stage i can start at
+  // (starts[lo..hi], at most U - (S - i): each later stage holds a unit) are visited: the
+  // cut test of a layout that cannot beat the incumbent is this one call (issue 20).
+  std::vector<int> ends(U + 2);
+  std::vector<char> starts(U + 1);
   auto feasible = [&](double tau, const std::vector<int>& N) {
     if (fixed) return run_dp(tau, N) < kInf;
     std::fill(starts.begin(), starts.end(), 0);
     starts[0] = 1;
+    int lo = 0, hi = 0;  // the first and the last unit stage i may start at
     for (int i = 0; i < S; ++i) {
       const Table* const* t = p.tables[i].data();
       auto fits = [&](int k, int e) {
@@ -371,21 +366,38 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
             return true;
         return false;
       };
-      for (int k = 0, e = -1; k < U; ++k) {  // reach[k]: the last unit of the longest run from k; k - 1 when none
+      hi = std::min(hi, U - (S - i));
+      range[i] = {lo, hi};
+      std::fill(ends.begin() + lo, ends.end(), 0);
+      int last = -1;  // the last unit any run of stage i reaches
+      for (int k = lo, e = lo - 1; k <= hi; ++k) {
         e = std::max(e, k - 1);
-        while (e + 1 < U && fits(k, e + 1)) ++e;
-        reach[k] = e;
+        while (e + 1 < U && fits(k, e + 1)) ++e;  // e: the last unit of the longest run from k
+        if (starts[k] && e >= k) ++ends[k + 1], --ends[e + 2], last = e;
       }
-      std::fill(ends.begin(), ends.end(), 0);
-      for (int k = 0; k < U; ++k)
-        if (starts[k] && reach[k] >= k) ++ends[k + 1], --ends[reach[k] + 2];
-      int open = 0;
-      bool any = false;
-      for (int k = 0; k <= U; ++k) open += ends[k], next[k] = open > 0, any |= open > 0;
-      if (!any) return false;
-      std::swap(starts, next);
+      if (last < 0) return false;
+      std::fill(starts.begin() + lo, starts.begin() + hi + 1, 0);
+      int open = 0, first = -1;
+      for (int k = lo + 1; k <= last + 1; ++k) {
+        open += ends[k];
+        starts[k] = open > 0;
+        if (open > 0 && first < 0) first = k;
+      }
+      lo = first, hi = last + 1;
     }
     return starts[U] != 0;
+  };
+  Candidate best;
+  best.layout = l;
+  best.estimate_s = kInf;
+  auto try_tau = [&](double tau) {
+    const std::vector<int> N = warmups(tau);
+    if (!feasible(tau, N) || run_dp(tau, N) == kInf) return false;
+    Candidate c;
+    c.layout = l;
+    estimate(N, c);
+    if (c.estimate_s < best.estimate_s) best = std::move(c);
+    return true;
   };
   // Every split pays, besides (m − 1) times its t_max, at least `fixed_cost`: each unit's fastest time
   // on any stage (Σ_i t_i) and the hops there and back (Σ_i 2c_i, fixed by the layout). The
@@ -405,10 +417,11 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   for (int i = 0; i < S; ++i)
     for (int r = 0; r < R; ++r) top = std::max(top, p.tables[i][r]->time[U]);
   top *= 1.0000001;
-  if (!feasible(top, warmups(top))) return std::nullopt;
   // With a cutoff, only splits with (m − 1)·t_max + fixed_cost below it matter (HAPT §5.2's
-  // pruning, from above): when none has t_max that small — one feasibility test — the layout
-  // cannot beat the cutoff, and otherwise t_max is searched below that bound only.
+  // pruning, from above): when none has t_max that small — one feasibility test, the only
+  // one when it fails (most layouts a refinement tries) — the layout cannot beat the cutoff,
+  // and otherwise t_max is searched below that bound only.
+  bool bounded = false;
   if (cutoff < kNoCutoff && m > 1) {
     const double bound = (cutoff - fixed_cost) / (m - 1);
     // A hop paces the pipeline too.
@@ -416,10 +429,12 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       cut = true;
       return std::nullopt;
     }
+    bounded = bound < top;
     top = std::min(top, bound);
   }
+  if (!bounded && !feasible(top, warmups(top))) return std::nullopt;
   double lo = 0, hi = top;
-  for (int it = 0; it < 40 && hi - lo > 1e-4 * hi; ++it) {
+  for (int it = 0; it < 40 && hi - lo > 1e-3 * hi; ++it) {
     const double mid = (lo + hi) / 2;
     if (feasible(mid, warmups(mid))) hi = mid;
     else lo = mid;
