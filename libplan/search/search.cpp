@@ -11,13 +11,6 @@
 
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
-
-#if defined(__linux__)
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 #include "cost/memory.hpp"
 #include "plan/validate.hpp"
@@ -97,21 +90,6 @@ double work_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list)
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Runs `f` on this thread behind the refinement: the thread at the lowest scheduling priority
-// (nice 19, Linux; raising a thread's nice needs no privilege) and its parallel loops in an
-// arena of low priority, whose tasks oneTBB's workers take only when the refinement's arena
-// has none. auto's slower members find the plans the refinement starts from, but on large
-// clusters the refinement finds the best plans, and with the members beside it on equal terms
-// it had a third of the cores (issue 20: 10,000 devices, 11% of the CPU in the refinement).
-template <class F>
-void behind(F&& f) {
-#if defined(__linux__)
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
-#endif
-  tbb::task_arena low(tbb::task_arena::automatic, 1, tbb::task_arena::priority::low);
-  low.execute(f);
-}
 
 // A layout as a key: pipelines, micro-batch, schedule and every stage's shape.
 std::vector<int> layout_key(const Layout& l) {
@@ -269,7 +247,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     for (std::size_t i = 0; i < works.size(); ++i)
       if (works[i]->name != "refine" && !is_quick(works[i]->name)) {
         ++running;
-        slow.emplace_back([&, i] { behind([&] { run_one(i); }), --running; });
+        slow.emplace_back([&, i] { run_one(i), --running; });
       }
     works.back()->set_deadline(algorithms_deadline);
     std::thread refiner([&] {
