@@ -14,21 +14,23 @@
 namespace het::search {
 
 // The portfolio's best estimate so far and when it last improved by more than 0.1% (auto's
-// convergence test, issue 20). Thread-safe.
+// convergence test, issue 20), on the members' clock: the time during which auto's slower
+// members had the cores. They run behind the refinement (search.cpp), which takes the cores
+// whenever it has work, so a second in which it ran is not a second in which they failed to
+// improve. Thread-safe.
 class Incumbent {
  public:
-  explicit Incumbent(std::chrono::steady_clock::time_point start) : last_(start) {}
   void offer(double estimate_s);
-  // Counts from now, as if the best had just improved (a new phase of the search begins).
-  void restart();
-  // Whether the best has not improved for half the time it took to reach it (at least
-  // `at_least`): the search has converged.
-  bool stalled(std::chrono::steady_clock::time_point start, double at_least_s) const;
+  // Advances the members' clock by `seconds` of wall time in which they had the cores.
+  void tick(double seconds);
+  // Whether the best has not improved for half the members' time it took to reach it (at
+  // least `at_least_s`): the search has converged.
+  bool stalled(double at_least_s) const;
 
  private:
   mutable std::mutex mutex_;
   double best_ = 1e300;
-  std::chrono::steady_clock::time_point last_;
+  double clock_s_ = 0, improved_s_ = 0;  // the members' clock now, and at the last improvement
 };
 
 // What an algorithm works with: the evaluator, the options resolved to concrete lists, a

@@ -14,21 +14,19 @@ Work::Work(const Evaluator& e, const Options& o, std::chrono::steady_clock::time
 
 void Incumbent::offer(double estimate_s) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (estimate_s < best_ * (1 - 1e-3)) last_ = std::chrono::steady_clock::now();
+  if (estimate_s < best_ * (1 - 1e-3)) improved_s_ = clock_s_;
   best_ = std::min(best_, estimate_s);
 }
 
-void Incumbent::restart() {
+void Incumbent::tick(double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
-  last_ = std::chrono::steady_clock::now();
+  clock_s_ += seconds;
 }
 
-bool Incumbent::stalled(std::chrono::steady_clock::time_point start, double at_least_s) const {
+bool Incumbent::stalled(double at_least_s) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (best_ >= 1e300) return false;  // nothing found yet: not converged
-  const double reached = std::chrono::duration<double>(last_ - start).count();
-  const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_).count();
-  return since >= std::max(at_least_s, reached / 2);
+  return clock_s_ - improved_s_ >= std::max(at_least_s, improved_s_ / 2);
 }
 
 void Work::set_deadline(std::chrono::steady_clock::time_point d) {
