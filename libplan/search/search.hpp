@@ -22,8 +22,9 @@
 //               shapes, each searched on its part, batch shares by speed.
 //   auto        the portfolio: uniform and heteroauto, a refinement of their best plans (local
 //               search over neighbouring layouts) until it converges, then the others side
-//               by side — until each ends by itself or, converged (Options::converge), for
-//               half the time taken so far — and a refinement of what they found; the best
+//               by side behind the refinement of what they find (it takes the cores when it
+//               has work) — until each ends by itself or, converged (Options::converge), for
+//               half the time they had so far — and a last refinement; the best
 //               wins. With converge off each member runs as it would alone, so auto is at
 //               least as good as any of them unless the budget cuts one short.
 // Candidates are ranked by the analytic estimate (search/evaluator.hpp); the best top_k of
@@ -58,9 +59,11 @@ struct Options {
   // better best simulated plan than the one found after i evaluations; 0: only the budget,
   // the cap or an exhausted tree stop it.
   std::int64_t mcts_patience = 256;
-  // auto: the slower members (hapt, mcts, hexiscale) are stopped once the portfolio's best
-  // estimate has not improved by 0.1% for half the time it took to reach it (at least 0.5 s, a
-  // quarter of the budget when uniform and heteroauto found nothing to refine; exhaustive never), instead of running to their own end or 80% of the budget (issue 20).
+  // auto: the slower members (hapt, mcts, hexiscale) are stopped once the refinement has
+  // converged on what they found and the portfolio's best estimate has not improved by 0.1% for
+  // half the time it took to reach it, counting only the time in which they had the cores (the
+  // refinement waiting; at least 0.5 s; exhaustive never), instead of running to their own end
+  // or 80% of the budget (issue 20).
   // false: each runs as it would alone, so auto is at least as good as every one of them.
   bool converge = true;
   // Progress for people: called from any thread, at most a few times per second.
