@@ -109,6 +109,9 @@ struct Refinement {
 };
 // Candidates found elsewhere since the last call, or nullopt once none will come.
 using Feed = std::function<std::optional<std::vector<Candidate>>()>;
+// The refinement follows a neighbour only when it estimates within this share of its best
+// (refine.cpp says why); auto gives it late seeds only within it too.
+constexpr double kRefineSlack = 0.01;
 // Best-first search over neighbouring layouts from `seeds`, the state's frontier and —
 // with a feed — from what the feed gives between expansions (auto refines the slower
 // members' plans while they run).

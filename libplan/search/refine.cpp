@@ -142,12 +142,11 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
   // after kExpansions, or once kPatience expansions in a row found nothing better — or, with
   // a feed, waits then for the feed's next candidates until it says none will come. A
   // candidate from the feed that beats the best starts the count again.
-  // A neighbour is followed only when it estimates within kSlack of the best so far (and
+  // A neighbour is followed only when it estimates within kRefineSlack of the best so far (and
   // enters the k best kept): a step through a worse layout may lead somewhere better, a step
   // through a much worse one rarely does, and pruning by it makes an expansion several times
   // cheaper (issue 20: exp3, 50 mid-size instances).
   constexpr int kExpansions = 128, kPatience = 8;
-  constexpr double kSlack = 0.01;
   // What counts as progress for the patience: 0.1%, as for auto's convergence test (a
   // plateau of equivalent layouts improves by 1e-5 per expansion for tens of expansions).
   constexpr double kProgress = 1e-3;
@@ -205,7 +204,7 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
         l.micro_batch_size = b * d;
         if (w.eval.admissible(l)) tries.push_back(std::move(l)), of.push_back(i);
       }
-    const double cutoff = std::min(w.best(), r.best * (1 + kSlack));
+    const double cutoff = std::min(w.best(), r.best * (1 + kRefineSlack));
     std::vector<std::vector<Candidate>> results(tries.size());
     std::size_t done = 0;  // tries evaluated
     bool superseded = false;

@@ -296,11 +296,11 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     // From what the slower members found last: the refinement had converged on everything
     // before (the convergence test waits for it, and without the test it ends when the feed
     // does), so only new seeds within 1% of its best are worth another call, as only such
-    // neighbours are followed within it (on 10,000 devices a call is 8 or more expansions of
+    // neighbours are followed within it (kRefineSlack; on 10,000 devices a call is 8 or more expansions of
     // 2,000-9,000 evaluations: 1.7 s).
     auto last = gather();
     last.erase(std::remove_if(last.begin(), last.end(),
-                              [&](const Candidate& c) { return c.estimate_s > refinement.best * 1.01; }),
+                              [&](const Candidate& c) { return c.estimate_s > refinement.best * (1 + kRefineSlack); }),
                last.end());
     if (!last.empty()) {
       const auto t0 = Clock::now();
