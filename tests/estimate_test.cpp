@@ -151,20 +151,16 @@ TEST_CASE("property: the split search finds a split whenever one fits, as good a
       if (!layout) continue;
       const int S = static_cast<int>(layout->stages.size());
       double best_fixed = 1e300;
-      std::vector<int> first(S);
+      std::vector<int> first(S, 0);
       // Every split: first units 0 = f_0 < f_1 < ... < f_{S-1} <= U - 1.
       std::function<void(int)> each = [&](int i) {
         if (i == S) {
           for (const auto& c : eval.evaluate(*layout, {layout->schedule}, &first)) best_fixed = std::min(best_fixed, c.estimate_s);
           return;
         }
-        for (int f = i == 0 ? 0 : first[i - 1] + 1; f <= U - (S - i); ++f) {
-          first[i] = f;
-          if (i == 0 && f > 0) break;
-          each(i + 1);
-        }
+        for (first[i] = first[i - 1] + 1; first[i] <= U - (S - i); ++first[i]) each(i + 1);
       };
-      each(0);
+      each(1);
       const auto free = eval.evaluate(*layout, {layout->schedule});
       INFO(in.description << ", " << to_string(layout->schedule) << ", " << S << " stages, " << layout->pipelines
                           << " pipelines, best of all splits " << best_fixed);

@@ -392,7 +392,8 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   best.estimate_s = kInf;
   auto try_tau = [&](double tau) {
     const std::vector<int> N = warmups(tau);
-    if (!feasible(tau, N) || run_dp(tau, N) == kInf) return false;
+    // The sweep first (it bounds the DP's starts); a fixed split's sweep is the DP itself.
+    if ((!fixed && !feasible(tau, N)) || run_dp(tau, N) == kInf) return false;
     Candidate c;
     c.layout = l;
     estimate(N, c);

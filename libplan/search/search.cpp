@@ -235,9 +235,9 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     }
     return given;
   };
-  auto refine = [&](const Feed& more) {
+  auto refine = [&](const std::vector<Candidate>& given, const Feed& more) {
     const auto t0 = Clock::now();
-    run_refine(*works.back(), refinement, gather(), more);
+    run_refine(*works.back(), refinement, given, more);
     seconds.back() += std::chrono::duration<double>(Clock::now() - t0).count();
   };
   if (algorithm != "auto") {
@@ -264,7 +264,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     for (auto& t : quick) t.join();
     works.back()->set_deadline(std::min(algorithms_deadline, start + std::chrono::duration_cast<Clock::duration>(
                                                                           std::chrono::duration<double>(0.25 * budget))));
-    refine(nullptr);
+    refine(gather(), nullptr);
     std::vector<std::thread> slow;
     std::atomic<int> running{0};
     for (std::size_t i = 0; i < works.size(); ++i)
@@ -274,7 +274,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
       }
     works.back()->set_deadline(algorithms_deadline);
     std::thread refiner([&] {
-      refine([&]() -> std::optional<std::vector<Candidate>> {
+      refine(gather(), [&]() -> std::optional<std::vector<Candidate>> {
         if (running == 0) return std::nullopt;
         return gather();
       });
@@ -302,11 +302,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     last.erase(std::remove_if(last.begin(), last.end(),
                               [&](const Candidate& c) { return c.estimate_s > refinement.best * (1 + kRefineSlack); }),
                last.end());
-    if (!last.empty()) {
-      const auto t0 = Clock::now();
-      run_refine(*works.back(), refinement, last);
-      seconds.back() += std::chrono::duration<double>(Clock::now() - t0).count();
-    }
+    if (!last.empty()) refine(last, nullptr);
   }
 
   // Re-rank each algorithm's best candidates with the simulator: each distinct candidate once
