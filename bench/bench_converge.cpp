@@ -7,7 +7,7 @@
 //   scale    bench_scale's 10,000 devices of 8 types (bench/instances.hpp scale_cluster), exp3's model
 //   midsize  N random mid-size instances (bench/instances.hpp midsize_instance, seeds A..A+N-1)
 //   seeds    (alone) the 16 seed setups: the plan at the default budget and the lower bound's gap
-//   build/bench/bench_converge [--only exp3|scale|midsize|seeds] [--midsize N] [--from A] [--factor F]
+//   build/bench/bench_converge [--only exp3|scale|midsize|seeds] [--midsize N] [--from A] [--factor F (0: no long run)]
 //                              [--members uniform,heteroauto,...] [--progress] [--format json]
 // --members: auto's portfolio (default: all that apply), to see what each member brings.
 #include <algorithm>
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   for (const auto& in : instances) {
     const double budget = search::default_time_budget(in.cluster);
     const Run d = run_auto(in.model, in.cluster, 0, members, progress, true);
-    const Run l = run_auto(in.model, in.cluster, budget * factor, members, progress, false);
+    const Run l = factor > 0 ? run_auto(in.model, in.cluster, budget * factor, members, progress, false) : d;  // 0: the default run only
     const double ratio = d.iteration_s > 0 && l.iteration_s > 0 ? d.iteration_s / l.iteration_s : 0;
     ratios.push_back(ratio);
     rows.push_back({{"instance", in.description}, {"budget_s", budget}, {"default_iteration_s", d.iteration_s},

@@ -445,3 +445,18 @@ TEST_CASE("auto's convergence test: an improvement below 0.1% does not restart t
   late.tick(1);
   CHECK(late.stalled(0));
 }
+
+TEST_CASE("auto's convergence test: a member closing in on the best is progress, one far behind it is not") {
+  search::Incumbent best;
+  best.offer(10);
+  best.tick(1);
+  CHECK(best.stalled(0.5));
+  best.offer(11.5, true);  // a member's own best improved, 15% behind the portfolio's: not converged
+  CHECK_FALSE(best.stalled(0.5));
+  best.tick(1);
+  CHECK(best.stalled(0.5));
+  best.offer(13, true);  // 30% behind: outside Incumbent::kMemberWindow
+  CHECK(best.stalled(0.5));
+  best.offer(11.4, false);  // not the member's own improvement
+  CHECK(best.stalled(0.5));
+}

@@ -113,6 +113,25 @@ void behind(F&& f) {
   low.execute(f);
 }
 
+// Starts oneTBB's worker threads from this thread (a barrier that every thread of the arena
+// must reach, or 50 ms). A thread inherits its creator's nice value, and oneTBB starts its
+// workers lazily, from the first thread that has work for them: on 10,000 devices that was a
+// member running behind() (uniform and heteroauto find nothing there, so the first refinement
+// call has no work), and the refinement's parallel loops then had one core and a nice-19 worker
+// (issue 20).
+void start_workers() {
+  const int n = tbb::this_task_arena::max_concurrency();
+  std::atomic<int> arrived{0};
+  const auto until = Clock::now() + std::chrono::milliseconds(50);
+  tbb::parallel_for(
+      0, n,
+      [&](int) {
+        ++arrived;
+        while (arrived < n && Clock::now() < until) std::this_thread::yield();
+      },
+      tbb::simple_partitioner());
+}
+
 // A layout as a key: pipelines, micro-batch, schedule and every stage's shape.
 std::vector<int> layout_key(const Layout& l) {
   std::vector<int> key = {l.pipelines, l.micro_batch_size, static_cast<int>(l.schedule)};
@@ -256,6 +275,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     // reach it (the time in which they had the cores: the refinement was waiting; at least
     // 0.5 s; exhaustive, the oracle of small instances, is never stopped). Then the refinement
     // of everything they found, in what is left of the budget.
+    start_workers();
     Incumbent incumbent;
     for (auto& w : works) w->incumbent = &incumbent;
     std::vector<std::thread> quick;

@@ -12,9 +12,9 @@ Work::Work(const Evaluator& e, const Options& o, std::chrono::steady_clock::time
   schedules = o.schedules.empty() ? std::vector<ScheduleKind>{ScheduleKind::one_f_one_b, ScheduleKind::h_1f1b} : o.schedules;
 }
 
-void Incumbent::offer(double estimate_s) {
+void Incumbent::offer(double estimate_s, bool own) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (estimate_s < best_ * (1 - 1e-3)) improved_s_ = clock_s_;
+  if (estimate_s < best_ * (1 - 1e-3) || (own && estimate_s <= best_ * (1 + kMemberWindow))) improved_s_ = clock_s_;
   best_ = std::min(best_, estimate_s);
 }
 
@@ -27,6 +27,14 @@ bool Incumbent::stalled(double at_least_s) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (best_ >= 1e300) return false;  // nothing found yet: not converged
   return clock_s_ - improved_s_ >= std::max(at_least_s, improved_s_ / 2);
+}
+
+void Work::note(double estimate_s) const {
+  if (!incumbent) return;
+  double own = own_best_.load();
+  while (estimate_s < own && !own_best_.compare_exchange_weak(own, estimate_s)) {
+  }
+  incumbent->offer(estimate_s, estimate_s < own * (1 - 1e-3));
 }
 
 void Work::set_deadline(std::chrono::steady_clock::time_point d) {
