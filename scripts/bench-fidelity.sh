@@ -33,7 +33,7 @@ hetplan="$build/apps/hetplan/hetplan"
 cluster="${FIDELITY_CLUSTER:-bench/fidelity/cluster.yaml}"
 x=8
 source bench/fidelity/measure.sh
-probe_baseline
+probe_baseline "${FIDELITY_REUSE_PROFILES:-}"
 for model in tiny-gpt tiny-llama; do  # slow: times x 2, the cluster's peak ratio, as --emulate-devices slows it
   for dev in fast:1 slow:2; do
     s=${dev##*:}

@@ -25,7 +25,7 @@ hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
 x=8
 source bench/fidelity/measure.sh
-probe_baseline
+probe_baseline "${RANKING_REUSE_PROFILES:-}"
 results="$out/results.jsonl"
 : > "$results"
 # name:cluster:model:device=slowdown,...

@@ -4,8 +4,11 @@
 # not counted, the kernel subtracts it), in a profile as in a run (docs/executor.md). A measured
 # run taken then is not the machine the profile describes, so
 #  * a probe (on every core at once, one thread pinned to it timing a tiny-gpt layer's forward
-#    and backward at micro-batch 2, as `hetexec profile` times it) measures how fast the machine
-#    is now: its slowest core against the baseline, the fastest of three probes taken at the
+#    and backward at micro-batch 2, as `hetexec profile` times it, each operation back to back:
+#    a probe dilated as the runs are takes ~10 s instead of ~1) measures how fast the machine is
+#    now. It may miss what slows the dilated runs: on 2026-11-27 it was within
+#    3% of its baseline before and after runs that measured 26% over their prediction (probing
+#    dilated, as the runs compute, is the next thing to try). It measures its slowest core against the baseline, the fastest of three probes taken at the
 #    start. Every core: the host disturbs one vCPU and not the other for minutes, and a run uses
 #    both, so a probe on whichever core the scheduler gave it found the machine quiet
 #    (1.01-1.03) before runs that measured 15-25% over their prediction;
@@ -41,8 +44,16 @@ probe() {  # sets probe_now: this machine's speed now (its slowest core), as a s
   probe_now=$worst
 }
 
-probe_baseline() {  # row by row the fastest of three probes on every core, a few seconds apart
+probe_baseline() {  # [REUSE]: row by row the fastest of three probes on every core, a few seconds apart,
+  # kept beside the profiles; with REUSE set (the profiles of an earlier run reused), that run's
+  # baseline: the machine the profiles describe, not the one of now (on 2026-11-27 a baseline
+  # taken anew was 4% slower than the profiles' and every run then looked quiet)
   local k c
+  if [[ -n ${1:-} && -f $out/probe-baseline.kept.yaml ]]; then
+    cp "$out/probe-baseline.kept.yaml" "$out/probe-baseline.yaml"
+    echo "probe baseline (kept with the reused profiles): $(python3 bench/fidelity/report.py probe "$out/probe-baseline.yaml" "$out/probe-baseline.yaml" ms) ms per layer" >&2
+    return
+  fi
   for k in 1 2 3; do
     probe_cores "$out/probe-base-$k"
     sleep 2
@@ -54,6 +65,7 @@ probe_baseline() {  # row by row the fastest of three probes on every core, a fe
       mv "$out/probe-baseline.next.yaml" "$out/probe-baseline.yaml"
     done
   done
+  cp "$out/probe-baseline.yaml" "$out/probe-baseline.kept.yaml"
   echo "probe baseline: $(python3 bench/fidelity/report.py probe "$out/probe-baseline.yaml" "$out/probe-baseline.yaml" ms) ms per layer (fwd + bwd, micro-batch 2; $cores cores)" >&2
 }
 
