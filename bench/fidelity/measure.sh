@@ -6,10 +6,10 @@
 #  * a probe (on every core at once, one thread pinned to it timing a tiny-gpt layer's forward
 #    and backward at micro-batch 2, as `hetexec profile` times it, each operation back to back:
 #    a probe dilated as the runs are takes ~10 s instead of ~1) measures how fast the machine is
-#    now. It may miss what slows the dilated runs: on 2026-11-27 it was within
-#    3% of its baseline before and after runs that measured 26% over their prediction (probing
-#    dilated, as the runs compute, is the next thing to try). It measures its slowest core against the baseline, the fastest of three probes taken at the
-#    start. Every core: the host disturbs one vCPU and not the other for minutes, and a run uses
+#    now. It may miss what slows the dilated runs: on 2026-11-27 it was within 3% of its
+#    baseline before and after runs that measured 26% over their prediction (probing dilated,
+#    as the runs compute, is the next thing to try). It measures its slowest core against the
+#    baseline, the fastest of three probes taken at the start. Every core: the host disturbs one vCPU and not the other for minutes, and a run uses
 #    both, so a probe on whichever core the scheduler gave it found the machine quiet
 #    (1.01-1.03) before runs that measured 15-25% over their prediction;
 #  * every profile and every run waits until a probe is within FIDELITY_QUIET (default 3%) of the

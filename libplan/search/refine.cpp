@@ -146,9 +146,10 @@ std::vector<Layout> neighbours(const Evaluator& eval, const Layout& l) {
   return out;
 }
 
-}  // namespace
-
-namespace {
+// What counts as progress for the refinement's patience, and a better layout from the feed
+// for an expansion: 0.1%, as for auto's convergence test (a plateau of equivalent layouts
+// improves by 1e-5 per expansion for tens of expansions).
+constexpr double kProgress = 1e-3;
 
 // One expansion of `at`: every neighbour not in `seen` (and then in it) at every micro-batch size, evaluated in
 // parallel against `cutoff` (fixed for the expansion, so the result does not depend on the
@@ -186,7 +187,7 @@ std::pair<std::vector<Candidate>, bool> expand(Work& w, std::set<Key>& seen, con
     });
     if (w.expired()) break;
     done = end;
-    superseded = poll() < at.estimate_s * (1 - 1e-3);
+    superseded = poll() < at.estimate_s * (1 - kProgress);
   }
   // A neighbour whose tries were not all evaluated is unseen again.
   std::size_t whole = done;  // tries of the neighbours evaluated whole
@@ -230,9 +231,6 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
   // through a much worse one rarely does, and pruning by it makes an expansion several times
   // cheaper (issue 20: exp3, 50 mid-size instances).
   constexpr int kExpansions = 128, kPatience = 8;
-  // What counts as progress for the patience: 0.1%, as for auto's convergence test (a
-  // plateau of equivalent layouts improves by 1e-5 per expansion for tens of expansions).
-  constexpr double kProgress = 1e-3;
   // A seed up to kExplore worse than the best, and not within kRefineSlack of it, lies in
   // another basin, whose neighbours the best's slack would cut: once the best's basin has
   // converged, each such seed gets a descent of its own — best-first from it, its neighbours
