@@ -94,7 +94,7 @@ int main() {
       std::fprintf(stderr, "%s\n", backend.errors().front().message.c_str());
       return 1;
     }
-    auto stage = (*backend)->make_stage({m, 1, 1, 0, 1, 1, het::Recompute::none, {}});
+    auto stage = (*backend)->make_stage({m, 1, 1, 0, 1, 1, het::Recompute::none, {}, {}});
     std::size_t params = 0;
     for (auto* p : stage->params()) params += p->value.size();
     std::vector<float> x(std::size_t(B) * T * C, 0.01f), dy(x.size(), 1e-4f);

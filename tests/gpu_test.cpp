@@ -442,7 +442,7 @@ TEST_CASE("a one-stage GPT and Llama forward+backward on the GPU match the CPU S
 
     auto backend = het::backend::open_cuda(-1);
     REQUIRE(backend.ok());
-    auto stage = (*backend)->make_stage({m, 0, L + 1, 0, 1, 7, het::Recompute::none, {}});
+    auto stage = (*backend)->make_stage({m, 0, L + 1, 0, 1, 7, het::Recompute::none, {}, {}});
     // Every device buffer of the stage is counted (issue 17: cuda::DeviceLedger): made, it holds
     // the parameters (bf16 values, fp32 gradients) and the fp32 staging buffer the values are
     // uploaded through (all of them, or 32 Mi floats at a time); a forward adds exactly its
@@ -513,8 +513,8 @@ TEST_CASE("a one-stage GPT and Llama forward+backward on the GPU match the CPU S
     stage->finish_backward();
     for (const auto* q : got) CHECK(std::all_of(q->grad.begin(), q->grad.end(), [](float x) { return x == 0.f; }));
     // Two stages (embedding + layer 1 | layer 2 + head) pass host activations and gradients.
-    auto s1 = (*backend)->make_stage({m, 0, 1, 0, 1, 7, het::Recompute::none, {}});
-    auto s2 = (*backend)->make_stage({m, 2, L + 1, 0, 1, 7, het::Recompute::none, {}});
+    auto s1 = (*backend)->make_stage({m, 0, 1, 0, 1, 7, het::Recompute::none, {}, {}});
+    auto s2 = (*backend)->make_stage({m, 2, L + 1, 0, 1, 7, het::Recompute::none, {}, {}});
     double split_loss = 0;
     const Vec x = s1->forward(0, B, tokens.data(), nullptr, targets.data(), nullptr);
     CHECK(x.size() == std::size_t(B) * T * m.hidden_size);
@@ -538,7 +538,7 @@ TEST_CASE("four training steps of a one-stage model on the GPU follow the CPU St
     het::model::StageModel<float> cpu(m, 0, L + 1, 0, 1, 7);
     auto backend = het::backend::open_cuda(-1);
     REQUIRE(backend.ok());
-    auto gpu = (*backend)->make_stage({m, 0, L + 1, 0, 1, 7, het::Recompute::none, {}});
+    auto gpu = (*backend)->make_stage({m, 0, L + 1, 0, 1, 7, het::Recompute::none, {}, {}});
     std::vector<int> tokens(std::size_t(B) * T), targets(tokens.size());
     auto batch = [&](int mb) {  // the same repeating text every step, so the loss must fall
       for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -587,7 +587,7 @@ TEST_CASE("the step on the device follows the host's, and packed (strided) bucke
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 7) % 61), targets[i] = int(((i + 1) * 7) % 61);
   enum How { host, whole, packed };
   auto train = [&](How how, int count, std::vector<Vec>* masters) {
-    auto stage = (*backend)->make_stage({m, 0, L + 1, 0, 1, 7, het::Recompute::none, {}});
+    auto stage = (*backend)->make_stage({m, 0, L + 1, 0, 1, 7, het::Recompute::none, {}, {}});
     const auto params = stage->params();
     std::vector<het::backend::BucketLayout> layouts;
     if (how == whole) {
@@ -657,12 +657,16 @@ TEST_CASE("the step on the device follows the host's, and packed (strided) bucke
   CHECK(differing(host1, device1) <= 0.005);
 }
 
-TEST_CASE("the CUDA stage refuses tensor and context parallelism with a sentence", "[stage]") {
+TEST_CASE("the CUDA stage refuses context parallelism and a tp that does not divide the heads with a sentence", "[stage]") {
   auto backend = het::backend::open_cuda(-1);
   REQUIRE(backend.ok());
   const het::ModelSpec m = tiny(het::Architecture::gpt);
-  CHECK_THROWS_WITH((*backend)->make_stage({m, 1, 2, 0, 2, 7, het::Recompute::none, {}}),
-                    Catch::Contains("tp = 1 and cp = 1 only"));
+  het::model::Comm<float> context;
+  context.cp = 2;
+  CHECK_THROWS_WITH((*backend)->make_stage({m, 1, 2, 0, 1, 7, het::Recompute::none, context, {}}), Catch::Contains("cp = 1 only"));
+  CHECK_THROWS_WITH((*backend)->make_stage({m, 1, 2, 0, 3, 7, het::Recompute::none, {}, {}}),
+                    Catch::Contains("tp = 3 (shard 0) does not divide"));
+  CHECK_NOTHROW((*backend)->make_stage({m, 1, 2, 1, 2, 7, het::Recompute::none, {}, {}}));
 }
 
 #ifdef HET_EMULATION_FIBERS

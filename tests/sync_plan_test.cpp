@@ -38,7 +38,7 @@ TEST_CASE("the gradient sync plan: whole coverage, agreeing groups, one order (p
   std::map<std::pair<Key, int>, const runtime::SyncChunk*> by_rank;  // (chunk, rank) -> chunk
   for (int r = 0; r < topo.ranks(); ++r) {
     const Stage& st = topo.stage_of(r);
-    backend::StageSpec spec{plan.model, st.first, st.last, topo.place(r).shard, st.tp, 1, st.recompute, {}};
+    backend::StageSpec spec{plan.model, st.first, st.last, topo.place(r).shard, st.tp, 1, st.recompute, {}, {}};
     auto stage = (*backend)->make_stage(spec);
     for (const auto* p : stage->params()) params[std::size_t(r)].push_back({p->name, p->value.size()});
     plans[std::size_t(r)] = runtime::plan_sync(plan, topo, r, params[std::size_t(r)]);
@@ -116,7 +116,7 @@ TEST_CASE("the planner's sync buckets are the runtime's groups, in its order, wi
           INFO(name << " " << model << ": pipeline " << p << " stage " << s);
           const int r = topo.rank(int(p), int(s), 0);
           const Stage& st = topo.stage_of(r);
-          backend::StageSpec spec{plan.model, st.first, st.last, 0, st.tp, 1, st.recompute, {}};
+          backend::StageSpec spec{plan.model, st.first, st.last, 0, st.tp, 1, st.recompute, {}, {}};
           auto stage = (*backend)->make_stage(spec);
           std::vector<runtime::LocalParam> params;
           for (const auto* q : stage->params()) params.push_back({q->name, q->value.size()});

@@ -5,8 +5,9 @@
 // in host memory (what the TCP transport carries), and parameters are exposed as host-visible
 // buffers for the sync and the optimizer; a device backend stages them. The CPU backend (fp32,
 // Eigen GEMMs, oneTBB tasks) is always built; the CUDA one (backend/cuda/cuda_backend.hpp: bf16
-// with fp32 master weights, tp = 1 and cp = 1 for now) implements the same classes in CUDA builds.
+// with fp32 master weights, cp = 1 for now) implements the same classes in CUDA builds.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,10 @@ struct StageSpec {
   std::uint64_t seed = 1;
   Recompute recompute = Recompute::none;
   model::Comm<float> comm;
+  // tp > 1 on a device backend: sums n floats of this rank's device memory in place across the
+  // TP group, returning when done, where the group can (NCCL: collective::Group::on_device).
+  // Unset, the backend stages through host memory and comm.tp_all_reduce.
+  std::function<void(float* device, std::size_t n)> tp_all_reduce_device;
 };
 
 // The contract of model::StageModel (model/stage.hpp): forward and backward of one

@@ -76,7 +76,7 @@ Result<Profile> profile(backend::Backend& backend, const ModelSpec& m, const Opt
   // One round of a point: a fresh stage and the run that times it.
   auto start = [&](int index) -> std::function<std::vector<double>()> {
     Point& pt = points[std::size_t(index)];
-    backend::StageSpec spec{m, pt.first, pt.last, 0, pt.tp, 1, Recompute::none, {}};
+    backend::StageSpec spec{m, pt.first, pt.last, 0, pt.tp, 1, Recompute::none, {}, {}};
     // CP: the last member (the most keys: its time steps see all before them); its K/V
     // exchanges copy its own part into every member's place (they are the cost model's).
     const int Tl = T / pt.cp;

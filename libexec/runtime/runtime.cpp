@@ -412,7 +412,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   auto tp_comm = fabric->group(topo.tp_group(me), kTensorParallel);
   if (!tp_comm) return tp_comm.errors();
   const std::vector<int> cp_ring = topo.cp_ring(me);
-  backend::StageSpec spec{plan.model, st.first, st.last, here.shard, st.tp, opt.seed, st.recompute, {}};
+  backend::StageSpec spec{plan.model, st.first, st.last, here.shard, st.tp, opt.seed, st.recompute, {}, {}};
   // Emulation of the plan's cluster on this machine: the rank's compute stretched to its
   // device's speed (and the time dilation), its connections shaped to the cluster's links.
   const double factor = std::max(1.0, opt.slowdown) * opt.time_dilation * (opt.emulate_devices ? device_slowdown(plan, st) : 1.0);
@@ -440,6 +440,10 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   if (st.tp > 1) spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) {
     collective("tp all-reduce", [&] { return tp->all_reduce_sum(data, n); });
   };
+  if (st.tp > 1 && (*tp_comm)->device_memory())
+    spec.tp_all_reduce_device = [&, tp = *tp_comm](float* data, std::size_t n) {
+      collective("tp all-reduce", [&] { return tp->on_device(collective::Group::Op::all_reduce_sum, data, n); });
+    };
   spec.comm.cp_rank = here.context, spec.comm.cp = st.cp;
   spec.comm.cp_all_gather = [&](const float* part, float* all, std::size_t n) {
     std::copy_n(part, n, all + std::size_t(here.context) * n);

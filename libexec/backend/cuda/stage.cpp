@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -65,11 +66,15 @@ struct Acts {
 class CudaStage final : public Stage, public DeviceOptimizer {
  public:
   explicit CudaStage(const StageSpec& s)
-      : s_(model::Shape::of(s.model)), first_(s.first), last_(s.last), recompute_(s.recompute), gemm_(stream_.get()),
+      : s_(model::Shape::of(s.model)), first_(s.first), last_(s.last), tp_rank_(s.tp_rank), tp_(s.tp), recompute_(s.recompute),
+        tp_host_(s.comm.tp_all_reduce), tp_device_(s.tp_all_reduce_device), gemm_(stream_.get()),
         host_(s.model, s.first, s.last, s.tp_rank, s.tp, s.seed) {
-    if (s.tp != 1 || s.comm.cp != 1)
-      throw std::invalid_argument("the CUDA backend runs tp = 1 and cp = 1 only for now (got tp = " + std::to_string(s.tp) +
-                                  ", cp = " + std::to_string(s.comm.cp) + ")");
+    if (s.comm.cp != 1) throw std::invalid_argument("the CUDA backend runs cp = 1 only for now (got cp = " + std::to_string(s.comm.cp) + ")");
+    if (s.tp < 1 || s.tp_rank < 0 || s.tp_rank >= s.tp || s_.H % s.tp || s_.KH % s.tp || s_.F % s.tp)
+      throw std::invalid_argument("tp = " + std::to_string(s.tp) + " (shard " + std::to_string(s.tp_rank) + ") does not divide the " +
+                                  std::to_string(s_.H) + " query heads, " + std::to_string(s_.KH) + " key-value heads and " +
+                                  std::to_string(s_.F) + " MLP channels");
+    Hs_ = s_.H / s.tp, KHs_ = s_.KH / s.tp, Fs_ = s_.F / s.tp;
     if (s_.D > 256) throw std::invalid_argument("the CUDA attention kernel takes head dimensions up to 256, got " + std::to_string(s_.D));
     for (auto* p : host_.params()) {
       index_[p->name] = params_.size();
@@ -422,9 +427,36 @@ class CudaStage final : public Stage, public DeviceOptimizer {
   }
 
   // model::Block::forward on the device: y[B,T,C] from x (kept in acts.x).
+  // Sums x[n] over the stage's TP group in place, in fp32 as the CPU backend sums: on the device
+  // where the group can (NCCL, on its own stream: this stream drained first), else through host
+  // memory (a TCP group). A no-op at tp = 1.
+  void tp_sum(bf16* x, std::size_t n) {
+    if (tp_ == 1) return;
+    Buf<float> sum(ledger_, stream(), n);
+    cuda::to_float(sum.get(), x, std::int64_t(n), stream());
+    cuda::check_launch("the TP all-reduce's input");
+    if (tp_device_) {
+      cuda::check(cudaStreamSynchronize(stream()), "the TP all-reduce's input");
+      tp_device_(sum.get(), n);
+    } else {
+      std::vector<float> host(n);
+      cuda::check(cudaMemcpyAsync(host.data(), sum.get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
+      cuda::check(cudaStreamSynchronize(stream()), "copying to the host");
+      tp_host_(host.data(), n);
+      cuda::check(cudaMemcpyAsync(sum.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
+      cuda::check(cudaStreamSynchronize(stream()), "copying to the device");  // `host` goes out of scope
+    }
+    cuda::to_bf16(x, sum.get(), std::int64_t(n), stream());
+    cuda::check_launch("the TP all-reduce's output");
+  }
+
+  // With tensor parallelism (Megatron, as model/block.hpp) the shard's H = H/tp query heads,
+  // KH/tp key-value heads and F/tp MLP channels; the row-parallel products (wo, w2) are partial
+  // sums, summed over the TP group (tp_sum), shard 0's with the bias and the residual added.
   Buf<bf16> layer_forward(int layer, Buf<bf16> x, int B, LayerActs& a) {
     const std::string l = "layer" + std::to_string(layer) + ".";
-    const int T = s_.T, N = B * T, C = s_.C, D = s_.D, H = s_.H, KH = s_.KH, F = s_.F, QD = H * D, KD = KH * D;
+    const int T = s_.T, N = B * T, C = s_.C, D = s_.D, H = Hs_, KH = KHs_, F = Fs_, QD = H * D, KD = KH * D;
+    const bool first = tp_rank_ == 0;  // the shard that adds the biases and residuals of row-parallel products
     const std::size_t n = std::size_t(N);
     a.x = std::move(x);
     a.ln1 = Buf<bf16>(ledger_, stream(), n * C), a.ln1_mean = Buf<float>(ledger_, stream(), n), a.ln1_rstd = Buf<float>(ledger_, stream(), n);
@@ -440,7 +472,8 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     a.lse = Buf<float>(ledger_, stream(), std::size_t(B) * H * T), a.att_out = Buf<bf16>(ledger_, stream(), n * QD);
     cuda::attention_forward(a.att_out.get(), a.lse.get(), a.q.get(), a.k.get(), a.v.get(), B, T, T, 0, H, KH, D, stream());
     a.x2 = Buf<bf16>(ledger_, stream(), n * C);  // x2 = x + att_out · wo^T (+ bo)
-    gemm_.forward(a.x2.get(), a.att_out.get(), p(l + "wo"), bias(l + "bo"), a.x.get(), N, QD, C);
+    gemm_.forward(a.x2.get(), a.att_out.get(), p(l + "wo"), first ? bias(l + "bo") : nullptr, first ? a.x.get() : nullptr, N, QD, C);
+    tp_sum(a.x2.get(), n * C);
     a.ln2 = Buf<bf16>(ledger_, stream(), n * C), a.ln2_mean = Buf<float>(ledger_, stream(), n), a.ln2_rstd = Buf<float>(ledger_, stream(), n);
     norm_forward(a.ln2.get(), a.ln2_mean.get(), a.ln2_rstd.get(), a.x2.get(), l + "ln2_w", l + "ln2_b", N);
     a.fc = Buf<bf16>(ledger_, stream(), n * F), a.h = Buf<bf16>(ledger_, stream(), n * F);
@@ -453,7 +486,9 @@ class CudaStage final : public Stage, public DeviceOptimizer {
       cuda::swiglu_forward(a.h.get(), a.fc.get(), a.up.get(), std::int64_t(n) * F, stream());
     }
     Buf<bf16> y(ledger_, stream(), n * C);  // y = x2 + h · w2^T (+ b2)
-    gemm_.forward(y.get(), a.h.get(), p(l + (gpt() ? "wproj" : "wdown")), bias(l + "bproj"), a.x2.get(), N, F, C);
+    gemm_.forward(y.get(), a.h.get(), p(l + (gpt() ? "wproj" : "wdown")), first ? bias(l + "bproj") : nullptr,
+                  first ? a.x2.get() : nullptr, N, F, C);
+    tp_sum(y.get(), n * C);
     cuda::check_launch("the forward of layer " + std::to_string(layer));
     return y;
   }
@@ -479,10 +514,10 @@ class CudaStage final : public Stage, public DeviceOptimizer {
       layer_forward(layer, std::move(kept.x), B, again);  // its output y is not needed
       kept = std::move(again);
     } else if (recompute_ == Recompute::selective) {
-      const int T = s_.T, H = s_.H, D = s_.D;
+      const int T = s_.T, H = Hs_, D = s_.D;
       kept.lse = Buf<float>(ledger_, stream(), std::size_t(B) * H * T);
       Buf<bf16> out(ledger_, stream(), kept.att_out.size());
-      cuda::attention_forward(out.get(), kept.lse.get(), kept.q.get(), kept.k.get(), kept.v.get(), B, T, T, 0, H, s_.KH, D, stream());
+      cuda::attention_forward(out.get(), kept.lse.get(), kept.q.get(), kept.k.get(), kept.v.get(), B, T, T, 0, H, KHs_, D, stream());
       cuda::check_launch("the attention of layer " + std::to_string(layer) + " again");
     }
     return kept;
@@ -492,7 +527,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
   Buf<bf16> layer_backward(int layer, const bf16* dy, const LayerActs& a) {
     const std::string l = "layer" + std::to_string(layer) + ".";
     const int B = int(a.x.size() / std::size_t(s_.T) / std::size_t(s_.C));
-    const int T = s_.T, N = B * T, C = s_.C, D = s_.D, H = s_.H, KH = s_.KH, F = s_.F, QD = H * D, KD = KH * D;
+    const int T = s_.T, N = B * T, C = s_.C, D = s_.D, H = Hs_, KH = KHs_, F = Fs_, QD = H * D, KD = KH * D;
     const std::size_t n = std::size_t(N);
     const std::string w1 = l + (gpt() ? "wfc" : "wgate"), w2 = l + (gpt() ? "wproj" : "wdown");
     // MLP: y = x2 + w2 · h (+ b2); dx2 starts as the residual's share, dy.
@@ -513,6 +548,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     gemm_.backward_input(dln2.get(), dfc.get(), p(w1), N, C, F, !gpt());
     gemm_.backward_weight(g(w1), dfc.get(), a.ln2.get(), N, C, F);
     if (gpt()) cuda::bias_backward(g(l + "bfc"), dfc.get(), N, F, stream());
+    tp_sum(dln2.get(), n * C);  // the column-parallel input gradient
     norm_backward(dx2.get(), dln2.get(), a.x2.get(), a.ln2_mean.get(), a.ln2_rstd.get(), l + "ln2_w", l + "ln2_b", N);
     // Attention: x2 = x + wo · att_out (+ bo)
     if (gpt()) cuda::bias_backward(g(l + "bo"), dx2.get(), N, C, stream());
@@ -540,6 +576,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
       if (gpt()) cuda::bias_backward(g(l + "b" + name), d.first, N, d.second, stream());
       accumulate = true;
     }
+    tp_sum(dln1.get(), n * C);
     // dx = dx2 + the first norm's input gradient (into dx2's buffer, which is returned).
     norm_backward(dx2.get(), dln1.get(), a.x.get(), a.ln1_mean.get(), a.ln1_rstd.get(), l + "ln1_w", l + "ln1_b", N);
     cuda::check_launch("the backward of layer " + std::to_string(layer));
@@ -548,7 +585,10 @@ class CudaStage final : public Stage, public DeviceOptimizer {
 
   model::Shape s_;
   int first_, last_;
+  int tp_rank_, tp_;
+  int Hs_ = 0, KHs_ = 0, Fs_ = 0;  // this TP shard's query heads, key-value heads and MLP channels
   Recompute recompute_;
+  std::function<void(float*, std::size_t)> tp_host_, tp_device_;  // StageSpec's comm.tp_all_reduce, tp_all_reduce_device
   cuda::DeviceLedger ledger_;  // every device buffer below counts here (declared first: freed last)
   cuda::Stream stream_;
   cuda::Gemm gemm_;
