@@ -61,6 +61,10 @@ TEST_CASE("emulated GPUs: run-local --backend cuda trains every plan shape the C
       {"mixed.plan.json", "tiny-gpt", "stages of (dp 1, tp 2), (dp 2, tp 1) and (dp 1, tp 1) over two subclusters (host-staged)",
        "nccl: 2 groups; tcp: 1 group (members in different subclusters)"},
       {"two-pipelines-tp.plan.json", "tiny-gpt", "two pipelines of different shapes, TP 2 in both", "nccl: "},
+      {"context.plan.json", "tiny-gpt", "CP 2, then dp 2, then (tp 2, cp 2) over two subclusters: CP host-staged",
+       "its collective groups: nccl: 1 group; tcp: 1 group (members in different subclusters)"},
+      {"context.plan.json", "tiny-llama", "the same, Llama (RoPE from each member's first position)",
+       "its collective groups: nccl: 1 group"},
   };
   for (const Case& c : cases) {
     INFO(c.plan << " of " << c.model << ": " << c.shape);

@@ -657,13 +657,17 @@ TEST_CASE("the step on the device follows the host's, and packed (strided) bucke
   CHECK(differing(host1, device1) <= 0.005);
 }
 
-TEST_CASE("the CUDA stage refuses context parallelism and a tp that does not divide the heads with a sentence", "[stage]") {
+TEST_CASE("the CUDA stage refuses a tp that does not divide the heads and a cp that does not divide the sequence with a sentence",
+          "[stage]") {
   auto backend = het::backend::open_cuda(-1);
   REQUIRE(backend.ok());
   const het::ModelSpec m = tiny(het::Architecture::gpt);
   het::model::Comm<float> context;
-  context.cp = 2;
-  CHECK_THROWS_WITH((*backend)->make_stage({m, 1, 2, 0, 1, 7, het::Recompute::none, context, {}}), Catch::Contains("cp = 1 only"));
+  context.cp = 3;
+  CHECK_THROWS_WITH((*backend)->make_stage({m, 1, 2, 0, 1, 7, het::Recompute::none, context, {}}),
+                    Catch::Contains("cp = 3 (member 0) does not divide the 32 time steps"));
+  context.cp = 2, context.cp_rank = 1;
+  CHECK_NOTHROW((*backend)->make_stage({m, 1, 2, 0, 1, 7, het::Recompute::none, context, {}}));
   CHECK_THROWS_WITH((*backend)->make_stage({m, 1, 2, 0, 3, 7, het::Recompute::none, {}, {}}),
                     Catch::Contains("tp = 3 (shard 0) does not divide"));
   CHECK_NOTHROW((*backend)->make_stage({m, 1, 2, 1, 2, 7, het::Recompute::none, {}, {}}));

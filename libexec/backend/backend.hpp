@@ -5,7 +5,7 @@
 // in host memory (what the TCP transport carries), and parameters are exposed as host-visible
 // buffers for the sync and the optimizer; a device backend stages them. The CPU backend (fp32,
 // Eigen GEMMs, oneTBB tasks) is always built; the CUDA one (backend/cuda/cuda_backend.hpp: bf16
-// with fp32 master weights, cp = 1 for now) implements the same classes in CUDA builds.
+// with fp32 master weights) implements the same classes in CUDA builds.
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -41,10 +41,7 @@ Block<T>::Block(const Shape& s, int layer, int rank, int tp, std::uint64_t seed)
   }
 }
 
-namespace {
-// Context parallelism: the keys k[B,Tl,KD] and values v[B,Tl,KD] of every member, gathered in
-// one collective (a member's part is [2][B,Tl,KD], keys then values) into
-// k_seen, v_seen [B, (cp_rank+1)·Tl, KD] — the time steps a causal query of this member can see.
+// A member's part of the collective is [2][B,Tl,KD], keys then values.
 template <class T>
 void gather_seen(const T* k, const T* v, int B, int Tl, int KD, const Comm<T>& c, std::vector<T>& k_seen,
                  std::vector<T>& v_seen) {
@@ -59,8 +56,6 @@ void gather_seen(const T* k, const T* v, int B, int Tl, int KD, const Comm<T>& c
       std::copy_n(all.data() + from, row, k_seen.data() + to), std::copy_n(all.data() + from + n, row, v_seen.data() + to);
     }
 }
-// The reverse, in one collective: gradients dk_seen, dv_seen [B, (cp_rank+1)·Tl, KD] of the keys
-// and values seen, summed over the members into this member's own dk, dv [B,Tl,KD] (+=).
 template <class T>
 void scatter_seen(const T* dk_seen, const T* dv_seen, T* dk, T* dv, int B, int Tl, int KD, const Comm<T>& c) {
   const std::size_t n = std::size_t(B) * Tl * KD, row = std::size_t(Tl) * KD;
@@ -73,7 +68,12 @@ void scatter_seen(const T* dk_seen, const T* dv_seen, T* dk, T* dv, int B, int T
   c.cp_reduce_scatter(all.data(), mine.data(), 2 * n);
   for (std::size_t i = 0; i < n; ++i) dk[i] += mine[i], dv[i] += mine[n + i];
 }
-}  // namespace
+
+template void gather_seen(const float*, const float*, int, int, int, const Comm<float>&, std::vector<float>&, std::vector<float>&);
+template void gather_seen(const double*, const double*, int, int, int, const Comm<double>&, std::vector<double>&,
+                          std::vector<double>&);
+template void scatter_seen(const float*, const float*, float*, float*, int, int, int, const Comm<float>&);
+template void scatter_seen(const double*, const double*, double*, double*, int, int, int, const Comm<double>&);
 
 template <class T>
 void Block<T>::forward(const T* x, T* y, int B, BlockActs<T>& a, const Comm<T>& comm) const {

@@ -35,6 +35,16 @@ struct Comm {
   std::function<void(const T* all, T* mine, std::size_t n)> cp_reduce_scatter;
 };
 
+// Context parallelism's exchanges around attention (Block's, and the CUDA backend's through host
+// memory): the keys k[B,Tl,KD] and values v[B,Tl,KD] of every member, gathered in one collective
+// into k_seen, v_seen [B, (cp_rank+1)·Tl, KD] — the time steps a causal query of this member can see;
+// and the reverse, in one collective: the gradients dk_seen, dv_seen of the keys and values seen,
+// summed over the members into this member's own dk, dv [B,Tl,KD] (+=).
+template <class T>
+void gather_seen(const T* k, const T* v, int B, int Tl, int KD, const Comm<T>& c, std::vector<T>& k_seen, std::vector<T>& v_seen);
+template <class T>
+void scatter_seen(const T* dk_seen, const T* dv_seen, T* dk, T* dv, int B, int Tl, int KD, const Comm<T>& c);
+
 struct Shape {
   Architecture arch = Architecture::gpt;
   int C = 0, H = 0, KH = 0, D = 0, F = 0, V = 0, T = 0, L = 0;

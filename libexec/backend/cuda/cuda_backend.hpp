@@ -21,7 +21,9 @@
 //    which copies them all (through one pinned buffer, one synchronisation per 128 MiB).
 //  * Tensor parallelism as the CPU backend's (model/block.hpp: Megatron's column- and row-parallel
 //    shards); the TP sums in fp32, on the device through StageSpec::tp_all_reduce_device where the
-//    group is NCCL, else staged through the host. Only cp = 1 (no context parallelism yet) and head dimension <= 256
+//    group is NCCL, else staged through the host. Context parallelism as the CPU backend's (each
+//    member's T/cp time steps; the keys and values seen all-gathered and their gradients
+//    reduce-scattered through host memory, model::gather_seen). Head dimension <= 256
 //    (the flash-style attention of kernels.hpp keeps O(B·H·T) per layer, any sequence length;
 //    D > 128 needs ~138 KiB of shared memory per block in the backward: H100 and A100 have it).
 //    Recomputation: `full` keeps each layer's input only and runs the layer's forward again

@@ -52,6 +52,7 @@ struct DeviceBucket {
 // One layer's activations of one micro-batch (as model::BlockActs, on the device).
 struct LayerActs {
   Buf<bf16> x, ln1, q, k, v, att_out, x2, ln2, fc, h, up;
+  Buf<bf16> k_seen, v_seen;  // cp > 1: the keys and values its queries see [B, (cp_rank+1)·Tl, KD]
   Buf<float> ln1_mean, ln1_rstd, lse, ln2_mean, ln2_rstd;  // lse: attention's [B,H,T] log-sum-exp
 };
 
@@ -67,9 +68,11 @@ class CudaStage final : public Stage, public DeviceOptimizer {
  public:
   explicit CudaStage(const StageSpec& s)
       : s_(model::Shape::of(s.model)), first_(s.first), last_(s.last), tp_rank_(s.tp_rank), tp_(s.tp), recompute_(s.recompute),
-        tp_host_(s.comm.tp_all_reduce), tp_device_(s.tp_all_reduce_device), gemm_(stream_.get()),
-        host_(s.model, s.first, s.last, s.tp_rank, s.tp, s.seed) {
-    if (s.comm.cp != 1) throw std::invalid_argument("the CUDA backend runs cp = 1 only for now (got cp = " + std::to_string(s.comm.cp) + ")");
+        comm_(s.comm), tp_device_(s.tp_all_reduce_device), gemm_(stream_.get()), host_(s.model, s.first, s.last, s.tp_rank, s.tp, s.seed) {
+    if (s.comm.cp < 1 || s.comm.cp_rank < 0 || s.comm.cp_rank >= s.comm.cp || s_.T % s.comm.cp)
+      throw std::invalid_argument("cp = " + std::to_string(s.comm.cp) + " (member " + std::to_string(s.comm.cp_rank) +
+                                  ") does not divide the " + std::to_string(s_.T) + " time steps");
+    Tl_ = s_.T / s.comm.cp, pos0_ = s.comm.cp_rank * Tl_;
     if (s.tp < 1 || s.tp_rank < 0 || s.tp_rank >= s.tp || s_.H % s.tp || s_.KH % s.tp || s_.F % s.tp)
       throw std::invalid_argument("tp = " + std::to_string(s.tp) + " (shard " + std::to_string(s.tp_rank) + ") does not divide the " +
                                   std::to_string(s_.H) + " query heads, " + std::to_string(s_.KH) + " key-value heads and " +
@@ -85,8 +88,10 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     zero_grad();
   }
 
+  // With context parallelism x, the tokens and the targets hold this member's Tl time steps of
+  // each sequence, from pos0 (model/stage.hpp).
   std::vector<float> forward(int mb, int B, const int* tokens, const float* x, const int* targets, double* loss_sum) override {
-    const int N = B * s_.T, C = s_.C;
+    const int N = B * Tl_, C = s_.C;
     Acts& a = in_flight_[mb];
     a = Acts{};
     a.B = B;
@@ -94,7 +99,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     if (first_ == 0) {
       a.tokens = upload(tokens, std::size_t(N));
       const DeviceParam* wpe = find("wpe");
-      cuda::embedding_forward(cur.get(), a.tokens.get(), p("wte"), wpe ? wpe->value.get() : nullptr, N, s_.T, C, 0, stream());
+      cuda::embedding_forward(cur.get(), a.tokens.get(), p("wte"), wpe ? wpe->value.get() : nullptr, N, Tl_, C, pos0_, stream());
     } else {
       upload_bf16(cur.get(), x, std::size_t(N) * C);
     }
@@ -127,7 +132,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     auto it = in_flight_.find(mb);
     if (it == in_flight_.end()) throw std::logic_error("backward of micro-batch " + std::to_string(mb) + " without its forward");
     Acts& a = it->second;
-    const int N = a.B * s_.T, C = s_.C;
+    const int N = a.B * Tl_, C = s_.C;
     Buf<bf16> cur(ledger_, stream(), std::size_t(N) * C);
     if (last_ == s_.L + 1) {
       Buf<bf16> dlogits(ledger_, stream(), std::size_t(N) * s_.V);
@@ -152,7 +157,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     std::vector<float> dx;
     if (first_ == 0) {
       const DeviceParam* wpe = find("wpe");
-      cuda::embedding_backward(g("wte"), wpe ? wpe->grad : nullptr, cur.get(), a.tokens.get(), N, s_.T, C, 0, stream());
+      cuda::embedding_backward(g("wte"), wpe ? wpe->grad : nullptr, cur.get(), a.tokens.get(), N, Tl_, C, pos0_, stream());
       cuda::check_launch("the backward of the embedding");
       cuda::check(cudaStreamSynchronize(stream()), "the backward of a stage");
     } else {
@@ -303,7 +308,8 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     for (const auto& [mb, a] : in_flight_) {
       n += a.tokens.bytes() + a.targets.bytes() + a.head_in.bytes() + a.normed.bytes() + a.logits.bytes() + a.mean.bytes() + a.rstd.bytes();
       for (const auto& l : a.layers) {
-        for (const auto* b : {&l.x, &l.ln1, &l.q, &l.k, &l.v, &l.att_out, &l.x2, &l.ln2, &l.fc, &l.h, &l.up}) n += b->bytes();
+        for (const auto* b : {&l.x, &l.ln1, &l.q, &l.k, &l.v, &l.att_out, &l.x2, &l.ln2, &l.fc, &l.h, &l.up, &l.k_seen, &l.v_seen})
+          n += b->bytes();
         for (const auto* b : {&l.ln1_mean, &l.ln1_rstd, &l.lse, &l.ln2_mean, &l.ln2_rstd}) n += b->bytes();
       }
     }
@@ -427,6 +433,33 @@ class CudaStage final : public Stage, public DeviceOptimizer {
   }
 
   // model::Block::forward on the device: y[B,T,C] from x (kept in acts.x).
+  // Context parallelism's exchanges (model::gather_seen, scatter_seen) through host memory: the
+  // runtime's CP collectives are TCP rings on host buffers.
+  const bf16* keys(const LayerActs& a) const { return comm_.cp > 1 ? a.k_seen.get() : a.k.get(); }
+  const bf16* values(const LayerActs& a) const { return comm_.cp > 1 ? a.v_seen.get() : a.v.get(); }
+  void gather_seen(LayerActs& a, int B, int KD) {
+    const std::size_t n = std::size_t(B) * Tl_ * KD;
+    const std::vector<float> k = download(a.k.get(), n), v = download(a.v.get(), n);
+    std::vector<float> k_seen, v_seen;
+    model::gather_seen(k.data(), v.data(), B, Tl_, KD, comm_, k_seen, v_seen);
+    a.k_seen = Buf<bf16>(ledger_, stream(), k_seen.size()), a.v_seen = Buf<bf16>(ledger_, stream(), v_seen.size());
+    upload_bf16(a.k_seen.get(), k_seen.data(), k_seen.size());
+    upload_bf16(a.v_seen.get(), v_seen.data(), v_seen.size());
+    cuda::check(cudaStreamSynchronize(stream()), "the keys and values seen");  // k_seen, v_seen (host) go out of scope
+  }
+  // dk, dv [B,Tl,KD] (device fp32, zero) = the members' gradients of this member's keys and values.
+  void scatter_seen(const float* dk_seen, const float* dv_seen, float* dk, float* dv, int B, int KD) {
+    const std::size_t n = std::size_t(B) * Tl_ * KD, seen = std::size_t(B) * (pos0_ + Tl_) * KD;
+    std::vector<float> dks(seen), dvs(seen), mine_k(n, 0.f), mine_v(n, 0.f);
+    cuda::check(cudaMemcpyAsync(dks.data(), dk_seen, seen * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
+    cuda::check(cudaMemcpyAsync(dvs.data(), dv_seen, seen * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
+    cuda::check(cudaStreamSynchronize(stream()), "copying to the host");
+    model::scatter_seen(dks.data(), dvs.data(), mine_k.data(), mine_v.data(), B, Tl_, KD, comm_);
+    cuda::check(cudaMemcpyAsync(dk, mine_k.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
+    cuda::check(cudaMemcpyAsync(dv, mine_v.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
+    cuda::check(cudaStreamSynchronize(stream()), "copying to the device");
+  }
+
   // Sums x[n] over the stage's TP group in place, in fp32 as the CPU backend sums: on the device
   // where the group can (NCCL, on its own stream: this stream drained first), else through host
   // memory (a TCP group). A no-op at tp = 1.
@@ -442,7 +475,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
       std::vector<float> host(n);
       cuda::check(cudaMemcpyAsync(host.data(), sum.get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
       cuda::check(cudaStreamSynchronize(stream()), "copying to the host");
-      tp_host_(host.data(), n);
+      comm_.tp_all_reduce(host.data(), n);
       cuda::check(cudaMemcpyAsync(sum.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
       cuda::check(cudaStreamSynchronize(stream()), "copying to the device");  // `host` goes out of scope
     }
@@ -455,7 +488,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
   // sums, summed over the TP group (tp_sum), shard 0's with the bias and the residual added.
   Buf<bf16> layer_forward(int layer, Buf<bf16> x, int B, LayerActs& a) {
     const std::string l = "layer" + std::to_string(layer) + ".";
-    const int T = s_.T, N = B * T, C = s_.C, D = s_.D, H = Hs_, KH = KHs_, F = Fs_, QD = H * D, KD = KH * D;
+    const int T = Tl_, N = B * T, C = s_.C, D = s_.D, H = Hs_, KH = KHs_, F = Fs_, QD = H * D, KD = KH * D;
     const bool first = tp_rank_ == 0;  // the shard that adds the biases and residuals of row-parallel products
     const std::size_t n = std::size_t(N);
     a.x = std::move(x);
@@ -466,11 +499,12 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     gemm_.forward(a.k.get(), a.ln1.get(), p(l + "wk"), bias(l + "bk"), nullptr, N, C, KD);
     gemm_.forward(a.v.get(), a.ln1.get(), p(l + "wv"), bias(l + "bv"), nullptr, N, C, KD);
     if (!gpt()) {
-      cuda::rope_forward(a.q.get(), B, T, H, D, 0, stream());
-      cuda::rope_forward(a.k.get(), B, T, KH, D, 0, stream());
+      cuda::rope_forward(a.q.get(), B, T, H, D, pos0_, stream());
+      cuda::rope_forward(a.k.get(), B, T, KH, D, pos0_, stream());
     }
+    if (comm_.cp > 1) gather_seen(a, B, KD);
     a.lse = Buf<float>(ledger_, stream(), std::size_t(B) * H * T), a.att_out = Buf<bf16>(ledger_, stream(), n * QD);
-    cuda::attention_forward(a.att_out.get(), a.lse.get(), a.q.get(), a.k.get(), a.v.get(), B, T, T, 0, H, KH, D, stream());
+    cuda::attention_forward(a.att_out.get(), a.lse.get(), a.q.get(), keys(a), values(a), B, T, pos0_ + T, pos0_, H, KH, D, stream());
     a.x2 = Buf<bf16>(ledger_, stream(), n * C);  // x2 = x + att_out · wo^T (+ bo)
     gemm_.forward(a.x2.get(), a.att_out.get(), p(l + "wo"), first ? bias(l + "bo") : nullptr, first ? a.x.get() : nullptr, N, QD, C);
     tp_sum(a.x2.get(), n * C);
@@ -514,10 +548,11 @@ class CudaStage final : public Stage, public DeviceOptimizer {
       layer_forward(layer, std::move(kept.x), B, again);  // its output y is not needed
       kept = std::move(again);
     } else if (recompute_ == Recompute::selective) {
-      const int T = s_.T, H = Hs_, D = s_.D;
+      const int T = Tl_, H = Hs_, D = s_.D;
       kept.lse = Buf<float>(ledger_, stream(), std::size_t(B) * H * T);
       Buf<bf16> out(ledger_, stream(), kept.att_out.size());
-      cuda::attention_forward(out.get(), kept.lse.get(), kept.q.get(), kept.k.get(), kept.v.get(), B, T, T, 0, H, KHs_, D, stream());
+      cuda::attention_forward(out.get(), kept.lse.get(), kept.q.get(), keys(kept), values(kept), B, T, pos0_ + T, pos0_, H, KHs_, D,
+                              stream());
       cuda::check_launch("the attention of layer " + std::to_string(layer) + " again");
     }
     return kept;
@@ -526,8 +561,8 @@ class CudaStage final : public Stage, public DeviceOptimizer {
   // model::Block::backward on the device: dx[B,T,C] from dy; accumulates the parameter gradients.
   Buf<bf16> layer_backward(int layer, const bf16* dy, const LayerActs& a) {
     const std::string l = "layer" + std::to_string(layer) + ".";
-    const int B = int(a.x.size() / std::size_t(s_.T) / std::size_t(s_.C));
-    const int T = s_.T, N = B * T, C = s_.C, D = s_.D, H = Hs_, KH = KHs_, F = Fs_, QD = H * D, KD = KH * D;
+    const int B = int(a.x.size() / std::size_t(Tl_) / std::size_t(s_.C));
+    const int T = Tl_, N = B * T, C = s_.C, D = s_.D, H = Hs_, KH = KHs_, F = Fs_, QD = H * D, KD = KH * D;
     const std::size_t n = std::size_t(N);
     const std::string w1 = l + (gpt() ? "wfc" : "wgate"), w2 = l + (gpt() ? "wproj" : "wdown");
     // MLP: y = x2 + w2 · h (+ b2); dx2 starts as the residual's share, dy.
@@ -557,11 +592,20 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     gemm_.backward_weight(g(l + "wo"), dx2.get(), a.att_out.get(), N, QD, C);
     Buf<float> dqf(ledger_, stream(), n * QD), dkf(ledger_, stream(), n * KD), dvf(ledger_, stream(), n * KD);
     zero(dqf), zero(dkf), zero(dvf);
-    cuda::attention_backward(dqf.get(), dkf.get(), dvf.get(), datt_out.get(), a.att_out.get(), a.lse.get(), a.q.get(), a.k.get(),
-                             a.v.get(), B, T, T, 0, H, KH, D, stream());
+    if (comm_.cp > 1) {  // the gradients of the keys and values seen, then each member's own summed
+      const std::size_t seen = a.k_seen.size();
+      Buf<float> dk_seen(ledger_, stream(), seen), dv_seen(ledger_, stream(), seen);
+      zero(dk_seen), zero(dv_seen);
+      cuda::attention_backward(dqf.get(), dk_seen.get(), dv_seen.get(), datt_out.get(), a.att_out.get(), a.lse.get(), a.q.get(),
+                               keys(a), values(a), B, T, pos0_ + T, pos0_, H, KH, D, stream());
+      scatter_seen(dk_seen.get(), dv_seen.get(), dkf.get(), dvf.get(), B, KD);
+    } else {
+      cuda::attention_backward(dqf.get(), dkf.get(), dvf.get(), datt_out.get(), a.att_out.get(), a.lse.get(), a.q.get(), a.k.get(),
+                               a.v.get(), B, T, T, 0, H, KH, D, stream());
+    }
     if (!gpt()) {
-      cuda::rope_backward(dqf.get(), B, T, H, D, 0, stream());
-      cuda::rope_backward(dkf.get(), B, T, KH, D, 0, stream());
+      cuda::rope_backward(dqf.get(), B, T, H, D, pos0_, stream());
+      cuda::rope_backward(dkf.get(), B, T, KH, D, pos0_, stream());
     }
     Buf<bf16> dq(ledger_, stream(), n * QD), dk(ledger_, stream(), n * KD), dv(ledger_, stream(), n * KD), dln1(ledger_, stream(), n * C);
     cuda::to_bf16(dq.get(), dqf.get(), std::int64_t(n) * QD, stream());
@@ -587,8 +631,10 @@ class CudaStage final : public Stage, public DeviceOptimizer {
   int first_, last_;
   int tp_rank_, tp_;
   int Hs_ = 0, KHs_ = 0, Fs_ = 0;  // this TP shard's query heads, key-value heads and MLP channels
+  int Tl_ = 0, pos0_ = 0;          // this context member's time steps per sequence and its first
   Recompute recompute_;
-  std::function<void(float*, std::size_t)> tp_host_, tp_device_;  // StageSpec's comm.tp_all_reduce, tp_all_reduce_device
+  model::Comm<float> comm_;                                // StageSpec's: the TP sum through the host, the CP exchanges
+  std::function<void(float*, std::size_t)> tp_device_;  // StageSpec's tp_all_reduce_device
   cuda::DeviceLedger ledger_;  // every device buffer below counts here (declared first: freed last)
   cuda::Stream stream_;
   cuda::Gemm gemm_;
