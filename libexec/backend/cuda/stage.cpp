@@ -432,7 +432,6 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     else cuda::rmsnorm_backward(dx, g(w), dout, x, p(w), rstd, N, s_.C, stream());
   }
 
-  // model::Block::forward on the device: y[B,T,C] from x (kept in acts.x).
   // Context parallelism's exchanges (model::gather_seen, scatter_seen) through host memory: the
   // runtime's CP collectives are TCP rings on host buffers.
   const bf16* keys(const LayerActs& a) const { return comm_.cp > 1 ? a.k_seen.get() : a.k.get(); }
@@ -483,6 +482,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     cuda::check_launch("the TP all-reduce's output");
   }
 
+  // model::Block::forward on the device: y[B,T,C] from x (kept in acts.x).
   // With tensor parallelism (Megatron, as model/block.hpp) the shard's H = H/tp query heads,
   // KH/tp key-value heads and F/tp MLP channels; the row-parallel products (wo, w2) are partial
   // sums, summed over the TP group (tp_sum), shard 0's with the bias and the residual added.
@@ -592,17 +592,16 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     gemm_.backward_weight(g(l + "wo"), dx2.get(), a.att_out.get(), N, QD, C);
     Buf<float> dqf(ledger_, stream(), n * QD), dkf(ledger_, stream(), n * KD), dvf(ledger_, stream(), n * KD);
     zero(dqf), zero(dkf), zero(dvf);
-    if (comm_.cp > 1) {  // the gradients of the keys and values seen, then each member's own summed
-      const std::size_t seen = a.k_seen.size();
-      Buf<float> dk_seen(ledger_, stream(), seen), dv_seen(ledger_, stream(), seen);
+    // With cp > 1 the gradients of the keys and values seen, then each member's own summed.
+    Buf<float> dk_seen, dv_seen;
+    if (comm_.cp > 1) {
+      dk_seen = Buf<float>(ledger_, stream(), a.k_seen.size()), dv_seen = Buf<float>(ledger_, stream(), a.v_seen.size());
       zero(dk_seen), zero(dv_seen);
-      cuda::attention_backward(dqf.get(), dk_seen.get(), dv_seen.get(), datt_out.get(), a.att_out.get(), a.lse.get(), a.q.get(),
-                               keys(a), values(a), B, T, pos0_ + T, pos0_, H, KH, D, stream());
-      scatter_seen(dk_seen.get(), dv_seen.get(), dkf.get(), dvf.get(), B, KD);
-    } else {
-      cuda::attention_backward(dqf.get(), dkf.get(), dvf.get(), datt_out.get(), a.att_out.get(), a.lse.get(), a.q.get(), a.k.get(),
-                               a.v.get(), B, T, T, 0, H, KH, D, stream());
     }
+    cuda::attention_backward(dqf.get(), comm_.cp > 1 ? dk_seen.get() : dkf.get(), comm_.cp > 1 ? dv_seen.get() : dvf.get(),
+                             datt_out.get(), a.att_out.get(), a.lse.get(), a.q.get(), keys(a), values(a), B, T, pos0_ + T, pos0_, H,
+                             KH, D, stream());
+    if (comm_.cp > 1) scatter_seen(dk_seen.get(), dv_seen.get(), dkf.get(), dvf.get(), B, KD);
     if (!gpt()) {
       cuda::rope_backward(dqf.get(), B, T, H, D, pos0_, stream());
       cuda::rope_backward(dkf.get(), B, T, KH, D, pos0_, stream());
