@@ -6,11 +6,14 @@
 // weights with fp32 masters against fp32 everywhere, within 2% per step over 4 steps.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "process.hpp"
 #include "run_local.hpp"
 
 using het::test::run_local;
@@ -50,7 +53,8 @@ TEST_CASE("emulated GPUs: run-local --backend cuda trains every plan shape the C
       {"data.plan.json", "tiny-gpt", "DP 2 in one subcluster: the gradient sync on an NCCL group", "nccl: 1 group"},
       {"data.plan.json", "tiny-llama", "the same, Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied head)",
        "nccl: 1 group"},
-      {"pipeline-one-subcluster.plan.json", "tiny-gpt", "2 stages in one subcluster (host-staged)", "its collective groups: nccl: 1 group"},
+      {"pipeline-one-subcluster.plan.json", "tiny-gpt", "2 stages in one subcluster: the hops on NCCL, device to device",
+       "its collective groups: nccl: 3 groups"},
       {"pipeline.plan.json", "tiny-gpt", "2 stages over two subclusters (host-staged)", "tcp: 1 group (members in different subclusters)"},
       {"pipeline.plan.json", "tiny-llama", "the same, Llama (no tied embedding to sync)", "its collective groups: no groups"},
       {"dp2-then-dp1.plan.json", "tiny-gpt", "a dp 2 stage feeding a dp 1 stage in another subcluster",
@@ -58,20 +62,29 @@ TEST_CASE("emulated GPUs: run-local --backend cuda trains every plan shape the C
       {"two-pipelines.plan.json", "tiny-gpt", "two pipelines of different splits", "nccl: 1 group"},
       {"tensor.plan.json", "tiny-gpt", "TP 2: the TP all-reduces on the device over NCCL", "nccl: 2 groups"},
       {"tensor.plan.json", "tiny-llama", "the same, Llama (2 key-value heads: one per shard)", "nccl: 2 groups"},
-      {"mixed.plan.json", "tiny-gpt", "stages of (dp 1, tp 2), (dp 2, tp 1) and (dp 1, tp 1) over two subclusters (host-staged)",
-       "nccl: 2 groups; tcp: 1 group (members in different subclusters)"},
+      {"mixed.plan.json", "tiny-gpt",
+       "stages of (dp 1, tp 2), (dp 2, tp 1) and (dp 1, tp 1) over two subclusters: the first hop resharded on the device",
+       "nccl: 4 groups; tcp: 1 group (members in different subclusters)"},
       {"two-pipelines-tp.plan.json", "tiny-gpt", "two pipelines of different shapes, TP 2 in both", "nccl: "},
-      {"context.plan.json", "tiny-gpt", "CP 2, then dp 2, then (tp 2, cp 2) over two subclusters: CP host-staged",
-       "its collective groups: nccl: 1 group; tcp: 1 group (members in different subclusters)"},
+      {"context.plan.json", "tiny-gpt",
+       "CP 2, then dp 2 (time blocks to rows on the device), then (tp 2, cp 2) over two subclusters: CP host-staged",
+       "its collective groups: nccl: 3 groups; tcp: 1 group (members in different subclusters)"},
       {"context.plan.json", "tiny-llama", "the same, Llama (RoPE from each member's first position)",
-       "its collective groups: nccl: 1 group"},
+       "its collective groups: nccl: 3 groups"},
   };
   for (const Case& c : cases) {
     INFO(c.plan << " of " << c.model << ": " << c.shape);
     const std::string model = kSrc + "/configs/models/" + c.model + ".yaml";
     const Run cpu = run(HETEXEC_BIN, c.plan, model, {});
-    const Run cuda = run(HETEXEC_EMULATED_BIN, c.plan, model, {"--backend", "cuda"});
+    het::test::TempDir dir;
+    const std::string traffic = dir.path() + "/traffic.json";
+    const Run cuda = run(HETEXEC_EMULATED_BIN, c.plan, model, {"--backend", "cuda", "--traffic-out", traffic});
     INFO(cuda.out);
+    std::ifstream in(traffic);
+    for (const auto& rank : nlohmann::json::parse(in)["ranks"]) {  // no forward or backward waits for the device but for a transfer
+      INFO("rank " << rank["rank"] << ": " << rank["device"].dump());
+      CHECK(rank["device"]["compute_syncs_other"] == 0);
+    }
     CHECK_THAT(cuda.out, Catch::Contains("rank 0: cuda (device 0: CUDA emulation on CPU threads, bf16)") && Catch::Contains(c.groups));
     REQUIRE(cuda.losses.size() == 4);
     REQUIRE(cpu.losses.size() == 4);
@@ -109,6 +122,54 @@ TEST_CASE("emulated GPUs: recomputation on the CUDA backend gives the same bits 
   const auto cpu = run_local(kSrc + "/tests/data/plans/pipeline-one-subcluster-recompute.plan.json", kModel, 4);
   REQUIRE(cpu.size() == again.size());
   for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(again[i] == Approx(cpu[i]).epsilon(kTolerance));
+}
+
+TEST_CASE("emulated GPUs: inside a subcluster the activations stay on the device (tokens, targets and losses are all that cross "
+          "to the host), across subclusters only they cross, and no forward or backward waits for the device but for a transfer") {
+  // 2 stages (tiny-gpt: T 32, C 64; 1f1b, 8 micro-batches of 2), 4 steps, on two GPUs of one
+  // subcluster (each boundary's activations and gradients over an NCCL group of its own, bf16)
+  // or of two (through the host: fp32 over TCP).
+  constexpr std::uint64_t kSteps = 4, kMicro = 8, kRows = 2, kT = 32, kC = 64;
+  const std::uint64_t ids = kSteps * kMicro * kRows * kT * sizeof(int);  // a stage's tokens or targets, or the losses (fp32)
+  const std::uint64_t bf16 = kSteps * kMicro * kRows * kT * kC * 2;      // a boundary's activations (or gradients) in bf16
+  for (const bool inside : {true, false}) {
+    const std::string plan = kSrc + "/tests/data/plans/" + (inside ? "pipeline-one-subcluster" : "pipeline") + ".plan.json";
+    INFO(plan);
+    het::test::TempDir dir;
+    const std::string traffic = dir.path() + "/traffic.json";
+    std::string out;
+    const auto cuda = run_local(plan, kModel, int(kSteps), {"--backend", "cuda", "--traffic-out", traffic, "--stats"}, &out,
+                                HETEXEC_EMULATED_BIN);
+    INFO(out);
+    // Rank 0's groups inside: the two hops' and the tied embedding's sync.
+    CHECK_THAT(out, Catch::Contains(inside ? "its collective groups: nccl: 3 groups" : "tcp: 1 group (members in different subclusters)") &&
+                        Catch::Contains("device counters per step") && !Catch::Contains("(they differ)"));
+    const auto cpu = run_local(plan, kModel, int(kSteps));
+    REQUIRE(cuda.size() == cpu.size());
+    for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(cuda[i] == Approx(cpu[i]).epsilon(kTolerance));
+    std::ifstream in(traffic);
+    const auto ranks = nlohmann::json::parse(in)["ranks"];
+    REQUIRE(ranks.size() == 2);
+    for (const auto& rank : ranks) {
+      INFO(rank.dump());
+      const bool first = rank["rank"] == 0;
+      const auto& d = rank["device"];
+      CHECK(d["steps"] == kSteps);
+      // Stage 0 takes the tokens (and across, the gradients), stage 1 the targets (and the
+      // activations), and gives the losses (and the gradients); the across tensors as fp32, and
+      // the tied embedding's gradient [V 256, C 64], which the stages sum over TCP, out and back.
+      const std::uint64_t crossing = inside ? 0 : 2 * bf16 + kSteps * 256 * kC * sizeof(float);
+      CHECK(d["to_device_bytes"] == ids + crossing);
+      CHECK(d["to_host_bytes"] == (first ? 0 : ids) + crossing);
+      CHECK(d["compute_syncs_other"] == 0);
+      // One per forward or backward that hands a tensor on, and per forward that gives losses.
+      CHECK(d["compute_syncs"] == (first ? 1 : 2) * kSteps * kMicro);
+      CHECK(d[first ? "activations" : "gradients"]["sent"] == (inside ? bf16 : 0));
+      CHECK(d[first ? "gradients" : "activations"]["received"] == (inside ? bf16 : 0));
+      for (const char* kind : {"activations", "gradients"})  // over TCP
+        CHECK(rank["measured"][kind]["sent"] == (inside ? 0 : rank["program"][kind]["sent"].get<std::uint64_t>()));
+    }
+  }
 }
 
 TEST_CASE("emulated GPUs: the ranks are spread over the emulated GPUs, and --gpus beyond them is refused with exit 2") {

@@ -2,6 +2,7 @@
 // work is done in libexec. Exit status: 0 success, 2 usage error.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <map>
@@ -87,6 +88,29 @@ int run_prepare_data(const std::string& text_file, const std::string& output) {
   return 0;
 }
 
+// `run-local --stats`: the device counters of every rank that has them (runtime::traffic_report), per step.
+void print_device_stats(const nlohmann::json& ranks) {
+  bool any = false;
+  for (const auto& r : ranks) any = any || r.contains("device");
+  if (!any) {
+    std::cout << "device counters: none (the ranks compute on the CPU)\n";
+    return;
+  }
+  std::cout << "device counters per step (bytes; synchronisations with the device: all, inside forward/backward, of those not for a transfer):\n"
+            << " rank   to device     to host   syncs  in F/B  other   sent device to device\n";
+  for (const auto& r : ranks) {
+    if (!r.contains("device")) continue;
+    const auto& d = r["device"];
+    const double steps = std::max(1, d["steps"].get<int>());
+    auto per = [&](const nlohmann::json& v) { return v.get<double>() / steps; };
+    char line[160];
+    std::snprintf(line, sizeof line, "%5d %11.0f %11.0f %7.1f %7.1f %6.1f %23.0f\n", r["rank"].get<int>(), per(d["to_device_bytes"]),
+                  per(d["to_host_bytes"]), per(d["syncs"]), per(d["compute_syncs"]), per(d["compute_syncs_other"]),
+                  per(d["activations"]["sent"]) + per(d["gradients"]["sent"]));
+    std::cout << line;
+  }
+}
+
 // What `run-local` is told.
 struct JobArgs {
   het::InputFiles files;  // plan (+ model, cluster)
@@ -94,7 +118,7 @@ struct JobArgs {
   std::uint64_t seed = 1;
   double lr = 1e-3;
   std::optional<std::string> data, metrics_out, trace, traffic;
-  bool emulate_links = false, emulate_devices = false;
+  bool emulate_links = false, emulate_devices = false, stats = false;
   std::string backend = "cpu";
   int threads = 0;  // per rank; 0: the cores shared out among the ranks
   double time_dilation = 1;  // runtime::Options::time_dilation
@@ -227,6 +251,8 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device, const std:
   opt.progress = progress.get();
   std::vector<het::runtime::MemoryPeak> memory;
   opt.memory = &memory;
+  het::runtime::Options::DeviceReport device_report;
+  opt.device = &device_report;
   opt.compute_on_this_thread = a.backend == "cpu" && a.threads == 1;
   std::vector<het::sim::TraceEvent> events;
   const auto per_rank = [&](const std::optional<std::string>& prefix) {
@@ -274,7 +300,7 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device, const std:
     for (const auto& m : memory) ranks.push_back(het::runtime::to_json(m));
     std::cout << nlohmann::json{{"memory", ranks}}.dump() << std::endl;
   }
-  if (traffic_file) std::ofstream(*traffic_file) << het::runtime::traffic_report(job->plan, **peers, a.steps).dump();
+  if (traffic_file) std::ofstream(*traffic_file) << het::runtime::traffic_report(job->plan, **peers, a.steps, device_report.steps ? &device_report : nullptr).dump();
   if (trace_file) {  // this rank's events, for run-local to merge
     nlohmann::json j = nlohmann::json::array();
     for (const auto& e : events) j.push_back({e.track, e.name, e.start_s, e.duration_s});
@@ -360,14 +386,14 @@ int run_local(const JobArgs& a) {
               << " cores, so they contend and the step times will not match `hetplan simulate`; run with --time-dilation "
               << (lj.world * threads + cores - 1) / cores * 2 << " (and simulate with the same) to measure what the plan predicts\n";
   std::string trace_dir;
-  if (a.trace || a.traffic) {
+  if (a.trace || a.traffic || a.stats) {
     trace_dir = (std::filesystem::temp_directory_path() / "hetexec-trace-XXXXXX").string();
     if (!mkdtemp(trace_dir.data())) {
       std::cerr << "error: cannot create a directory for the trace\n";
       return 2;
     }
     if (a.trace) w.trace_events = trace_dir + "/rank";
-    if (a.traffic) w.traffic_events = trace_dir + "/traffic";
+    if (a.traffic || a.stats) w.traffic_events = trace_dir + "/traffic";
   }
   // The output files, opened before the run so that a path that cannot be written costs nothing.
   std::ofstream metrics, trace_out, traffic_out;
@@ -415,21 +441,30 @@ int run_local(const JobArgs& a) {
     trace_out << het::sim::chrome_trace(all);
     std::cout << "trace: " << *a.trace << " (" << all.size() << " events; open in https://ui.perfetto.dev)\n";
   }
-  if (a.traffic) {  // every rank's bytes, measured and by the program
+  if (a.traffic || a.stats) {  // every rank's bytes, measured and by the program
+    // Elements: TCP carries fp32 (4 bytes), the device hops bf16 (2), the program counts fp32.
     nlohmann::json ranks = nlohmann::json::array();
-    std::uint64_t measured = 0, program = 0;
+    std::uint64_t tcp = 0, device = 0, program = 0;
     for (int r = 0; r < lj.world; ++r) {
       auto in = het::input::read_file(trace_dir + "/traffic." + std::to_string(r));
       if (!in) continue;
       ranks.push_back(nlohmann::json::parse(*in));
+      const auto& rank = ranks.back();
       for (const char* kind : {"activations", "gradients"}) {
-        measured += ranks.back()["measured"][kind]["sent"].get<std::uint64_t>();
-        program += ranks.back()["program"][kind]["sent"].get<std::uint64_t>();
+        tcp += rank["measured"][kind]["sent"].get<std::uint64_t>();
+        program += rank["program"][kind]["sent"].get<std::uint64_t>();
+        if (rank.contains("device")) device += rank["device"][kind]["sent"].get<std::uint64_t>();
       }
     }
-    traffic_out << nlohmann::json{{"ranks", ranks}}.dump(1) << "\n";
-    std::cout << "traffic between stages: " << measured << " bytes sent, the rank program's " << program << " bytes"
-              << (measured == program ? "" : " (they differ)") << "; per rank in " << *a.traffic << "\n";
+    const std::uint64_t elements = tcp / 4 + device / 2;
+    if (a.traffic) {
+      traffic_out << nlohmann::json{{"ranks", ranks}}.dump(1) << "\n";
+      std::cout << "traffic between stages: " << elements << " elements sent (" << tcp << " bytes over TCP as fp32"
+                << (device ? ", " + std::to_string(device) + " bytes device to device as bf16" : std::string())
+                << "), the rank program's " << program / 4 << (elements == program / 4 ? "" : " (they differ)") << "; per rank in "
+                << *a.traffic << "\n";
+    }
+    if (a.stats) print_device_stats(ranks);
   }
   if (!trace_dir.empty()) {
     std::error_code ec;
@@ -498,6 +533,9 @@ int main(int argc, char** argv) {
   local->add_option("--fault-die-step", job.die_step, "a test's fault: the step of the checkpoint --fault-die-rank dies writing")
       ->group("")->check(CLI::PositiveNumber);
   local->add_option("--trace", job.trace, "write every rank's timeline as a Chrome trace (the simulator's event names)");
+  local->add_flag("--stats", job.stats,
+                  "device backends: print per rank and step the bytes between host and device, the synchronisations with the "
+                  "device (inside forward and backward, and of those not for a transfer) and the bytes sent device to device");
   local->add_option("--traffic-out", job.traffic,
                     "write every rank's bytes by kind, measured by the transport, beside the rank program's (JSON)");
   auto* worker = app.add_subcommand("worker", "One rank of a job (started by run-local or an agent)");

@@ -2,14 +2,16 @@
 // A backend runs one rank's share of the model on one device (DESIGN.md §9). The runtime owns
 // the schedule, the transports, the gradient sync and the optimizer; a backend owns the
 // kernels and the memory they work in. Activations and their gradients cross this interface
-// in host memory (what the TCP transport carries), and parameters are exposed as host-visible
-// buffers for the sync and the optimizer; a device backend stages them. The CPU backend (fp32,
+// in host memory (what the TCP transport carries), or a device backend's (DeviceTensor: what
+// NCCL carries inside a subcluster); parameters are exposed as host-visible buffers for the
+// sync and the optimizer, or as device buckets (DeviceOptimizer). The CPU backend (fp32,
 // Eigen GEMMs, oneTBB tasks) is always built; the CUDA one (backend/cuda/cuda_backend.hpp: bf16
 // with fp32 master weights) implements the same classes in CUDA builds.
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "diag/diag.hpp"
 #include "model/block.hpp"
 #include "model/params.hpp"
+#include "program/program.hpp"
 #include "spec/model.hpp"
 
 namespace het::backend {
@@ -33,6 +36,26 @@ struct StageSpec {
   // TP group, returning when done, where the group can (NCCL: collective::Group::on_device).
   // Unset, the backend stages through host memory and comm.tp_all_reduce.
   std::function<void(float* device, std::size_t n)> tp_all_reduce_device;
+};
+
+// A micro-batch's activations or their gradients in a device backend's memory (issue 21 step 3):
+// bf16[elements] at `data`, alive while a copy of `owner` is. Made by one stage, for that stage.
+struct DeviceTensor {
+  std::shared_ptr<void> owner;
+  void* data = nullptr;
+  std::size_t elements = 0;
+  bool empty() const { return elements == 0; }
+};
+
+// What a device backend's stage moved between host and device memory and how often it made the
+// host wait for the device, since it was made (issue 21: inside a subcluster a step moves only
+// the tokens, the targets and the losses; no synchronisation inside a forward or backward but
+// for a transfer: the output another stream or the host reads, the losses, a host-staged sum).
+struct DeviceCounters {
+  std::uint64_t to_device_bytes = 0, to_host_bytes = 0;
+  std::uint64_t syncs = 0;                // every synchronisation with the device
+  std::uint64_t compute_syncs = 0;        // of them, inside forward or backward
+  std::uint64_t compute_syncs_other = 0;  // of those, not for a transfer (the goal: none)
 };
 
 // The contract of model::StageModel (model/stage.hpp): forward and backward of one
@@ -117,6 +140,36 @@ class Stage {
   // zero_grad() no longer copy gradients or values, and params()' host values are what the
   // last pull_values() left there.
   virtual DeviceOptimizer* device_optimizer(std::vector<BucketLayout>) { return nullptr; }
+  // Its counters; none for a backend whose memory is the host's.
+  virtual std::optional<DeviceCounters> device_counters() const { return std::nullopt; }
+
+  // ---- Activations on the device (issue 21 step 3) ----
+  // A device backend whose stage takes a micro-batch's input and gives its output in its own
+  // memory says so; the runtime then calls forward_device and backward_device instead of
+  // forward and backward, and moves the tensors between the ranks of one subcluster itself
+  // (NCCL point-to-point, no host copy), through the host elsewhere (upload, download).
+  // Tensors are bf16 [B, T/cp, C], made by this stage; x and dy are empty where forward and
+  // backward take nothing, and the stage may take their memory over. The output is on the
+  // device when they return (another stream may read it); empty where forward and backward
+  // give nothing. device_tensor(n): n elements, uninitialised, that any stream may write on
+  // return (a receive's buffer); copy_device: `region` of src, laid out as box `from`, into dst,
+  // laid out as box `to` (program::Block: rows, time, channels), done on return.
+  // A stage without them (the CPU's) is never asked for the rest: they throw std::logic_error.
+  virtual bool device_activations() const { return false; }
+  virtual DeviceTensor forward_device(int, int, const int*, DeviceTensor, const int*, double*) { no_device("forward_device"); }
+  virtual DeviceTensor backward_device(int, DeviceTensor, double) { no_device("backward_device"); }
+  virtual DeviceTensor device_tensor(std::size_t) { no_device("device_tensor"); }
+  virtual void copy_device(const DeviceTensor& /*src*/, const program::Block& /*from*/, DeviceTensor& /*dst*/,
+                           const program::Block& /*to*/, const program::Block& /*region*/) {
+    no_device("copy_device");
+  }
+  virtual DeviceTensor upload(const float*, std::size_t) { no_device("upload"); }  // host fp32 -> bf16 on the device
+  virtual std::vector<float> download(const DeviceTensor&) { no_device("download"); }  // and back, done on return
+
+ private:
+  [[noreturn]] static void no_device(const char* what) {
+    throw std::logic_error(std::string("Stage::") + what + " on a stage without device activations");
+  }
 };
 
 class Backend {

@@ -142,6 +142,10 @@ Result<Group*> Fabric::group(const std::vector<int>& ranks, std::uint32_t tag) {
   return (groups_[key] = std::move(made)).get();
 }
 
+bool Fabric::nccl(const std::vector<int>& ranks) const {
+  return !seats_.empty() && choose(ranks, seats_, nccl_built()).nccl;
+}
+
 std::string Fabric::summary() const {
   int nccl = 0, tcp = 0;
   for (const auto& [key, g] : groups_) {

@@ -52,6 +52,25 @@ class Group {
   virtual Result<Done> on_device(Op, float*, std::size_t) {
     return failure(ErrorKind::internal, "a " + transport() + " group takes host memory only");
   }
+
+  // Point-to-point on device memory where the group can (device_memory(); issue 21 step 3:
+  // activations between the stages of one subcluster): bf16 elements, peers by member index
+  // (their place in the group's rank list). The transfers of one call run together, so two
+  // members sending to each other in one call cannot deadlock. With `wait` it returns once they
+  // are done; else once they are enqueued (a send that need not block, as a TCP send never
+  // does): idle() says whether everything enqueued is done, drain() waits for it (an error
+  // value, never a hang, when a peer is dead or silent).
+  struct Transfer {
+    enum Kind { send, recv } kind = send;
+    int peer = 0;
+    void* data = nullptr;
+    std::size_t count = 0;
+  };
+  virtual Result<Done> exchange_on_device(const std::vector<Transfer>&, bool /*wait*/) {
+    return failure(ErrorKind::internal, "a " + transport() + " group takes host memory only");
+  }
+  virtual bool idle() { return true; }
+  virtual Result<Done> drain() { return Done{}; }
 };
 
 // Where a rank computes: its host, its device ("cpu", or "cuda:ORDINAL" followed by
@@ -95,6 +114,8 @@ class Fabric {
   // The group of `ranks` (ring order, containing this rank) carrying `tag`'s traffic; made at
   // the first call and kept (the pointer lives as long as the Fabric).
   Result<Group*> group(const std::vector<int>& ranks, std::uint32_t tag);
+  // Whether group(ranks, ...) would run on NCCL (choose() over this fabric's seats).
+  bool nccl(const std::vector<int>& ranks) const;
   // How the groups made so far are linked: "nccl: 2 groups; tcp: 1 group (members in
   // different subclusters)", or "no groups".
   std::string summary() const;

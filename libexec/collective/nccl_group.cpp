@@ -41,6 +41,23 @@ class NcclGroup final : public Group {
     return Done{};
   }
 
+  Result<Done> exchange_on_device(const std::vector<Transfer>& transfers, bool wait) override {
+    if (transfers.empty()) return Done{};
+    if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess) return cuda_error("cudaSetDevice", e);
+    std::vector<transport::nccl::P2P> ops;
+    for (const Transfer& t : transfers)
+      ops.push_back({t.kind == Transfer::send ? transport::nccl::P2P::send : transport::nccl::P2P::recv, t.peer, t.data, t.count});
+    return comm_->exchange(ops, DataType::bf16, stream_, wait);
+  }
+  bool idle() override {
+    cudaSetDevice(ordinal_);
+    return cudaStreamQuery(stream_) == cudaSuccess;
+  }
+  Result<Done> drain() override {
+    if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess) return cuda_error("cudaSetDevice", e);
+    return comm_->wait(stream_);
+  }
+
   Result<Done> all_reduce_sum(float* data, std::size_t n) override {
     if (n == 0) return Done{};
     if (auto staged = stage_in(data, 0, n, n); !staged) return staged;

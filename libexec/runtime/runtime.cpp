@@ -109,6 +109,88 @@ void run_hop(transport::Peers& peers, std::uint32_t tag, const program::HopPart&
   }
 }
 
+// ---- Moving a micro-batch on the device (issue 21 step 3) ------------------------------------
+// Where a stage's backend keeps activations on the device and every rank of two neighbouring
+// stages sits on a GPU of one subcluster, the boundary's messages (the same program) go as NCCL
+// point-to-point between device tensors in bf16 — the bytes the planner costs — never through
+// the host. Sends are enqueued and not waited for, as TCP sends never block (so the schedule
+// cannot deadlock on them); the tensors they read are kept until their group is idle.
+
+// A boundary's NCCL group as a hop sees it: member i is ranks[i].
+struct DeviceLink {
+  collective::Group* group = nullptr;  // null: the hop goes through the host
+  std::vector<int> ranks;
+  int member(int rank) const { return int(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin()); }
+};
+
+struct DevicePiece {
+  program::Block block;
+  backend::DeviceTensor data;
+};
+
+// Tensors a send still reads, with the group that sends them.
+using InTransit = std::vector<std::pair<collective::Group*, backend::DeviceTensor>>;
+
+// `want` from the device pieces held: the piece itself where one is exactly it, else copied
+// together; every element of it must be held exactly once.
+backend::DeviceTensor assemble_device(backend::Stage& stage, const std::vector<DevicePiece>& held, const program::Block& want) {
+  for (const DevicePiece& p : held)
+    if (p.block == want) return p.data;
+  backend::DeviceTensor out = stage.device_tensor(want.elements());
+  std::size_t filled = 0;
+  for (const DevicePiece& p : held) {
+    const program::Block region = p.block & want;
+    if (region.empty()) continue;
+    stage.copy_device(p.data, p.block, out, want, region);
+    filled += region.elements();
+  }
+  if (filled != want.elements())
+    throw Failure{failure(ErrorKind::internal, "the resharding program left " + std::to_string(want.elements()) +
+                                                   " elements covered by " + std::to_string(filled) + " on the device")};
+  return out;
+}
+
+// run_hop on the device: each phase one exchange of the rank's sends and receives, waited for
+// where it receives; a phase of sends only is enqueued, its tensors left in `in_transit`.
+void run_hop_device(backend::Stage& stage, const DeviceLink& link, const program::HopPart& hop, std::vector<DevicePiece>& held,
+                    InTransit& in_transit, std::uint64_t& sent, std::uint64_t& received) {
+  const auto& msgs = hop.messages;
+  for (std::size_t lo = 0, hi = 0; lo < msgs.size(); lo = hi) {
+    while (hi < msgs.size() && msgs[hi].phase == msgs[lo].phase) ++hi;
+    std::vector<collective::Group::Transfer> ops;
+    std::vector<backend::DeviceTensor> outgoing;
+    std::vector<DevicePiece> incoming;
+    for (std::size_t k = lo; k < hi; ++k)
+      if (msgs[k].from == hop.me) {
+        backend::DeviceTensor t = assemble_device(stage, held, msgs[k].block);
+        ops.push_back({collective::Group::Transfer::send, link.member(hop.to_rank[k]), t.data, t.elements});
+        sent += t.elements * 2;  // bf16
+        outgoing.push_back(std::move(t));
+      }
+    for (std::size_t k = lo; k < hi; ++k)
+      if (msgs[k].to == hop.me) {
+        backend::DeviceTensor t = stage.device_tensor(msgs[k].block.elements());
+        ops.push_back({collective::Group::Transfer::recv, link.member(hop.from_rank[k]), t.data, t.elements});
+        received += t.elements * 2;
+        incoming.push_back({msgs[k].block, std::move(t)});
+      }
+    const bool wait = !incoming.empty();
+    check(link.group->exchange_on_device(ops, wait));
+    if (!wait)
+      for (auto& t : outgoing) in_transit.emplace_back(link.group, std::move(t));
+    for (auto& p : incoming) held.push_back(std::move(p));
+  }
+}
+
+// The ranks of stages s and s + 1 of pipeline p, in increasing order.
+std::vector<int> boundary_ranks(const program::Topology& topo, const Pipeline& pipe, int p, int s) {
+  std::vector<int> ranks;
+  for (int k : {s, s + 1})
+    for (std::size_t i = 0; i < pipe.stages[std::size_t(k)].devices.size(); ++i) ranks.push_back(topo.rank(p, k, int(i)));
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
 // After the step's last backward: every bucket's gradients summed over its group (buckets.hpp),
 // AdamW on the owned part of every bucket, and with ZeRO the updated parts all-gathered.
 // `record(name, start)` traces the three phases.
@@ -329,7 +411,7 @@ std::uint32_t tag_of(Traffic t) {
   return 0;
 }
 
-nlohmann::json traffic_report(const Plan& plan, const transport::Peers& peers, int steps) {
+nlohmann::json traffic_report(const Plan& plan, const transport::Peers& peers, int steps, const Options::DeviceReport* device) {
   nlohmann::json measured = nlohmann::json::object();
   const std::pair<const char*, Traffic> kinds[] = {{"activations", Traffic::activations},   {"gradients", Traffic::gradients},
                                                    {"tensor_parallel", Traffic::tensor_parallel}, {"gradient_sync", Traffic::gradient_sync},
@@ -341,11 +423,23 @@ nlohmann::json traffic_report(const Plan& plan, const transport::Peers& peers, i
   const program::Topology topo(plan);
   const program::StepTraffic t = program::step_traffic(plan, topo, peers.rank());
   const std::size_t f = sizeof(float) * std::size_t(steps);
-  return {{"rank", peers.rank()},
-          {"measured", measured},
-          {"program",
-           {{"activations", {{"sent", f * t.activations.sent}, {"received", f * t.activations.received}}},
-            {"gradients", {{"sent", f * t.gradients.sent}, {"received", f * t.gradients.received}}}}}};
+  nlohmann::json report = {{"rank", peers.rank()},
+                            {"measured", measured},
+                            {"program",
+                             {{"activations", {{"sent", f * t.activations.sent}, {"received", f * t.activations.received}}},
+                              {"gradients", {{"sent", f * t.gradients.sent}, {"received", f * t.gradients.received}}}}}};
+  if (device) {
+    const backend::DeviceCounters& c = device->counters;
+    report["device"] = {{"to_device_bytes", c.to_device_bytes},
+                        {"to_host_bytes", c.to_host_bytes},
+                        {"syncs", c.syncs},
+                        {"compute_syncs", c.compute_syncs},
+                        {"compute_syncs_other", c.compute_syncs_other},
+                        {"activations", {{"sent", device->activations_sent}, {"received", device->activations_received}}},
+                        {"gradients", {{"sent", device->gradients_sent}, {"received", device->gradients_received}}},
+                        {"steps", device->steps}};
+  }
+  return report;
 }
 
 Plan with_derived_fields(const Plan& plan) {
@@ -461,6 +555,26 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   const int warmup = st.warmup.value_or(int(pipe.stages.size()) - here.stage);  // the plan's, else 1f1b's
   const auto ops = schedule::stage_ops(warmup, m);
   const program::StageHops hops = program::hops_of(plan, topo, me);
+  // The device links of the rank's hops (above): activations on one NCCL group per boundary,
+  // gradients on another, so that a send enqueued on one never waits behind a receive on the
+  // other. Made by every rank alike after the TP groups and before the sync's, boundary by
+  // boundary (collective.hpp: one global order).
+  const bool device_tensors = model->device_activations();
+  DeviceLink activations_in, activations_out, gradients_in, gradients_out;
+  if (device_tensors)
+    for (std::uint32_t tag : {kActivation, kGradient})
+      for (int s : {here.stage - 1, here.stage}) {
+        if (s < 0 || s + 1 >= int(pipe.stages.size())) continue;
+        DeviceLink link{nullptr, boundary_ranks(topo, pipe, here.pipeline, s)};
+        if (!fabric->nccl(link.ranks)) continue;
+        auto g = fabric->group(link.ranks, tag);
+        if (!g) return g.errors();
+        link.group = *g;
+        const bool before = s < here.stage;  // the boundary with the stage before
+        (tag == kActivation ? (before ? activations_in : activations_out) : (before ? gradients_out : gradients_in)) = std::move(link);
+      }
+  InTransit in_transit;
+  Options::DeviceReport hops_moved;  // its hop byte counts
   std::vector<Bucket> sync = buckets_of(plan, topo, me, model->params());
   const bool zero = plan.model.training.zero_stage >= 1;
   if (auto connected = connect(sync, *fabric, kSync, zero); !connected) return connected.errors();
@@ -544,6 +658,34 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     std::vector<Piece> held{{mine, std::move(y)}};
     run_hop(peers, tag, hop, held);
   };
+  // The same with the stage's tensors on the device: over the hop's device link, else through the host.
+  auto receive_device = [&](const program::HopPart& hop, const DeviceLink& link, std::uint32_t tag, const std::string& name) {
+    if (!link.group) {
+      const std::vector<float> x = receive(hop, tag, name);
+      return model->upload(x.data(), x.size());
+    }
+    std::vector<DevicePiece> held;
+    at(progress::Activity::receiving, name, first_sender(hop));
+    const double start = now_s();
+    const bool act = tag == kActivation;
+    pace.wait([&] { run_hop_device(*model, link, hop, held, in_transit, act ? hops_moved.activations_sent : hops_moved.gradients_sent,
+                                   act ? hops_moved.activations_received : hops_moved.gradients_received); });
+    record(name, start);
+    return assemble_device(*model, held, mine);
+  };
+  auto send_device = [&](const program::HopPart& hop, const DeviceLink& link, std::uint32_t tag, backend::DeviceTensor y) {
+    if (!link.group) return send(hop, tag, model->download(y));
+    std::vector<DevicePiece> held{{mine, std::move(y)}};
+    const bool act = tag == kActivation;
+    run_hop_device(*model, link, hop, held, in_transit, act ? hops_moved.activations_sent : hops_moved.gradients_sent,
+                   act ? hops_moved.activations_received : hops_moved.gradients_received);
+    std::erase_if(in_transit, [](const auto& t) { return t.first->idle(); });
+  };
+  // Waits for the sends in transit (a dead receiver: an error after the group's timeout).
+  auto drain_sends = [&] {
+    for (const auto& [group, tensor] : in_transit) check(pace.wait([&, g = group] { return g->drain(); }));
+    in_transit.clear();
+  };
 
   // Checkpoints record the model and the plan besides what the caller gives.
   Options::Checkpointing checkpointing = opt.checkpointing;
@@ -551,6 +693,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
 
   const bool first = here.stage == 0, last = here.stage + 1 == int(pipe.stages.size());
   std::vector<StepReport> reports;
+  const backend::DeviceCounters before_steps = model->device_counters().value_or(backend::DeviceCounters{});
   int completed = first_step;  // optimizer steps applied: the step a rescue resumes at
   try {
     std::vector<int> in(std::size_t(b) * Tl), tg(in.size()), seq_in(static_cast<std::size_t>(Tn)), seq_tg(seq_in.size());
@@ -570,21 +713,40 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
             std::copy_n(seq_in.data() + t0, Tl, &in[std::size_t(k) * Tl]);
             std::copy_n(seq_tg.data() + t0, Tl, &tg[std::size_t(k) * Tl]);
           }
-          const std::vector<float> x = first ? std::vector<float>{} : receive(hops.activations_in, kActivation, "wait F" + std::to_string(j));  // [b, Tl, C]
+          const std::string wait = "wait F" + std::to_string(j), name = "F" + std::to_string(j);
           double loss = 0;
-          std::vector<float> y;  // [b, Tl, C]
-          emulate("F" + std::to_string(j), [&] { y = model->forward(j, b, in.data(), x.data(), tg.data(), &loss); });
+          if (device_tensors) {  // x, y: [b, Tl, C] bf16 on the device
+            backend::DeviceTensor x = first ? backend::DeviceTensor{} : receive_device(hops.activations_in, activations_in, kActivation, wait);
+            backend::DeviceTensor y;
+            emulate(name, [&] { y = model->forward_device(j, b, in.data(), std::move(x), tg.data(), &loss); });
+            sample_memory();
+            if (!last) send_device(hops.activations_out, activations_out, kActivation, std::move(y));
+          } else {  // x, y: [b, Tl, C] fp32 on the host
+            const std::vector<float> x = first ? std::vector<float>{} : receive(hops.activations_in, kActivation, wait);
+            std::vector<float> y;
+            emulate(name, [&] { y = model->forward(j, b, in.data(), x.data(), tg.data(), &loss); });
+            sample_memory();
+            if (!last) send(hops.activations_out, kActivation, std::move(y));
+          }
           loss_sum += loss;
-          sample_memory();
-          if (!last) send(hops.activations_out, kActivation, std::move(y));
         } else {
-          const std::vector<float> dy = last ? std::vector<float>{} : receive(hops.gradients_in, kGradient, "wait B" + std::to_string(j));  // [b, Tl, C]
-          std::vector<float> dx;  // [b, Tl, C]
-          emulate("B" + std::to_string(j), [&] { dx = model->backward(j, dy.data(), scale); });
-          sample_memory();
-          if (!first) send(hops.gradients_out, kGradient, std::move(dx));
+          const std::string wait = "wait B" + std::to_string(j), name = "B" + std::to_string(j);
+          if (device_tensors) {  // dy, dx: [b, Tl, C] bf16 on the device
+            backend::DeviceTensor dy = last ? backend::DeviceTensor{} : receive_device(hops.gradients_in, gradients_in, kGradient, wait);
+            backend::DeviceTensor dx;
+            emulate(name, [&] { dx = model->backward_device(j, std::move(dy), scale); });
+            sample_memory();
+            if (!first) send_device(hops.gradients_out, gradients_out, kGradient, std::move(dx));
+          } else {  // dy, dx: [b, Tl, C] fp32 on the host
+            const std::vector<float> dy = last ? std::vector<float>{} : receive(hops.gradients_in, kGradient, wait);
+            std::vector<float> dx;
+            emulate(name, [&] { dx = model->backward(j, dy.data(), scale); });
+            sample_memory();
+            if (!first) send(hops.gradients_out, kGradient, std::move(dx));
+          }
         }
       }
+      drain_sends();
       model->finish_backward();
       sync_and_update(sync, zero, opt.optimizer, step, pace, record, at);
       completed = step + 1;
@@ -612,6 +774,17 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       if (on_step) on_step(report);
     }
     if (opt.memory) gather_memory(peers, meter.peak(), *opt.memory);
+    if (opt.device)
+      if (const auto counters = model->device_counters()) {  // the steps' own, not the set-up's
+        *opt.device = hops_moved;
+        backend::DeviceCounters& c = opt.device->counters;
+        c.to_device_bytes = counters->to_device_bytes - before_steps.to_device_bytes;
+        c.to_host_bytes = counters->to_host_bytes - before_steps.to_host_bytes;
+        c.syncs = counters->syncs - before_steps.syncs;
+        c.compute_syncs = counters->compute_syncs - before_steps.compute_syncs;
+        c.compute_syncs_other = counters->compute_syncs_other - before_steps.compute_syncs_other;
+        opt.device->steps = opt.steps - first_step;
+      }
     at(progress::Activity::finished, "done");
   } catch (const Failure& f) {
     Diagnostic why = f.why;

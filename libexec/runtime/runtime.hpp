@@ -40,11 +40,6 @@ namespace het::runtime {
 enum class Traffic { activations, gradients, tensor_parallel, gradient_sync, loss, context };
 std::uint32_t tag_of(Traffic kind);
 
-// The bytes of each kind this rank's transport moved (sent, received), and for the traffic
-// between stages the bytes its rank program says it moves in `steps` steps (4-byte floats):
-// {"measured": {"activations": {"sent", "received"}, ...}, "program": {"activations": ..., "gradients": ...}}.
-nlohmann::json traffic_report(const Plan& plan, const transport::Peers& peers, int steps);
-
 // The plan with the derived fields the runtime follows — warm-up counts and resharding
 // strategies — filled in by predict() (analytic costs) where the plan lacks them, as
 // `hetplan simulate` would.
@@ -80,13 +75,24 @@ struct Options {
   // inside F<j> and B<j>, each TP or CP collective ("tp all-reduce", "cp all-gather",
   // "cp reduce-scatter": from the end of the compute before it to its data's arrival).
   std::vector<sim::TraceEvent>* trace = nullptr;
-  // The groups of the gradient sync and of tensor parallelism (NCCL or TCP, collective.hpp);
-  // null: all on TCP over `peers`. Groups are asked for in (tag, ranks) order.
+  // The groups of the gradient sync, of tensor parallelism and of the hops between stages on
+  // the device (NCCL or TCP, collective.hpp); null: all on TCP over `peers`. Every rank asks for
+  // its groups in one global order: its TP group, the hops' NCCL groups (the activations', then
+  // the gradients', each boundary in pipeline order), the sync's buckets.
   collective::Fabric* fabric = nullptr;
   // When set, the rank's peak memory over the run (memory.hpp) is measured and, after the last
   // step, gathered on rank 0: there it holds every rank's peak by rank, elsewhere the rank's own
   // (one entry). Every rank of a job must set it or none (the gather is a message to rank 0).
   std::vector<MemoryPeak>* memory = nullptr;
+  // When set, and the stage's backend is a device's: what the stage moved between host and
+  // device memory and how often it waited for the device over the run (backend::DeviceCounters),
+  // and the bytes its hops moved device to device (NCCL, bf16), for the run's `steps`.
+  struct DeviceReport {
+    backend::DeviceCounters counters;
+    std::uint64_t activations_sent = 0, activations_received = 0, gradients_sent = 0, gradients_received = 0;
+    int steps = 0;
+  };
+  DeviceReport* device = nullptr;
   // When set, the rank publishes where it is (step, operation, computing or waiting for whom)
   // before every operation, for its supervisor's watchdog (progress/progress.hpp).
   progress::Reporter* progress = nullptr;
@@ -132,6 +138,14 @@ struct StepReport {
   std::uint64_t checkpoint_bytes = 0;
   double checkpoint_s = 0;
 };
+
+// The bytes of each kind this rank's transport moved (sent, received), and for the traffic
+// between stages the bytes its rank program says it moves in `steps` steps (4-byte floats):
+// {"measured": {"activations": {"sent", "received"}, ...}, "program": {"activations": ..., "gradients": ...}}.
+// With a device report, also {"device": {"to_device_bytes", "to_host_bytes", "syncs", "compute_syncs",
+// "compute_syncs_other", "activations": {"sent", "received"}, "gradients": ..., "steps"}}.
+nlohmann::json traffic_report(const Plan& plan, const transport::Peers& peers, int steps,
+                              const Options::DeviceReport* device = nullptr);
 
 // Runs `options.steps` steps as `peers.rank()` on `backend`; calls on_step after each (rank
 // 0's reports carry the loss). Errors name the rank and what failed (a peer that died, a

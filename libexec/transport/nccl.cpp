@@ -142,9 +142,10 @@ Communicator::~Communicator() {
 }
 
 template <class Call>
-Result<Done> Communicator::run(const std::string& what, Call&& call, cudaStream_t stream) {
+Result<Done> Communicator::run(const std::string& what, Call&& call, cudaStream_t stream, bool wait) {
   if (aborted_) return problem("NCCL group '" + group_ + "' was aborted after an earlier error");
   if (auto done = settle(what, call()); !done) return done;
+  if (!wait) return Done{};
   return finish(what, stream);
 }
 
@@ -165,7 +166,7 @@ Result<Done> Communicator::all_gather(const void* send, void* recv, std::size_t 
              [&] { return ncclAllGather(send, recv, count, nccl_type(type), comm_, stream); }, stream);
 }
 
-Result<Done> Communicator::exchange(const std::vector<P2P>& ops, DataType type, cudaStream_t stream) {
+Result<Done> Communicator::exchange(const std::vector<P2P>& ops, DataType type, cudaStream_t stream, bool wait) {
   const std::string what = "send/receive of " + std::to_string(ops.size()) + " buffers";
   for (const P2P& op : ops)
     if (op.peer < 0 || op.peer >= size_ || op.peer == member_)
@@ -180,7 +181,7 @@ Result<Done> Communicator::exchange(const std::vector<P2P>& ops, DataType type, 
     }
     const ncclResult_t end = ncclGroupEnd();
     return first != ncclSuccess ? first : end;
-  }, stream);
+  }, stream, wait);
 }
 
 }  // namespace het::transport::nccl

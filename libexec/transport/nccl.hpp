@@ -58,15 +58,18 @@ class Communicator {
   Result<Done> reduce_scatter_sum(const void* send, void* recv, std::size_t count, DataType type, cudaStream_t stream);
   // recv[size()·count] = every member's send[count], in member order.
   Result<Done> all_gather(const void* send, void* recv, std::size_t count, DataType type, cudaStream_t stream);
-  // Point-to-point sends and receives, together.
-  Result<Done> exchange(const std::vector<P2P>& ops, DataType type, cudaStream_t stream);
+  // Point-to-point sends and receives, together; with wait = false it returns once they are
+  // enqueued on `stream` (wait(stream) then waits for them).
+  Result<Done> exchange(const std::vector<P2P>& ops, DataType type, cudaStream_t stream, bool wait = true);
+  // Returns once everything enqueued on `stream` is done (or the error, after timeout_s).
+  Result<Done> wait(cudaStream_t stream) { return finish("waiting for the operations enqueued", stream); }
 
  private:
   Communicator() = default;
   // Refuses an aborted communicator, else makes the NCCL call(s), settles them and waits for
   // the stream: every operation's steps.
   template <class Call>
-  Result<Done> run(const std::string& what, Call&& call, cudaStream_t stream);
+  Result<Done> run(const std::string& what, Call&& call, cudaStream_t stream, bool wait = true);
   Result<Done> settle(const std::string& what, int result);  // waits out ncclInProgress
   std::string describe(int result) const;  // NCCL's sentence for a result, and its last error
   Result<Done> finish(const std::string& what, cudaStream_t stream);  // waits for the stream

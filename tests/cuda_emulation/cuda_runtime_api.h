@@ -53,6 +53,14 @@ inline cudaError_t cudaMemcpy(void* to, const void* from, std::size_t n, cudaMem
 inline cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t n, cudaMemcpyKind k, cudaStream_t s = nullptr) {
   return emu::stream(s).drain(), cudaMemcpy(to, from, n, k);
 }
+// height rows of width bytes, rows dpitch and spitch bytes apart (pitches at least the width).
+inline cudaError_t cudaMemcpy2DAsync(void* to, std::size_t dpitch, const void* from, std::size_t spitch, std::size_t width,
+                                     std::size_t height, cudaMemcpyKind, cudaStream_t s = nullptr) {
+  if (width > dpitch || width > spitch) return cudaErrorInvalidValue;
+  emu::stream(s).drain();
+  for (std::size_t r = 0; r < height; ++r) std::memmove(static_cast<char*>(to) + r * dpitch, static_cast<const char*>(from) + r * spitch, width);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemset(void* p, int v, std::size_t n) { return std::memset(p, v, n), cudaSuccess; }
 inline cudaError_t cudaMemsetAsync(void* p, int v, std::size_t n, cudaStream_t s = nullptr) {
   return emu::stream(s).drain(), cudaMemset(p, v, n);

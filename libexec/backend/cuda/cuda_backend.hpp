@@ -4,14 +4,19 @@
 // current CUDA device. Built only with CUDA (HET_HAVE_CUDA); backend::open("cuda") reaches it.
 //
 // Contract with the runtime (backend.hpp), beyond the CPU backend's:
-//  * Activations and their gradients cross the interface as host fp32 tensors; forward and
-//    backward copy them to and from the device and return when the device work is done.
+//  * Activations and their gradients stay on the device (device_activations(): bf16
+//    DeviceTensors, forward_device / backward_device), which the runtime moves by NCCL inside a
+//    subcluster and uploads or downloads elsewhere; forward and backward (tools, tests) take and
+//    give host fp32 through them. Inside forward_device and backward_device the host waits for
+//    the device only for a transfer (the output another stream reads, the losses, a TP sum, a
+//    host-staged CP exchange); device_counters() counts every copy between host and device and
+//    every synchronisation.
 //  * The step is on the device once the runtime asks for device_optimizer() (it always does;
 //    backend.hpp's DeviceOptimizer): the fp32 masters, gradients and AdamW's moments live there,
 //    a bucket of whole parameters holding their gradients and masters in place (18 bytes per
 //    parameter with the bf16 value; ZeRO-1 shards the 8 of the moments), AdamW runs as a kernel
 //    and the new masters become the bf16 values on the device; nothing crosses to the host but
-//    the losses, the activations between stages and what a TCP group carries. params()' host
+//    the losses, the activations between subclusters and what a TCP group carries. params()' host
 //    values are then what the last pull_values() left (a checkpoint's), push_values() brings
 //    them back (a load).
 //  * Until then (tools, tests) params() are the fp32 MASTER weights in host memory; the device

@@ -89,28 +89,51 @@ class CudaStage final : public Stage, public DeviceOptimizer {
   }
 
   // With context parallelism x, the tokens and the targets hold this member's Tl time steps of
-  // each sequence, from pos0 (model/stage.hpp).
+  // each sequence, from pos0 (model/stage.hpp). Host tensors (tools, tests): through the device
+  // ones below, done when they return.
   std::vector<float> forward(int mb, int B, const int* tokens, const float* x, const int* targets, double* loss_sum) override {
+    DeviceTensor in = first_ == 0 ? DeviceTensor{} : upload(x, std::size_t(B) * Tl_ * s_.C);
+    const DeviceTensor out = forward_device(mb, B, tokens, std::move(in), targets, loss_sum);
+    return out.empty() ? std::vector<float>{} : download(out);
+  }
+  std::vector<float> backward(int mb, const float* dy, double loss_scale) override {
+    const auto it = in_flight_.find(mb);
+    DeviceTensor in = last_ == s_.L + 1 || it == in_flight_.end() ? DeviceTensor{} : upload(dy, std::size_t(it->second.B) * Tl_ * s_.C);
+    const DeviceTensor out = backward_device(mb, std::move(in), loss_scale);
+    if (out.empty()) sync("the backward of a stage", false);  // the first stage's: done on return, as a tool times it
+    return out.empty() ? std::vector<float>{} : download(out);
+  }
+
+  // ---- Activations on the device (backend.hpp) ----
+  bool device_activations() const override { return true; }
+
+  DeviceTensor forward_device(int mb, int B, const int* tokens, DeviceTensor x, const int* targets, double* loss_sum) override {
+    const Computing computing(*this);
     const int N = B * Tl_, C = s_.C;
     Acts& a = in_flight_[mb];
     a = Acts{};
     a.B = B;
-    Buf<bf16> cur(ledger_, stream(), std::size_t(N) * C);
+    Buf<bf16> cur;
     if (first_ == 0) {
-      a.tokens = upload(tokens, std::size_t(N));
+      cur = Buf<bf16>(ledger_, stream(), std::size_t(N) * C);
+      a.tokens = upload_ints(tokens, std::size_t(N));
       const DeviceParam* wpe = find("wpe");
       cuda::embedding_forward(cur.get(), a.tokens.get(), p("wte"), wpe ? wpe->value.get() : nullptr, N, Tl_, C, pos0_, stream());
     } else {
-      upload_bf16(cur.get(), x, std::size_t(N) * C);
+      cur = take(std::move(x), std::size_t(N) * C, "the forward's input");
     }
     for (int u = std::max(first_, 1); u <= std::min(last_, s_.L); ++u) {
       a.layers.emplace_back();
       cur = layer_forward(u - 1, std::move(cur), B, a.layers.back());
       forget(a.layers.back());
     }
-    if (last_ != s_.L + 1) return download(cur.get(), std::size_t(N) * C);  // checks the launches, synchronises
+    if (last_ != s_.L + 1) {
+      cuda::check_launch("the forward of a stage");
+      sync("the forward of a stage", true);  // its output, read by another stream or the host
+      return wrap(std::move(cur));
+    }
     // Head: final norm, logits against wte (tied, gpt) or wout, cross-entropy.
-    a.targets = upload(targets, std::size_t(N));
+    a.targets = upload_ints(targets, std::size_t(N));
     a.head_in = std::move(cur);
     a.normed = Buf<bf16>(ledger_, stream(), std::size_t(N) * C), a.mean = Buf<float>(ledger_, stream(), N), a.rstd = Buf<float>(ledger_, stream(), N);
     norm_forward(a.normed.get(), a.mean.get(), a.rstd.get(), a.head_in.get(), "lnf_w", "lnf_b", N);
@@ -120,21 +143,23 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     cuda::crossentropy_forward_backward(nullptr, losses.get(), a.logits.get(), a.targets.get(), N, s_.V, 0.f, stream());
     cuda::check_launch("the forward of the head");  // a failed launch leaves no error for the synchronisation to report
     std::vector<float> host(losses.size());
-    cuda::check(cudaMemcpyAsync(host.data(), losses.get(), losses.bytes(), cudaMemcpyDeviceToHost, stream()), "copying losses");
-    cuda::check(cudaStreamSynchronize(stream()), "the forward of the last stage");
+    d2h(host.data(), losses.get(), losses.bytes(), "copying losses");
+    sync("the forward of the last stage", true);  // the losses
     double sum = 0;
     for (float l : host) sum += l;
     *loss_sum = sum;
     return {};
   }
 
-  std::vector<float> backward(int mb, const float* dy, double loss_scale) override {
+  DeviceTensor backward_device(int mb, DeviceTensor dy, double loss_scale) override {
+    const Computing computing(*this);
     auto it = in_flight_.find(mb);
     if (it == in_flight_.end()) throw std::logic_error("backward of micro-batch " + std::to_string(mb) + " without its forward");
     Acts& a = it->second;
     const int N = a.B * Tl_, C = s_.C;
-    Buf<bf16> cur(ledger_, stream(), std::size_t(N) * C);
+    Buf<bf16> cur;
     if (last_ == s_.L + 1) {
+      cur = Buf<bf16>(ledger_, stream(), std::size_t(N) * C);
       Buf<bf16> dlogits(ledger_, stream(), std::size_t(N) * s_.V);
       Buf<float> losses(ledger_, stream(), N);
       cuda::crossentropy_forward_backward(dlogits.get(), losses.get(), a.logits.get(), a.targets.get(), N, s_.V, float(loss_scale),
@@ -147,25 +172,55 @@ class CudaStage final : public Stage, public DeviceOptimizer {
       norm_backward(cur.get(), dnormed.get(), a.head_in.get(), a.mean.get(), a.rstd.get(), "lnf_w", "lnf_b", N);
       cuda::check_launch("the backward of the head");
     } else {
-      upload_bf16(cur.get(), dy, std::size_t(N) * C);
+      cur = take(std::move(dy), std::size_t(N) * C, "the backward's input");
     }
     for (int u = std::min(last_, s_.L); u >= std::max(first_, 1); --u) {
       LayerActs& kept = a.layers[std::size_t(u - std::max(first_, 1))];
       cur = layer_backward(u - 1, cur.get(), recall(u - 1, kept, a.B));
       kept = LayerActs{};  // this layer's activations go back to the pool now
     }
-    std::vector<float> dx;
-    if (first_ == 0) {
+    DeviceTensor dx;
+    if (first_ == 0) {  // nothing leaves the stage: the device goes on, the next synchronisation reports its errors
       const DeviceParam* wpe = find("wpe");
       cuda::embedding_backward(g("wte"), wpe ? wpe->grad : nullptr, cur.get(), a.tokens.get(), N, Tl_, C, pos0_, stream());
       cuda::check_launch("the backward of the embedding");
-      cuda::check(cudaStreamSynchronize(stream()), "the backward of a stage");
     } else {
-      dx = download(cur.get(), std::size_t(N) * C);  // synchronises
+      cuda::check_launch("the backward of a stage");
+      sync("the backward of a stage", true);  // its output, read by another stream or the host
+      dx = wrap(std::move(cur));
     }
     in_flight_.erase(it);  // its buffers return to the pool in stream order
     return dx;
   }
+
+  DeviceTensor device_tensor(std::size_t n) override {
+    DeviceTensor t = wrap(Buf<bf16>(ledger_, stream(), n));
+    sync("a receive's buffer", true);  // stream-ordered memory: usable by another stream once its allocation ran
+    return t;
+  }
+  void copy_device(const DeviceTensor& src, const program::Block& from, DeviceTensor& dst, const program::Block& to,
+                   const program::Block& region) override {
+    const std::size_t e = sizeof(bf16), width = std::size_t(region.c1 - region.c0) * e;
+    const std::size_t spitch = std::size_t(from.c1 - from.c0) * e, dpitch = std::size_t(to.c1 - to.c0) * e;
+    for (int r = region.r0; r < region.r1; ++r) {  // one row: (time steps) x (channels) with the two blocks' pitches
+      const std::size_t s = (std::size_t(r - from.r0) * std::size_t(from.t1 - from.t0) + std::size_t(region.t0 - from.t0)) * spitch +
+                            std::size_t(region.c0 - from.c0) * e;
+      const std::size_t d = (std::size_t(r - to.r0) * std::size_t(to.t1 - to.t0) + std::size_t(region.t0 - to.t0)) * dpitch +
+                            std::size_t(region.c0 - to.c0) * e;
+      cuda::check(cudaMemcpy2DAsync(static_cast<char*>(dst.data) + d, dpitch, static_cast<const char*>(src.data) + s, spitch, width,
+                                    std::size_t(region.t1 - region.t0), cudaMemcpyDeviceToDevice, stream()),
+                  "copying a block of activations");
+    }
+    sync("copying a block of activations", true);  // read by another stream next
+  }
+  DeviceTensor upload(const float* host, std::size_t n) override {
+    Buf<bf16> d(ledger_, stream(), n);
+    upload_bf16(d.get(), host, n);
+    return wrap(std::move(d));
+  }
+  std::vector<float> download(const DeviceTensor& t) override { return download(static_cast<const bf16*>(t.data), t.elements); }
+
+  std::optional<DeviceCounters> device_counters() const override { return counters_; }
 
   // The host gradients made whole (backend.hpp): the fp32 device gradients, the sum over the
   // step's micro-batches, copied into params()' grad vectors through the pinned buffer.
@@ -173,9 +228,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     if (resident()) return;  // the gradients stay on the device
     through_pinned([](const DeviceParam& q) { return q.host->grad.data(); },
                    [&](const Piece& pc) {
-                     cuda::check(cudaMemcpyAsync(pinned_.get() + pc.at, pc.q->grad + pc.offset, pc.n * sizeof(float),
-                                                 cudaMemcpyDeviceToHost, stream()),
-                                 "copying the gradient of " + pc.q->host->name);
+                     d2h(pinned_.get() + pc.at, pc.q->grad + pc.offset, pc.n * sizeof(float), "copying the gradient of " + pc.q->host->name);
                    },
                    false);
   }
@@ -191,14 +244,11 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     if (resident()) return;  // the masters are on the device, the bf16 copies made from them by the step
     const std::size_t want = std::min(total_parameters(), kPinnedFloats);
     if (staging_.size() < want) {
-      cuda::check(cudaStreamSynchronize(stream()), "growing the staging buffer");
       staging_ = Buf<float>(ledger_, stream(), want);
     }
     through_pinned([](const DeviceParam& q) { return q.host->value.data(); },
                    [&](const Piece& pc) {
-                     cuda::check(cudaMemcpyAsync(staging_.get() + pc.at, pinned_.get() + pc.at, pc.n * sizeof(float), cudaMemcpyHostToDevice,
-                                                 stream()),
-                                 "copying the values of " + pc.q->host->name);
+                     h2d(staging_.get() + pc.at, pinned_.get() + pc.at, pc.n * sizeof(float), "copying the values of " + pc.q->host->name);
                      cuda::to_bf16(pc.q->value.get() + pc.offset, staging_.get() + pc.at, std::int64_t(pc.n), stream());
                      cuda::check_launch("to_bf16");
                    },
@@ -247,7 +297,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     if (!b.views)
       for (const auto& pt : b.layout.parts) cuda::pack_elements(b.grad.get() + pt.at, params_[pt.param].grad, runs(pt), pt.weight, stream());
     cuda::check_launch("packing the gradients");
-    cuda::check(cudaStreamSynchronize(stream()), "packing the gradients");  // the collective runs on its own stream
+    sync("packing the gradients", true);  // the collective runs on its own stream
   }
 
   void update(std::size_t i, const model::AdamW& o, int step, bool unpack) override {
@@ -265,7 +315,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     }
     if (unpack) return unpack_values(i);
     cuda::check_launch("AdamW");
-    cuda::check(cudaStreamSynchronize(stream()), "AdamW");  // the all-gather runs on its own stream
+    sync("AdamW", true);  // the all-gather runs on its own stream
   }
 
   void unpack_values(std::size_t i) override {
@@ -276,31 +326,29 @@ class CudaStage final : public Stage, public DeviceOptimizer {
       cuda::to_bf16(q.value.get(), q.master, std::int64_t(q.size()), stream());
     }
     cuda::check_launch("the new values");
-    cuda::check(cudaStreamSynchronize(stream()), "the new values");
+    sync("the new values", true);
   }
 
   void to_host(float* host, const float* device, std::size_t n) override {
-    cuda::check(cudaMemcpyAsync(host, device, n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
-    cuda::check(cudaStreamSynchronize(stream()), "copying to the host");
+    d2h(host, device, n * sizeof(float), "copying to the host");
+    sync("copying to the host", true);
   }
   void to_device(float* device, const float* host, std::size_t n) override {
-    cuda::check(cudaMemcpyAsync(device, host, n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
-    cuda::check(cudaStreamSynchronize(stream()), "copying to the device");
+    h2d(device, host, n * sizeof(float), "copying to the device");
+    sync("copying to the device", true);
   }
   void pull_values() override {
     for (auto& q : params_)
-      cuda::check(cudaMemcpyAsync(q.host->value.data(), q.master, q.size() * sizeof(float), cudaMemcpyDeviceToHost, stream()),
-                  "copying the master of " + q.host->name + " to the host");
-    cuda::check(cudaStreamSynchronize(stream()), "copying the masters to the host");
+      d2h(q.host->value.data(), q.master, q.size() * sizeof(float), "copying the master of " + q.host->name + " to the host");
+    sync("copying the masters to the host", true);
   }
   void push_values() override {
     for (auto& q : params_) {
-      cuda::check(cudaMemcpyAsync(q.master, q.host->value.data(), q.size() * sizeof(float), cudaMemcpyHostToDevice, stream()),
-                  "copying the master of " + q.host->name + " to the device");
+      h2d(q.master, q.host->value.data(), q.size() * sizeof(float), "copying the master of " + q.host->name + " to the device");
       cuda::to_bf16(q.value.get(), q.master, std::int64_t(q.size()), stream());
     }
     cuda::check_launch("to_bf16");
-    cuda::check(cudaStreamSynchronize(stream()), "copying the masters to the device");
+    sync("copying the masters to the device", true);
   }
 
   std::size_t activation_bytes() const override {
@@ -374,7 +422,7 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     auto flush = [&] {
       if (to_device) host_copies();
       for (const Piece& pc : pieces) copy(pc);
-      cuda::check(cudaStreamSynchronize(stream()), to_device ? "copying the parameters to the device" : "copying the gradients to the host");
+      sync(to_device ? "copying the parameters to the device" : "copying the gradients to the host", true);
       if (!to_device) host_copies();
       pieces.clear(), used = 0;
     };
@@ -388,32 +436,70 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     flush();
   }
 
+  // ---- Every copy between host and device and every synchronisation, counted (DeviceCounters) ----
+  void h2d(void* device, const void* host, std::size_t bytes, const std::string& what) {
+    cuda::check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream()), what);
+    counters_.to_device_bytes += bytes;
+  }
+  void d2h(void* host, const void* device, std::size_t bytes, const std::string& what) {
+    cuda::check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream()), what);
+    counters_.to_host_bytes += bytes;
+  }
+  // Waits for the stream; `transfer`: for data another stream or the host reads next.
+  void sync(const std::string& what, bool transfer) {
+    cuda::check(cudaStreamSynchronize(stream()), what);
+    ++counters_.syncs;
+    if (computing_) ++counters_.compute_syncs, counters_.compute_syncs_other += transfer ? 0 : 1;
+  }
+  // Marks the stage inside a forward or backward for the counters.
+  struct Computing {
+    CudaStage& stage;
+    explicit Computing(CudaStage& s) : stage(s) { stage.computing_ = true; }
+    ~Computing() { stage.computing_ = false; }
+  };
+
+  // A tensor of this stage's (backend.hpp): the buffer in shared ownership.
+  static DeviceTensor wrap(Buf<bf16> b) {
+    auto owner = std::make_shared<Buf<bf16>>(std::move(b));
+    bf16* data = owner->get();
+    const std::size_t n = owner->size();
+    return {std::move(owner), data, n};
+  }
+  // Its buffer, taken over where `t` is its only holder, else copied.
+  Buf<bf16> take(DeviceTensor t, std::size_t n, const char* what) {
+    if (t.elements != n)
+      throw std::logic_error(std::string(what) + " holds " + std::to_string(t.elements) + " elements, not " + std::to_string(n));
+    auto buf = std::static_pointer_cast<Buf<bf16>>(std::move(t.owner));
+    if (buf.use_count() == 1) return std::move(*buf);
+    Buf<bf16> copy(ledger_, stream(), n);
+    cuda::check(cudaMemcpyAsync(copy.get(), buf->get(), buf->bytes(), cudaMemcpyDeviceToDevice, stream()), what);
+    return copy;
+  }
+
   template <class T>
-  Buf<T> upload(const T* host, std::size_t n) {
+  Buf<T> upload_ints(const T* host, std::size_t n) {
     Buf<T> d(ledger_, stream(), n);
-    cuda::check(cudaMemcpyAsync(d.get(), host, d.bytes(), cudaMemcpyHostToDevice, stream()), "copying to the device");
+    h2d(d.get(), host, d.bytes(), "copying to the device");
     return d;
   }
   // out[n] (bf16, device) from host fp32, through the staging buffer.
   void upload_bf16(bf16* out, const float* host, std::size_t n) {
     if (staging_.size() < n) {
-      cuda::check(cudaStreamSynchronize(stream()), "growing the staging buffer");
       staging_ = Buf<float>(ledger_, stream(), n);
     }
-    cuda::check(cudaMemcpyAsync(staging_.get(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
+    h2d(staging_.get(), host, n * sizeof(float), "copying to the device");
     cuda::to_bf16(out, staging_.get(), std::int64_t(n), stream());
     cuda::check_launch("to_bf16");
   }
   std::vector<float> download(const bf16* d, std::size_t n) {
     if (staging_.size() < n) {
-      cuda::check(cudaStreamSynchronize(stream()), "growing the staging buffer");
       staging_ = Buf<float>(ledger_, stream(), n);
     }
     cuda::to_float(staging_.get(), d, std::int64_t(n), stream());
     cuda::check_launch("copying to the host");  // this or an earlier launch of the stage
     std::vector<float> host(n);
-    cuda::check(cudaMemcpyAsync(host.data(), staging_.get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
-    cuda::check(cudaStreamSynchronize(stream()), "copying to the host");
+    d2h(host.data(), staging_.get(), n * sizeof(float), "copying to the host");
+    sync("copying to the host", true);
     return host;
   }
   template <class T>
@@ -444,19 +530,19 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     a.k_seen = Buf<bf16>(ledger_, stream(), k_seen.size()), a.v_seen = Buf<bf16>(ledger_, stream(), v_seen.size());
     upload_bf16(a.k_seen.get(), k_seen.data(), k_seen.size());
     upload_bf16(a.v_seen.get(), v_seen.data(), v_seen.size());
-    cuda::check(cudaStreamSynchronize(stream()), "the keys and values seen");  // k_seen, v_seen (host) go out of scope
+    sync("the keys and values seen", true);  // k_seen, v_seen (host) go out of scope
   }
   // dk, dv [B,Tl,KD] (device fp32, zero) = the members' gradients of this member's keys and values.
   void scatter_seen(const float* dk_seen, const float* dv_seen, float* dk, float* dv, int B, int KD) {
     const std::size_t n = std::size_t(B) * Tl_ * KD, seen = std::size_t(B) * (pos0_ + Tl_) * KD;
     std::vector<float> dks(seen), dvs(seen), mine_k(n, 0.f), mine_v(n, 0.f);
-    cuda::check(cudaMemcpyAsync(dks.data(), dk_seen, seen * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
-    cuda::check(cudaMemcpyAsync(dvs.data(), dv_seen, seen * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
-    cuda::check(cudaStreamSynchronize(stream()), "copying to the host");
+    d2h(dks.data(), dk_seen, seen * sizeof(float), "copying to the host");
+    d2h(dvs.data(), dv_seen, seen * sizeof(float), "copying to the host");
+    sync("copying to the host", true);
     model::scatter_seen(dks.data(), dvs.data(), mine_k.data(), mine_v.data(), B, Tl_, KD, comm_);
-    cuda::check(cudaMemcpyAsync(dk, mine_k.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
-    cuda::check(cudaMemcpyAsync(dv, mine_v.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
-    cuda::check(cudaStreamSynchronize(stream()), "copying to the device");
+    h2d(dk, mine_k.data(), n * sizeof(float), "copying to the device");
+    h2d(dv, mine_v.data(), n * sizeof(float), "copying to the device");
+    sync("copying to the device", true);
   }
 
   // Sums x[n] over the stage's TP group in place, in fp32 as the CPU backend sums: on the device
@@ -468,15 +554,15 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     cuda::to_float(sum.get(), x, std::int64_t(n), stream());
     cuda::check_launch("the TP all-reduce's input");
     if (tp_device_) {
-      cuda::check(cudaStreamSynchronize(stream()), "the TP all-reduce's input");
+      sync("the TP all-reduce's input", true);
       tp_device_(sum.get(), n);
     } else {
       std::vector<float> host(n);
-      cuda::check(cudaMemcpyAsync(host.data(), sum.get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "copying to the host");
-      cuda::check(cudaStreamSynchronize(stream()), "copying to the host");
+      d2h(host.data(), sum.get(), n * sizeof(float), "copying to the host");
+      sync("copying to the host", true);
       comm_.tp_all_reduce(host.data(), n);
-      cuda::check(cudaMemcpyAsync(sum.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream()), "copying to the device");
-      cuda::check(cudaStreamSynchronize(stream()), "copying to the device");  // `host` goes out of scope
+      h2d(sum.get(), host.data(), n * sizeof(float), "copying to the device");
+      sync("copying to the device", true);  // `host` goes out of scope
     }
     cuda::to_bf16(x, sum.get(), std::int64_t(n), stream());
     cuda::check_launch("the TP all-reduce's output");
@@ -643,6 +729,8 @@ class CudaStage final : public Stage, public DeviceOptimizer {
   std::unordered_map<std::string, std::size_t> index_;
   std::map<int, Acts> in_flight_;
   Buf<float> staging_;  // fp32 host <-> device staging, grown as needed
+  DeviceCounters counters_;
+  bool computing_ = false;  // inside forward_device or backward_device (Computing)
   // The page-locked staging of finish_backward and zero_grad: all parameters, or kPinnedFloats at a time.
   static constexpr std::size_t kPinnedFloats = std::size_t(32) << 20;  // 128 MiB
   cuda::PinnedBuffer<float> pinned_;
