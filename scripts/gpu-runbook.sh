@@ -73,8 +73,10 @@ for part in "${parts[@]}"; do
       plan="$root/bench/fidelity/plans/$name.plan.json"
       args=(--model "$root/configs/models/$model.yaml" --cluster "$root/bench/fidelity/cluster.yaml" --steps 8)
       step "losses $name cpu" logged "$out/$name.cpu.log" "$hetexec" run-local "$plan" "${args[@]}" --backend cpu --metrics-out "$out/$name.cpu.jsonl"
+      # --stats: per rank the bytes between host and device and the synchronisations (issue 21's
+      # counters; on one GPU the ranks share it, so NCCL refuses them and the hops go through the host).
       step "losses $name $backend" logged "$out/$name.$backend.log" "$hetexec" run-local "$plan" "${args[@]}" --backend "$backend" \
-        --metrics-out "$out/$name.$backend.jsonl" || tail -5 "$out/$name.$backend.log"
+        --metrics-out "$out/$name.$backend.jsonl" --stats || tail -5 "$out/$name.$backend.log"
       python3 - "$out/$name.cpu.jsonl" "$out/$name.$backend.jsonl" <<'PY'
 import json, sys
 def losses(f):
