@@ -57,6 +57,30 @@ TEST_CASE("hetplan validate accepts a shipped model, cluster and the docs' plan,
   CHECK(r.err.empty());
 }
 
+TEST_CASE("hetplan plans every shipped Hugging Face config, and refuses a config without its training fields (exit 2)") {
+  het::test::TempDir dir;
+  for (const char* name : {"gpt2", "llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2-7b"}) {
+    INFO(name);
+    const std::string config = kSrc + "/configs/hf/" + name;
+    const std::string training = kSrc + "/configs/hf/" + (std::string(name) == "gpt2" ? "training-1k.yaml" : "training-4k.yaml");
+    auto v = run_process({HETPLAN_BIN, "validate", "--model", config, "--training", training});
+    CHECK(v.exit_code == 0);
+    CHECK_THAT(v.out, Catch::Contains("ok"));
+    const std::string plan = dir.path() + "/" + name + ".plan.json";
+    auto s = run_process({HETPLAN_BIN, "search", "--model", config, "--training", training, "--cluster",
+                          kSrc + "/configs/clusters/hapt-4x8a100-4x8v100.yaml", "--time-budget", "2", "-o", plan});
+    INFO(s.out << s.err);
+    REQUIRE(s.exit_code == 0);
+    auto p = run_process({HETPLAN_BIN, "validate", "--plan", plan});  // the plan embeds the model read from the config
+    CHECK(p.exit_code == 0);
+    CHECK_THAT(p.out, Catch::Contains(std::string("for ") + name + " on"));
+  }
+  auto r = run_process({HETPLAN_BIN, "search", "--model", kSrc + "/configs/hf/llama-3-8b/config.json", "--cluster", kCluster, "-o",
+                        dir.path() + "/x.plan.json"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("a Hugging Face config: give its training fields"));
+}
+
 TEST_CASE("hetplan validate --format json is machine-readable") {
   auto r = run_process({HETPLAN_BIN, "validate", "--model", kModel, "--cluster", kCluster, "--format", "json"});
   CHECK(r.exit_code == 0);

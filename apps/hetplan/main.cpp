@@ -30,6 +30,7 @@
 #include "search/search.hpp"
 #include "show_command.hpp"
 #include "spec/cluster.hpp"
+#include "spec/hf_config.hpp"
 #include "spec/model.hpp"
 #include "spec/profile.hpp"
 #include "sim/sim.hpp"
@@ -180,7 +181,7 @@ int run_simulate(const SimulateArgs& a, const hetplan::ShowArgs* show) {
 struct SearchArgs {
   std::string model, cluster, algo = "auto", schedule = "auto", output, format = "table", granularity = "layer";
   std::vector<std::string> profiles, algos;
-  std::optional<std::string> catalog;
+  std::optional<std::string> catalog, training;
   double time_budget = 0, mcts_lambda = 10;
   std::int64_t mcts_iterations = 0, mcts_patience = 256;
   int threads = 0, top = 1;
@@ -200,7 +201,7 @@ het::Result<SearchInputs> load_search_inputs(const SearchArgs& a) {
   het::Plan shell;  // the model and cluster, for choosing the profiles
   auto catalog = a.catalog ? het::load_catalog(*a.catalog) : het::builtin_catalog();
   if (!catalog) return catalog.errors();
-  if (auto m = het::load_model(a.model)) shell.model = *m;
+  if (auto m = het::load_model(a.model, a.training)) shell.model = *m;
   else errors.insert(errors.end(), m.errors().begin(), m.errors().end());
   if (auto c = het::load_cluster(a.cluster, *catalog)) shell.cluster = *c;
   else errors.insert(errors.end(), c.errors().begin(), c.errors().end());
@@ -504,7 +505,8 @@ int main(int argc, char** argv) {
   std::string format = "text";
   auto* validate = app.add_subcommand(
       "validate", "Check model, cluster, profile and plan files (any subset); exit 0 when valid, 2 when not");
-  validate->add_option("--model", files.model, "model.yaml");
+  validate->add_option("--model", files.model, "model.yaml, or a Hugging Face config.json (or its directory) with --training");
+  validate->add_option("--training", files.training, "the training fields (seq_length, dtype, training) of a Hugging Face config.json given as --model (docs/inputs.md)");
   validate->add_option("--cluster", files.cluster, "cluster.yaml");
   validate->add_option("--profile", files.profiles, "profile.yaml (repeatable)");
   validate->add_option("--plan", files.plan, "plan.json; --model/--cluster, when given, replace the plan's own");
@@ -514,7 +516,8 @@ int main(int argc, char** argv) {
   SimulateArgs sim_args;
   auto add_plan_inputs = [&](CLI::App* cmd) {
     cmd->add_option("plan", sim_args.files.plan, "plan.json")->required();
-    cmd->add_option("--model", sim_args.files.model, "model.yaml, replacing the plan's own");
+    cmd->add_option("--model", sim_args.files.model, "model.yaml (or a Hugging Face config.json with --training), replacing the plan's own");
+    cmd->add_option("--training", sim_args.files.training, "the training fields (seq_length, dtype, training) of a Hugging Face config.json given as --model (docs/inputs.md)");
     cmd->add_option("--cluster", sim_args.files.cluster, "cluster.yaml, replacing the plan's own");
     cmd->add_option("--profile", sim_args.files.profiles,
                     "profile.yaml (repeatable), replacing the plan's own for its device type (the plan's embedded "
@@ -552,7 +555,8 @@ int main(int argc, char** argv) {
 
   SearchArgs search_args;
   auto add_search_inputs = [&](CLI::App* cmd) {
-    cmd->add_option("--model", search_args.model, "model.yaml")->required();
+    cmd->add_option("--model", search_args.model, "model.yaml, or a Hugging Face config.json (or its directory) with --training")->required();
+    cmd->add_option("--training", search_args.training, "the training fields (seq_length, dtype, training) of a Hugging Face config.json given as --model (docs/inputs.md)");
     cmd->add_option("--cluster", search_args.cluster, "cluster.yaml")->required();
     cmd->add_option("--profile", search_args.profiles, "profile.yaml (repeatable); analytic costs without");
     cmd->add_option("--catalog", search_args.catalog, "device catalog (default: built in)");

@@ -9,6 +9,7 @@
 #include "plan/validate.hpp"
 #include "spec/catalog.hpp"
 #include "spec/cluster.hpp"
+#include "spec/hf_config.hpp"
 #include "spec/model.hpp"
 #include "spec/profile.hpp"
 
@@ -97,7 +98,7 @@ InputsReport check_inputs(const InputFiles& files) {
   std::optional<ModelSpec> model;
   if (files.model) {
     auto& c = add("model", *files.model);
-    auto m = load_model(*files.model);
+    auto m = load_model(*files.model, files.training, &c.assumptions);
     if (m) model = *m, c.summary = model_summary(*m);
     else c.errors = m.errors();
   }
@@ -161,7 +162,7 @@ Result<LoadedPlan> read_plan_inputs(const InputFiles& files) {
   std::optional<ModelSpec> model;
   std::optional<ClusterSpec> cluster;
   if (files.model) {
-    if (auto m = load_model(*files.model)) model = *m;
+    if (auto m = load_model(*files.model, files.training)) model = *m;
     else take(m.errors());
   }
   if (files.cluster) {

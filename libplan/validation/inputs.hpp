@@ -18,6 +18,7 @@ namespace het {
 
 struct InputFiles {
   std::optional<std::string> model, cluster, plan;
+  std::optional<std::string> training;  // with a Hugging Face config as the model: its training fields (spec/hf_config.hpp)
   std::vector<std::string> profiles;
   std::optional<std::string> catalog;  // device catalog; the built-in one when absent
 };
