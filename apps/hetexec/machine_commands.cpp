@@ -19,6 +19,7 @@
 #include "node/node.hpp"
 #include "spec/catalog.hpp"
 #include "spec/cluster.hpp"
+#include "spec/hf_config.hpp"
 #include "spec/profile.hpp"
 #include "units/units.hpp"
 
@@ -88,7 +89,8 @@ MachineCommands::MachineCommands(CLI::App& app, std::string version) : version_(
   profile_->add_option("--threads", threads_, "CPU threads (default: every core); with 1, runs are timed by the thread's CPU time")
       ->check(CLI::NonNegativeNumber);
   profile_->add_option("--tp", options_.tp, "tensor-parallel degrees to measure a shard of (default 1)")->check(CLI::PositiveNumber);
-  profile_->add_option("--model", model_, "model.yaml")->required();
+  profile_->add_option("--model", model_, "model.yaml, or a Hugging Face config.json (or its directory) with --training")->required();
+  profile_->add_option("--training", training_, "the training fields (seq_length, dtype, training) of a Hugging Face config.json given as --model");
   profile_->add_option("--micro-batch", options_.micro_batch_sizes, "micro-batch sizes (default 1 2 4)");
   profile_->add_option("--repeats", options_.stop.min_runs,
                        "timed runs per point in each round, after two warm-ups; at least two rounds (default 10)")
@@ -168,7 +170,7 @@ int MachineCommands::run_devices() {
 }
 
 int MachineCommands::run_profile() {
-  auto m = load_model(model_);
+  auto m = load_model(model_, training_);
   if (!m) return report(m.errors());
   int ordinal = -1;
   if (where_) {  // "cpu" or "cuda:N"; agrees with --backend when both are given

@@ -28,6 +28,7 @@ class MachineCommands {
   std::optional<std::string> devices_out_;
   // profile
   std::string model_, profile_out_, backend_ = "cpu";
+  std::optional<std::string> training_;  // a Hugging Face config's training fields (spec/hf_config.hpp)
   std::optional<std::string> where_;  // --devices
   int threads_ = 0;
   double spread_percent_ = 1;

@@ -448,11 +448,11 @@ int run_compare(const SearchArgs& a) {
 
 struct ImportArgs {
   std::string from, dir, model, output;
-  std::optional<std::string> device, llm_info;
+  std::optional<std::string> device, llm_info, training;
 };
 
 int run_import(const ImportArgs& a) {
-  auto model = het::load_model(a.model);
+  auto model = het::load_model(a.model, a.training);
   if (!model) {
     print_errors(model.errors());
     return kInvalid;
@@ -624,7 +624,8 @@ int main(int argc, char** argv) {
   auto* import = profile->add_subcommand("import", "Convert public profiles (Sailor, Metis) to hetplan.profile/v1");
   import->add_option("--from", import_args.from, "sailor or metis")->required()->check(CLI::IsMember({"sailor", "metis"}));
   import->add_option("dir", import_args.dir, "the profile directory of one model and one GPU")->required();
-  import->add_option("--model", import_args.model, "model.yaml of the profiled model's shape")->required();
+  import->add_option("--model", import_args.model, "model.yaml of the profiled model's shape (or a Hugging Face config.json with --training)")->required();
+  import->add_option("--training", import_args.training, "the training fields (seq_length, dtype, training) of a Hugging Face config.json given as --model");
   import->add_option("--device", import_args.device, "device type (default: from the directory name)");
   import->add_option("--llm-info", import_args.llm_info,
                      "sailor: misc/llm_info.json, for memory sizes (metis files carry their own: refused)");
