@@ -32,6 +32,7 @@ class Incumbent {
   // Whether the best has not improved for half the members' time it took to reach it (at
   // least `at_least_s`): the search has converged.
   bool stalled(double at_least_s) const;
+  double clock_s() const;  // the members' clock
 
  private:
   mutable std::mutex mutex_;
@@ -77,6 +78,7 @@ class Work {
   Incumbent* incumbent = nullptr;
   // A candidate the algorithm keeps to itself for now (mcts offers its best at the end).
   void note(double estimate_s) const;
+  bool found() const { return own_best_.load() < 1e300; }  // whether it has noted a candidate
   std::int64_t layouts() const { return layouts_.load(); }
   void count(std::int64_t n = 1) { layouts_ += n; }
   bool timed_out() const { return timed_out_.load(); }
@@ -119,6 +121,9 @@ using Feed = std::function<std::optional<std::vector<Candidate>>()>;
 // The refinement follows a neighbour only when it estimates within this share of its best
 // (refine.cpp says why); auto gives it late seeds only within it too.
 constexpr double kRefineSlack = 0.01;
+// A seed up to this much worse than the refinement's best lies in another basin, worth a
+// descent of its own (refine.cpp says why); auto gives it late seeds within it too.
+constexpr double kExplore = 0.10;
 // Best-first search over neighbouring layouts from `seeds`, the state's frontier and —
 // with a feed — from what the feed gives between expansions (auto refines the slower
 // members' plans while they run).

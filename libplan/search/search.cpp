@@ -292,6 +292,17 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
         ++running;
         slow.emplace_back([&, i] { behind([&] { run_one(i); }), --running; });
       }
+    // On a memory-tight cluster (the quick members found nothing to refine) the slower members
+    // are the only explorers, and the search has not converged before they had kTight s of
+    // the members' clock (at most a quarter of the budget): mcts finds its first plans there
+    // after 2-5 s of wall time, in basins the refinement never reaches from hapt's (issue 20:
+    // midsize-28, 11% better). Elsewhere (exp3: 1.7 s in all, mcts's first plan at 2-3 s) the
+    // quick members' plans have seeded that search.
+    constexpr double kTight = 2;
+    bool tight = true;
+    for (const auto& w : works)
+      if (is_quick(w->name) && w->found()) tight = false;
+    const double least = tight ? std::min(kTight, 0.25 * budget) : 0;
     works.back()->set_deadline(algorithms_deadline);
     std::thread refiner([&] {
       refine(gather(), [&]() -> std::optional<std::vector<Candidate>> {
@@ -304,7 +315,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
       const auto now = Clock::now();
       if (refinement.waiting) incumbent.tick(std::chrono::duration<double>(now - tick).count());
       tick = now;
-      if (opt.converge && refinement.waiting && incumbent.stalled(0.5)) {
+      if (opt.converge && refinement.waiting && incumbent.stalled(0.5) && incumbent.clock_s() >= least) {
         for (auto& w : works)
           if (w->name != "exhaustive") w->set_deadline(std::min(w->deadline(), Clock::now()));
         break;
@@ -313,14 +324,14 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     for (auto& t : slow) t.join();
     refiner.join();
     works.back()->set_deadline(deadline);
-    // From what the slower members found last: the refinement had converged on everything
-    // before (the convergence test waits for it, and without the test it ends when the feed
-    // does), so only new seeds within 1% of its best are worth another call, as only such
-    // neighbours are followed within it (kRefineSlack; on 10,000 devices a call is 8 or more expansions of
-    // 2,000-9,000 evaluations: 1.7 s).
+    // From what the slower members found last (mcts offers its plans when it ends): the
+    // refinement had converged on everything before (the convergence test waits for it, and
+    // without the test it ends when the feed does), so only new seeds it would follow or
+    // descend from are worth another call (kRefineSlack, kExplore; on 10,000 devices a call
+    // is 8 or more expansions of 2,000-9,000 evaluations: 1.7 s).
     auto last = gather();
     last.erase(std::remove_if(last.begin(), last.end(),
-                              [&](const Candidate& c) { return c.estimate_s > refinement.best * (1 + kRefineSlack); }),
+                              [&](const Candidate& c) { return c.estimate_s > refinement.best * (1 + kExplore); }),
                last.end());
     if (!last.empty()) refine(last, nullptr);
   }

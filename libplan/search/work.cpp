@@ -29,6 +29,11 @@ bool Incumbent::stalled(double at_least_s) const {
   return clock_s_ - improved_s_ >= std::max(at_least_s, improved_s_ / 2);
 }
 
+double Incumbent::clock_s() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return clock_s_;
+}
+
 void Work::note(double estimate_s) const {
   if (!incumbent) return;
   double own = own_best_.load();
