@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Draws plans with `hetplan show --format svg|html` and checks that a browser renders them.
 
-  browser_render_check.py --hetplan BIN PLAN... [--keep DIR]
+  browser_render_check.py --hetplan BIN [PLAN...] [--sweep MODEL CLUSTER VARY]... [--keep DIR]
 
 For each plan: the SVG must parse as XML; headless Chromium takes a screenshot of it and of
 the HTML page; each PNG must exist, have the window's size, and not be blank: many colours,
 a good share of non-white pixels, and the timeline's forward and backward colours and the
-first stage's colour drawn as solid pixels. --keep DIR keeps the SVG, HTML and PNG files
-there (scripts/render-example.sh makes docs/plan-example.* with it).
+first stage's colour drawn as solid pixels. For each --sweep: `hetplan sweep --svg` of it (a
+quick search per point), whose screenshot must show the iteration-time and tokens/s lines.
+--keep DIR keeps the SVG, HTML and PNG files there (scripts/render-example.sh makes
+docs/plan-example.* with it).
 
 Exit status: 0 rendered, 1 a check failed, 77 no Chromium on this machine (ctest: skipped).
 """
@@ -27,6 +29,7 @@ import zlib
 SKIP = 77
 FORWARD, BACKWARD = (0x4C, 0x78, 0xC8), (0xE8, 0x83, 0x3A)  # libplan/render's timeline colours
 HTML_SIZE = (1320, 1700)
+SWEEP_TIME, SWEEP_TOKENS = (0x4C, 0x78, 0xC8), (0xE8, 0x83, 0x3A)  # libplan/sweep's series colours
 
 
 def find_chromium():
@@ -135,8 +138,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hetplan", required=True)
     ap.add_argument("--keep", help="keep the SVG, HTML and PNG files in this folder")
-    ap.add_argument("plans", nargs="+")
+    ap.add_argument("--sweep", nargs=3, action="append", default=[], metavar=("MODEL", "CLUSTER", "VARY"))
+    ap.add_argument("plans", nargs="*")
     a = ap.parse_args()
+    if not a.plans and not a.sweep:
+        ap.error("give plans or --sweep")
     chromium = find_chromium()
     if not chromium:
         print("SKIP: no chromium on PATH (apt-get install chromium; scripts/setup.sh installs it)")
@@ -171,6 +177,24 @@ def main():
                                      os.path.join(work, "home"))
                 print("%s: chromium took %.1f s" % (os.path.basename(path), seconds))
                 problems += check_png(png, size[0], size[1], want)
+        for k, (model, cluster, vary) in enumerate(a.sweep):
+            out = a.keep or work
+            os.makedirs(out, exist_ok=True)
+            svg = os.path.join(out, "sweep-%d.svg" % (k + 1))
+            r = subprocess.run([a.hetplan, "sweep", "--model", model, "--cluster", cluster, "--vary", vary, "--svg", svg,
+                                "--time-budget", "2"], capture_output=True, text=True, timeout=600)
+            if r.returncode != 0:
+                problems.append("hetplan sweep --vary %s: exit %d: %s" % (vary, r.returncode, r.stderr))
+                break
+            root = ET.parse(svg).getroot()
+            width, height = int(float(root.get("width"))), int(float(root.get("height")))
+            points = [el for el in root.iter("{http://www.w3.org/2000/svg}circle") if "point" in (el.get("class") or "")]
+            if len(points) < 2:
+                problems.append("%s: %d points drawn" % (svg, len(points)))
+            png = svg[:-4] + ".png"
+            seconds = screenshot(chromium, "file://" + os.path.abspath(svg), png, width, height, os.path.join(work, "home"))
+            print("%s: chromium took %.1f s" % (os.path.basename(svg), seconds))
+            problems += check_png(png, width, height, {"iteration time": SWEEP_TIME, "tokens/s": SWEEP_TOKENS})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for p in problems:

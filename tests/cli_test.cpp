@@ -379,6 +379,132 @@ TEST_CASE("hetplan search --algo mcts takes --seed, --mcts-lambda and --mcts-ite
   CHECK(bad.exit_code == 2);
 }
 
+TEST_CASE("hetplan sweep: each point is the plan a one-off search finds at that value, and a bad value is refused before any search") {
+  het::test::TempDir dir;
+  auto sw = run_process({HETPLAN_BIN, "sweep", "--model", kModel, "--cluster", kCluster, "--algo", "heteroauto", "--vary",
+                         "links[0].bandwidth=0.1Gbit/s..20Gbit/s/3", "--format", "json", "--svg", dir.path() + "/bw.svg"});
+  INFO(sw.err);
+  REQUIRE(sw.exit_code == 0);
+  auto j = nlohmann::json::parse(sw.out);
+  CHECK(j["vary"] == "links[0].bandwidth");
+  CHECK(j["spacing"] == "ratio");
+  REQUIRE(j["points"].size() == 3);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  CHECK_THAT(read(dir.path() + "/bw.svg"), Catch::StartsWith("<?xml") && Catch::Contains("class=\"point time\""));
+  const std::string cluster = read(kCluster);
+  const std::string link = "bandwidth: 2.4GB/s";
+  REQUIRE(cluster.find(link) != std::string::npos);
+  std::vector<double> times;
+  for (const auto& p : j["points"]) {
+    std::string changed = cluster;
+    changed.replace(changed.find(link), link.size(), "bandwidth: " + p["value"].get<std::string>());
+    auto one = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", dir.write("c.yaml", changed), "--algo",
+                            "heteroauto", "--format", "json"});
+    REQUIRE(one.exit_code == 0);
+    CHECK(nlohmann::json::parse(one.out)["predicted"]["iteration_s"].get<double>() == Approx(p["iteration_s"].get<double>()).epsilon(1e-12));
+    times.push_back(p["iteration_s"].get<double>());
+  }
+  CHECK(times.front() > times.back());  // 100 Mbit/s between the halves costs time
+
+  // No V100 node: the V100 subcluster and its link are gone, as if never written.
+  auto nodes = run_process({HETPLAN_BIN, "sweep", "--model", kModel, "--cluster", kCluster, "--algo", "heteroauto", "--vary",
+                            "subclusters[v100].nodes=0,1", "--format", "json"});
+  INFO(nodes.err);
+  REQUIRE(nodes.exit_code == 0);
+  auto jn = nlohmann::json::parse(nodes.out);
+  CHECK(jn["points"][0]["devices"] == 4);
+  CHECK(jn["points"][1]["devices"] == 8);
+  const std::string a100_only = "name: demo-1x4a100-1x4v100\nsubclusters:\n  - {name: a100, device: A100-40GB, nodes: 1, devices_per_node: 4}\n";
+  auto alone = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", dir.write("a.yaml", a100_only), "--algo",
+                            "heteroauto", "--format", "json"});
+  REQUIRE(alone.exit_code == 0);
+  CHECK(nlohmann::json::parse(alone.out)["predicted"]["iteration_s"].get<double>() ==
+        Approx(jn["points"][0]["iteration_s"].get<double>()).epsilon(1e-12));
+
+  // A value the cluster cannot have: exit 2 naming it, before any point is searched.
+  auto bad = run_process({HETPLAN_BIN, "sweep", "--model", kModel, "--cluster", kCluster, "--vary", "subclusters[v100].nodes=1,1.5"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("with subclusters[v100].nodes=1.5") && Catch::Contains("subclusters[1].nodes"));
+  CHECK_THAT(bad.err, !Catch::Contains("sweep 1/"));
+  auto typo = run_process({HETPLAN_BIN, "sweep", "--model", kModel, "--cluster", kCluster, "--vary", "links[0].bandwith=1GB/s"});
+  CHECK(typo.exit_code == 2);
+  CHECK_THAT(typo.err, Catch::Contains("has no field 'bandwith'"));
+}
+
+TEST_CASE("hetplan search --objective cost: as cheap per token as the fastest plan, a Pareto front, and every constraint kept") {
+  // HAPT's GPT-15B setup with the catalog's list prices (configs/devices.yaml: AWS on-demand,
+  // A100-40GB 4.0966 USD/h, V100-32GB 3.9015 USD/h).
+  const std::string model = kSrc + "/configs/models/hapt-gpt-15b.yaml";
+  const std::string cluster = kSrc + "/configs/clusters/hapt-4x8a100-4x8v100.yaml";
+  auto search = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {HETPLAN_BIN, "search", "--model", model, "--cluster", cluster, "--time-budget", "2",
+                                     "--pareto", "--format", "json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_process(args);
+  };
+  auto fastest = run_process({HETPLAN_BIN, "search", "--model", model, "--cluster", cluster, "--time-budget", "2", "--format", "json"});
+  INFO(fastest.err);
+  REQUIRE(fastest.exit_code == 0);
+  auto cheapest = search({"--objective", "cost"});
+  INFO(cheapest.err);
+  REQUIRE(cheapest.exit_code == 0);
+  auto f = nlohmann::json::parse(fastest.out)["predicted"], c = nlohmann::json::parse(cheapest.out);
+  CHECK(c["best"]["usd_per_million_tokens"].get<double>() <= f["usd_per_million_tokens"].get<double>());
+  CHECK(c["best"]["iteration_s"].get<double>() >= f["iteration_s"].get<double>());
+  REQUIRE(c["pareto"].size() >= 3);
+  for (std::size_t i = 1; i < c["pareto"].size(); ++i) {  // faster first, each cheaper than the one before
+    CHECK(c["pareto"][i]["iteration_s"].get<double>() >= c["pareto"][i - 1]["iteration_s"].get<double>());
+    CHECK(c["pareto"][i]["usd_per_million_tokens"].get<double>() < c["pareto"][i - 1]["usd_per_million_tokens"].get<double>());
+  }
+  // The front's cheapest is the objective's choice, its fastest the search for time's.
+  CHECK(c["pareto"].back()["usd_per_million_tokens"] == c["best"]["usd_per_million_tokens"]);
+  CHECK(c["pareto"].front()["iteration_s"].get<double>() == Approx(f["iteration_s"].get<double>()));
+
+  // Constraints: every reported plan keeps them.
+  const double max_hour = 150, max_s = 1.1 * c["best"]["iteration_s"].get<double>();
+  auto limited = search({"--objective", "cost", "--max-cost-per-hour", "150USD/h", "--max-iteration-s", std::to_string(max_s)});
+  INFO(limited.err);
+  REQUIRE(limited.exit_code == 0);
+  auto l = nlohmann::json::parse(limited.out);
+  auto keeps = [&](const nlohmann::json& p) {
+    CHECK(p["cost_usd_per_hour"].get<double>() <= max_hour);
+    CHECK(p["iteration_s"].get<double>() <= max_s);
+  };
+  keeps(l["best"]);
+  for (const auto& p : l["pareto"]) keeps(p);
+  auto timed = search({"--max-iteration-s", std::to_string(max_s)});
+  REQUIRE(timed.exit_code == 0);
+  for (const auto& p : nlohmann::json::parse(timed.out)["pareto"]) CHECK(p["iteration_s"].get<double>() <= max_s);
+  // The written plan carries its cost.
+  het::test::TempDir dir;
+  auto written = run_process({HETPLAN_BIN, "search", "--model", model, "--cluster", cluster, "--time-budget", "2", "--objective",
+                              "cost", "-o", dir.path() + "/cheap.plan.json"});
+  REQUIRE(written.exit_code == 0);
+  CHECK_THAT(written.out, Catch::Contains("USD per million tokens") && Catch::Contains("objective cost"));
+  auto sim = run_process({HETPLAN_BIN, "simulate", dir.path() + "/cheap.plan.json", "--format", "json"});
+  REQUIRE(sim.exit_code == 0);
+  CHECK(nlohmann::json::parse(sim.out)["predicted"]["usd_per_million_tokens"].get<double>() ==
+        Approx(c["best"]["usd_per_million_tokens"].get<double>()));
+
+  // Impossible constraints and unpriced devices: exit 2 with the reason.
+  auto none = search({"--max-cost-per-hour", "1USD/h"});
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.err, Catch::Contains("no plan meets --max-cost-per-hour") && Catch::Contains("the nearest"));
+  auto unit = search({"--max-cost-per-hour", "150"});
+  CHECK(unit.exit_code == 2);
+  CHECK_THAT(unit.err, Catch::Contains("--max-cost-per-hour") && Catch::Contains("bare number"));
+  const std::string unpriced = dir.write("h800.yaml",
+      "name: h800\nsubclusters:\n  - {name: h, device: H800-80GB, nodes: 1, devices_per_node: 8}\n");
+  auto noprice = run_process({HETPLAN_BIN, "search", "--model", kModel, "--cluster", unpriced, "--objective", "cost"});
+  CHECK(noprice.exit_code == 2);
+  CHECK_THAT(noprice.err, Catch::Contains("H800-80GB has no price") && Catch::Contains("subclusters[h].device.price"));
+}
+
 TEST_CASE("hetplan search refuses bad input and impossible instances with exit 2") {
   het::test::TempDir dir;
   auto bad = dir.write("m.yaml", "name: x\n");

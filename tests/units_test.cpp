@@ -64,3 +64,14 @@ TEST_CASE("format writes text that parses back to the same value") {
     CHECK(back.value == Approx(v).epsilon(1e-14));
   }
 }
+
+TEST_CASE("prices are US dollars per hour (or second), and nothing else") {
+  CHECK(parse("2.21USD/h", Dimension::price).value == Approx(2.21 / 3600));
+  CHECK(parse("0.001USD/s", Dimension::price).value == Approx(0.001));
+  CHECK(format(2.21 / 3600, Dimension::price) == "2.21USD/h");
+  CHECK(format(0.5 / 3600, Dimension::price) == "0.5USD/h");  // below the unit's scale: still USD/h
+  CHECK_THAT(parse("2.21", Dimension::price).error, Catch::Contains("bare number") && Catch::Contains("2.21USD/h"));
+  CHECK_THAT(parse("2.21USD", Dimension::price).error, Catch::Contains("unknown unit 'USD'"));
+  CHECK_THAT(parse("2.21EUR/h", Dimension::price).error, Catch::Contains("unknown unit"));
+  CHECK_THAT(parse("2GB", Dimension::price).error, Catch::Contains("which is a size"));
+}

@@ -18,6 +18,7 @@
 
 #include "het/version.hpp"
 #include "importer/importer.hpp"
+#include "input/input.hpp"
 #include "plan/plan_io.hpp"
 #include "plan/profiles.hpp"
 #include "fidelity/fidelity.hpp"
@@ -27,6 +28,7 @@
 #include "report/report.hpp"
 #include "calibrate_command.hpp"
 #include "review_commands.hpp"
+#include "search/objective.hpp"
 #include "search/search.hpp"
 #include "show_command.hpp"
 #include "spec/cluster.hpp"
@@ -34,6 +36,9 @@
 #include "spec/model.hpp"
 #include "spec/profile.hpp"
 #include "sim/sim.hpp"
+#include "units/units.hpp"
+#include "sweep/report.hpp"
+#include "sweep/vary.hpp"
 #include "validation/inputs.hpp"
 
 namespace {
@@ -188,6 +193,10 @@ struct SearchArgs {
   int write_top = 0;  // also write the plans ranked 1..N as OUTPUT-STEM.K.plan.json
   std::uint64_t seed = 1;
   double memory_headroom = 0.05;  // of each device's usable memory, kept free (issue 17)
+  std::string objective = "time";  // time or cost (issue 22)
+  std::string max_cost_per_hour;   // a price, e.g. 100USD/h
+  double max_iteration_s = 0;      // 0: none
+  bool pareto = false;
 };
 
 struct SearchInputs {
@@ -270,6 +279,71 @@ std::optional<het::search::SearchOutput> search_on(const het::ModelSpec& model, 
   return std::move(*out);
 }
 
+// `hetplan search --objective cost | --max-cost-per-hour X | --max-iteration-s Y | --pareto`:
+// the search on every subset of the subclusters (search/objective.hpp).
+int run_objective_search(const SearchArgs& a, const SearchInputs& in) {
+  het::search::Constraints limits;
+  if (!a.max_cost_per_hour.empty()) {
+    auto price = het::units::parse(a.max_cost_per_hour, het::units::Dimension::price);
+    if (!price.ok() || price.value <= 0) {
+      std::cerr << "error: --max-cost-per-hour: " << (price.ok() ? "expected a price above 0" : price.error) << "\n";
+      return kInvalid;
+    }
+    limits.max_cost_per_hour = price.value * 3600;
+  }
+  if (a.max_iteration_s > 0) limits.max_iteration_s = a.max_iteration_s;
+  het::cost::ComputeModel compute(in.model, in.profiles.specs());
+  auto out = het::search::run_objective(a.algo, in.model, in.cluster, compute, search_options(a),
+                                        a.objective == "cost" ? het::search::Objective::cost : het::search::Objective::time, limits);
+  if (isatty(2)) std::cerr << "\r\033[K" << std::flush;
+  if (!out) {
+    print_errors(out.errors());
+    return kInvalid;
+  }
+  auto& best = out->best;
+  best.plan.profiles = in.profiles.used;
+  const std::string text = het::write_plan(best.plan);
+  if (!a.output.empty() && !write_file(a.output, text)) return kInvalid;
+  auto point = [](const het::predict::Outcome& o) {
+    const auto& p = *o.plan.predicted;
+    nlohmann::ordered_json j = {{"iteration_s", p.iteration_s}, {"tokens_per_s", p.tokens_per_s}};
+    j["cost_usd_per_hour"] = p.cost_usd_per_hour ? nlohmann::ordered_json(*p.cost_usd_per_hour) : nlohmann::ordered_json();
+    j["usd_per_million_tokens"] = p.usd_per_million_tokens ? nlohmann::ordered_json(*p.usd_per_million_tokens) : nlohmann::ordered_json();
+    j["devices"] = het::sweep::devices_used(o.plan);
+    j["plan"] = het::sweep::shape_of(o.plan);
+    return j;
+  };
+  if (a.format == "json") {
+    if (!a.pareto) {
+      std::cout << text;
+      return 0;
+    }
+    nlohmann::ordered_json j = {{"objective", a.objective}, {"unused_subclusters", out->unused}, {"best", point(best)},
+                                {"pareto", nlohmann::ordered_json::array()}};
+    for (const auto& o : out->pareto) j["pareto"].push_back(point(o));
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << het::report::stage_table(best) << "\n" << het::report::summary(best) << "\n";
+  std::cout << "objective " << a.objective << ": the best of " << out->points << " plans found by " << out->searches
+            << " searches (of every combination of none, a quarter, half or all of each subcluster's nodes; with more than 3 subclusters none or all), in " << fmt("%.1f s", out->seconds) << "\n";
+  std::string unused;
+  for (const auto& u : out->unused) unused += (unused.empty() ? "" : ", ") + u;
+  if (!unused.empty()) std::cout << "unused subclusters: " << unused << "\n";
+  if (a.pareto) {
+    std::cout << "\ntime/cost front (no plan is both faster and cheaper per token than one of these):\n"
+              << "iteration_s     tokens/s      USD/h  USD/Mtoken  devices  plan\n";
+    for (const auto& o : out->pareto) {
+      const auto& p = *o.plan.predicted;
+      std::cout << fmt("%11.4f", p.iteration_s) << "  " << fmt("%11.0f", p.tokens_per_s) << "  "
+                << fmt("%9.2f", p.cost_usd_per_hour.value_or(0)) << "  " << fmt("%10.4f", p.usd_per_million_tokens.value_or(0)) << "  "
+                << fmt("%7.0f", het::sweep::devices_used(o.plan)) << "  " << het::sweep::shape_of(o.plan) << "\n";
+    }
+  }
+  if (!a.output.empty()) std::cout << "wrote " << a.output << "\n";
+  return 0;
+}
+
 int run_search(const SearchArgs& a) {
   if (a.write_top > 0 && a.output.empty()) {
     std::cerr << "error: --write-top writes next to the plan of -o/--output; give -o\n";
@@ -279,6 +353,13 @@ int run_search(const SearchArgs& a) {
   if (!in) {
     print_errors(in.errors());
     return kInvalid;
+  }
+  if (a.objective != "time" || !a.max_cost_per_hour.empty() || a.max_iteration_s > 0 || a.pareto) {
+    if (a.write_top > 0) {
+      std::cerr << "error: --write-top is for a search for time alone (no --objective cost, constraints or --pareto)\n";
+      return kInvalid;
+    }
+    return run_objective_search(a, *in);
   }
   auto out = search_on(in->model, in->cluster, in->profiles, a);
   if (!out) return kInvalid;
@@ -446,6 +527,116 @@ int run_compare(const SearchArgs& a) {
   return 0;
 }
 
+// `hetplan sweep --vary PATH=VALUES` (issue 22): the best plan at every value of one field
+// of the model or the cluster (libplan/sweep). Every point is read and checked before any is
+// searched, so a bad value costs no search; a point where no plan fits is a row that says
+// why, not a failure.
+struct SweepArgs {
+  std::string vary, svg;
+};
+int run_sweep(const SweepArgs& s, const SearchArgs& a) {
+  auto vary = het::sweep::parse_vary(s.vary);
+  if (!vary) {
+    print_errors(vary.errors());
+    return kInvalid;
+  }
+  auto catalog = a.catalog ? het::load_catalog(*a.catalog) : het::builtin_catalog();
+  if (!catalog) {
+    print_errors(catalog.errors());
+    return kInvalid;
+  }
+  het::Diagnostics errors;
+  std::optional<het::input::Document> model_doc;  // none for a Hugging Face config
+  std::optional<het::ModelSpec> fixed_model;
+  if (het::is_hf_config(a.model)) {
+    if (auto m = het::load_model(a.model, a.training)) fixed_model = *m;
+    else errors.insert(errors.end(), m.errors().begin(), m.errors().end());
+  } else if (a.training) {
+    errors.push_back({a.model, 0, 0, "", "--training is for a Hugging Face config.json; a model YAML has its own training fields"});
+  } else if (auto d = het::input::load(a.model)) {
+    model_doc = std::move(*d);
+  } else {
+    errors.insert(errors.end(), d.errors().begin(), d.errors().end());
+  }
+  auto cluster_doc = het::input::load(a.cluster);
+  if (!cluster_doc) errors.insert(errors.end(), cluster_doc.errors().begin(), cluster_doc.errors().end());
+  std::vector<het::ProfileFile> given;
+  for (const auto& f : a.profiles) {
+    if (auto p = het::load_profile_file(f)) given.push_back(std::move(*p));
+    else errors.insert(errors.end(), p.errors().begin(), p.errors().end());
+  }
+  if (!errors.empty()) {
+    print_errors(errors);
+    return kInvalid;
+  }
+  auto target = het::sweep::target_of(*vary, model_doc ? &model_doc->root : nullptr, cluster_doc->root);
+  if (!target) {
+    print_errors(target.errors());
+    return kInvalid;
+  }
+  // Every point read and checked first.
+  struct Point {
+    het::Plan shell;  // its model and cluster
+    het::ProfileChoice profiles;
+  };
+  std::vector<Point> points;
+  for (const std::string& value : vary->values) {
+    het::Diagnostics bad;
+    Point pt;
+    const bool in_model = *target == het::sweep::Target::model;
+    const het::input::Document& doc = in_model ? *model_doc : *cluster_doc;
+    auto changed = het::sweep::apply(doc.root, doc.file, vary->path, value);
+    if (!changed) {
+      print_errors(changed.errors());
+      return kInvalid;
+    }
+    auto model = in_model ? het::read_model(doc.file, *changed, "")
+                 : fixed_model ? het::Result<het::ModelSpec>(*fixed_model) : het::read_model(model_doc->file, model_doc->root, "");
+    auto cluster = het::read_cluster(cluster_doc->file, in_model ? cluster_doc->root : *changed, "", *catalog);
+    if (model) pt.shell.model = *model;
+    else bad.insert(bad.end(), model.errors().begin(), model.errors().end());
+    if (cluster) pt.shell.cluster = *cluster;
+    else bad.insert(bad.end(), cluster.errors().begin(), cluster.errors().end());
+    if (bad.empty()) {
+      auto profiles = het::choose_profiles(pt.shell, given, "the model (" + a.model + ")");
+      if (profiles) pt.profiles = std::move(*profiles);
+      else bad = profiles.errors();
+    }
+    if (!bad.empty()) {
+      std::cerr << "error: with " << vary->path << "=" << value << ":\n";
+      print_errors(bad);
+      return kInvalid;
+    }
+    points.push_back(std::move(pt));
+  }
+  std::vector<het::sweep::Row> rows;
+  for (std::size_t k = 0; k < points.size(); ++k) {
+    const Point& pt = points[k];
+    std::cerr << "sweep " << k + 1 << "/" << points.size() << ": " << vary->path << "=" << vary->values[k] << "\n";
+    het::sweep::Row row;
+    row.value = vary->values[k];
+    if (!vary->numbers.empty()) row.number = vary->numbers[k];
+    het::cost::ComputeModel compute(pt.shell.model, pt.profiles.specs());
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = het::search::run(a.algo, pt.shell.model, pt.shell.cluster, compute, search_options(a));
+    if (isatty(2)) std::cerr << "\r\033[K" << std::flush;
+    row.search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (out) {
+      row.plan = std::move(out->plans.front().plan);
+      row.plan->profiles = pt.profiles.used;
+    } else {
+      row.error = out.errors().front().message;
+    }
+    rows.push_back(std::move(row));
+  }
+  const std::string title = points.front().shell.model.name + " on " + points.front().shell.cluster.name;
+  if (!s.svg.empty() && !write_file(s.svg, het::sweep::svg(*vary, rows, title))) return kInvalid;
+  if (a.format == "json") std::cout << het::sweep::to_json(*vary, rows).dump(2) << "\n";
+  else std::cout << het::sweep::table(*vary, rows);
+  if (!s.svg.empty() && a.format != "json") std::cout << "wrote " << s.svg << "\n";
+  return 0;
+}
+
 struct ImportArgs {
   std::string from, dir, model, output;
   std::optional<std::string> device, llm_info, training;
@@ -594,10 +785,32 @@ int main(int argc, char** argv) {
   search->add_option("--top", search_args.top, "candidates per algorithm re-ranked by the simulator (default 16)")
       ->check(CLI::PositiveNumber);
   search->add_option("-o,--output", search_args.output, "write the plan to this file");
+  search->add_option("--objective", search_args.objective,
+                     "time (default) or cost: the least USD per million tokens, from the devices' prices (catalog or cluster); "
+                     "searches every subset of the subclusters, so a plan may leave some idle")
+      ->check(CLI::IsMember({"time", "cost"}));
+  search->add_option("--max-cost-per-hour", search_args.max_cost_per_hour,
+                     "only plans whose devices rent for at most this (e.g. 100USD/h)");
+  search->add_option("--max-iteration-s", search_args.max_iteration_s, "only plans whose iteration takes at most this")
+      ->check(CLI::PositiveNumber);
+  search->add_flag("--pareto", search_args.pareto, "also print the time/cost front of the plans found (JSON with --format json)");
   auto* compare = app.add_subcommand("compare", "Run several search algorithms on the same inputs and tabulate them");
   add_search_inputs(compare);
   compare->add_option("--algos", search_args.algos, "algorithms (default: uniform heteroauto hapt mcts hexiscale auto)")
       ->check(CLI::IsMember(het::search::algorithm_names()));
+
+  SweepArgs sweep_args;
+  auto* sweep = app.add_subcommand("sweep", "What if: the best plan at every value of one field of the model or the cluster");
+  add_search_inputs(sweep);
+  sweep->add_option("--vary", sweep_args.vary,
+                    "PATH=V1,V2,... or PATH=LO..HI[/N]: a field of the model or cluster file (links[0].bandwidth, "
+                    "subclusters[v100].nodes, training.global_batch_size) and its values; a range has N points (ratio-spaced "
+                    "when HI/LO >= 10); nodes=0 removes a subcluster")
+      ->required();
+  sweep->add_option("--algo", search_args.algo, "the search at each point (default auto)")
+      ->check(CLI::IsMember(het::search::algorithm_names()));
+  sweep->add_option("--svg", sweep_args.svg, "also draw iteration time and tokens/s against the value (SVG)");
+  sweep->footer("docs/search.md, \"What if\".");
 
   ReplanArgs replan_args;
   auto* replan = app.add_subcommand("replan", "The best plan for the devices a plan's cluster has left (or a new cluster), and the switch to it");
@@ -646,6 +859,7 @@ int main(int argc, char** argv) {
   if (import->parsed()) return run_import(import_args);
   if (search->parsed()) return run_search(search_args);
   if (compare->parsed()) return run_compare(search_args);
+  if (sweep->parsed()) return run_sweep(sweep_args, search_args);
   if (replan->parsed()) return run_replan(replan_args, search_args);
   if (auto status = review.run()) return *status;
   if (auto status = calibrate.run()) return *status;

@@ -118,6 +118,9 @@ struct Prediction {
   double load_balance_eta = 0;
   double cross_cluster_bytes = 0;
   double cross_overlap = 1;  // share of cross-subcluster transfer time hidden behind compute
+  // The rent of the devices the plan uses (their DeviceSpec::price), and what a million tokens
+  // cost at it; absent when one of them has no price.
+  std::optional<double> cost_usd_per_hour, usd_per_million_tokens;
   nlohmann::ordered_json per_stage = nlohmann::ordered_json::array();  // simulator's detail, kept as is
 };
 

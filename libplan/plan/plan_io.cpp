@@ -238,7 +238,7 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
   }
   if (auto p = top.map("predicted", Need::optional,
                        {"iteration_s", "tokens_per_s", "mfu", "bubble_fraction", "load_balance_eta",
-                        "cross_cluster_bytes", "cross_overlap", "per_stage"})) {
+                        "cross_cluster_bytes", "cross_overlap", "cost_usd_per_hour", "usd_per_million_tokens", "per_stage"})) {
     Prediction pr;
     pr.iteration_s = number(*p, "iteration_s", Need::required);
     pr.tokens_per_s = number(*p, "tokens_per_s", Need::optional);
@@ -247,6 +247,8 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
     pr.load_balance_eta = number(*p, "load_balance_eta", Need::optional);
     pr.cross_cluster_bytes = number(*p, "cross_cluster_bytes", Need::optional);
     pr.cross_overlap = p->number("cross_overlap", Need::optional, 0, 1).value_or(1);
+    pr.cost_usd_per_hour = p->number("cost_usd_per_hour", Need::optional, 0, 1e300);
+    pr.usd_per_million_tokens = p->number("usd_per_million_tokens", Need::optional, 0, 1e300);
     if (auto ps = p->list("per_stage", Need::optional, limits::kDevices)) pr.per_stage = input::to_json(*ps);  // a device per stage at least
     plan.predicted = std::move(pr);
   }
@@ -309,8 +311,10 @@ nlohmann::ordered_json to_json(const Plan& plan) {
                         {"bubble_fraction", pr.bubble_fraction},
                         {"load_balance_eta", pr.load_balance_eta},
                         {"cross_cluster_bytes", pr.cross_cluster_bytes},
-                        {"cross_overlap", pr.cross_overlap},
-                        {"per_stage", pr.per_stage}};
+                        {"cross_overlap", pr.cross_overlap}};
+    if (pr.cost_usd_per_hour) out["predicted"]["cost_usd_per_hour"] = *pr.cost_usd_per_hour;
+    if (pr.usd_per_million_tokens) out["predicted"]["usd_per_million_tokens"] = *pr.usd_per_million_tokens;
+    out["predicted"]["per_stage"] = pr.per_stage;
   }
   return out;
 }

@@ -264,6 +264,19 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
   pr.cross_cluster_bytes = cross_bytes;
   pr.cross_overlap = out.sim.cross_overlap;
   pr.per_stage = per_stage;
+  // The rent of the devices the plan uses, when every one of them has a price.
+  double rent = 0;  // USD per second
+  bool priced = true;
+  for (const Pipeline& p : plan.pipelines)
+    for (const Stage& st : p.stages) {
+      const SubclusterSpec* sc = plan.cluster.find(st.subcluster);
+      priced = priced && sc && sc->device.price > 0;
+      if (sc) rent += sc->device.price * static_cast<double>(st.devices.size());
+    }
+  if (priced && rent > 0) {
+    pr.cost_usd_per_hour = rent * 3600;
+    pr.usd_per_million_tokens = rent / pr.tokens_per_s * 1e6;
+  }
   plan.predicted = pr;
   for (const auto& n : compute.notes()) out.notes.push_back(n);
   return out;

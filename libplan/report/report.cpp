@@ -86,6 +86,9 @@ std::string summary(const predict::Outcome& o) {
   out += "iteration      " + fmt("%.4f s", pr.iteration_s) + "\n";
   out += "throughput     " + fmt("%.0f tokens/s", pr.tokens_per_s) + "\n";
   out += "MFU            " + fmt("%.1f %%", 100 * pr.mfu) + "\n";
+  if (pr.cost_usd_per_hour)
+    out += "cost           " + fmt("%.2f USD/h", *pr.cost_usd_per_hour) + " (the devices used), " +
+           fmt("%.4f USD per million tokens", *pr.usd_per_million_tokens) + "\n";
   out += "bubble         " + fmt("%.1f %%", 100 * pr.bubble_fraction) + "\n";
   out += "load balance   " + fmt("%.1f %% (eta, HAPT eq. 25)", 100 * pr.load_balance_eta) + "\n";
   out += "exposed sync   " + fmt("%.4f s", o.sim.exposed_sync_s) + "\n";

@@ -37,7 +37,7 @@ Result<DeviceCatalog> read_catalog(const input::Document& doc) {
   if (auto list = top.list("devices", Need::required, limits::kCatalogDevices)) {
     for (std::size_t i = 0; i < list->size(); ++i) {
       input::Fields f(ctx, (*list)[i], input::index("devices", i),
-                      {"name", "memory", "peak", "mem_bandwidth", "reserve", "intra_node", "source"});
+                      {"name", "memory", "peak", "mem_bandwidth", "reserve", "price", "intra_node", "source"});
       if (!f.is_map()) continue;
       CatalogDevice d;
       d.device.type = f.string("name", Need::required).value_or("");
@@ -47,6 +47,10 @@ Result<DeviceCatalog> read_catalog(const input::Document& doc) {
       d.device.reserve = f.quantity("reserve", Dimension::bytes, Need::optional).value_or(reserve);
       if (d.device.memory > 0 && d.device.reserve >= d.device.memory)
         f.error("reserve", "the reserve is at least the device's memory: nothing would be left for the model");
+      if (auto v = f.quantity("price", Dimension::price, Need::optional)) {
+        if (*v <= 0) f.error("price", "a price is above 0 (leave it out when not known)");
+        else d.device.price = *v;
+      }
       d.intra_node = read_link(f, "intra_node", Need::required).value_or(LinkSpec{});
       d.source = f.string("source", Need::required).value_or("");
       if (!d.device.type.empty() && !names.insert(d.device.type).second)

@@ -24,6 +24,9 @@ struct DeviceSpec {
   // Bytes of `memory` the model cannot use: the CUDA context, the collectives' buffers, the
   // GEMM library's workspace (configs/devices.yaml says what each holds, with sources).
   double reserve = 0;
+  // One device's rent, in US dollars per second (written USD/h); 0: not known. A plan's cost
+  // is its devices' rent over its time (predict::Outcome; hetplan search --objective cost).
+  double price = 0;
   // What a plan's stage may use of `memory`: all of it less the reserve.
   double usable_memory() const { return memory > reserve ? memory - reserve : 0; }
 };

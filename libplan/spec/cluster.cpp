@@ -63,7 +63,7 @@ std::optional<DeviceSpec> read_device(const input::Fields& sub, const DeviceCata
     }
     return (*from_catalog)->device;
   }
-  auto f = sub.map("device", Need::required, {"type", "memory", "peak", "mem_bandwidth", "efficiency", "reserve"});
+  auto f = sub.map("device", Need::required, {"type", "memory", "peak", "mem_bandwidth", "efficiency", "reserve", "price"});
   if (!f) return std::nullopt;
   auto type = f->string("type", Need::required);
   if (!type) return std::nullopt;
@@ -75,6 +75,13 @@ std::optional<DeviceSpec> read_device(const input::Fields& sub, const DeviceCata
   if (auto v = f->quantity("mem_bandwidth", Dimension::bandwidth, need)) d.mem_bandwidth = *v;
   if (auto v = f->number("efficiency", Need::optional, 0.01, 1.0)) d.efficiency = *v;
   if (auto v = f->quantity("reserve", Dimension::bytes, Need::optional)) d.reserve = *v;
+  if (auto v = f->quantity("price", Dimension::price, Need::optional)) {
+    if (*v <= 0) {
+      f->error("price", "a price is above 0 (leave it out when not known)");
+      return std::nullopt;
+    }
+    d.price = *v;
+  }
   if (d.memory > 0 && d.reserve >= d.memory) {
     f->error("reserve", "the reserve (" + units::format(d.reserve, Dimension::bytes) + ") is at least the device's memory (" +
                             units::format(d.memory, Dimension::bytes) + "): nothing would be left for the model");
@@ -225,6 +232,7 @@ nlohmann::ordered_json to_json(const ClusterSpec& c) {
         {"intra_node", link_json(s.intra_node)}};
     if (s.device.efficiency > 0) j["device"]["efficiency"] = s.device.efficiency;
     if (s.device.reserve > 0) j["device"]["reserve"] = units::format(s.device.reserve, Dimension::bytes);
+    if (s.device.price > 0) j["device"]["price"] = units::format(s.device.price, Dimension::price);
     if (s.inter_node) j["inter_node"] = link_json(*s.inter_node);
     subs.push_back(std::move(j));
   }

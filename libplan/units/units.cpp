@@ -69,6 +69,8 @@ constexpr std::array kUnits = {
     Unit{"GFLOP/s", Dimension::flops, 1e9},
     Unit{"TFLOP/s", Dimension::flops, 1e12},
     Unit{"PFLOP/s", Dimension::flops, 1e15},
+    Unit{"USD/h", Dimension::price, 1.0 / 3600},
+    Unit{"USD/s", Dimension::price, 1},
 };
 
 const Unit* find_unit(std::string_view name) {
@@ -99,6 +101,7 @@ const char* dimension_name(Dimension d) {
     case Dimension::bandwidth: return "bandwidth";
     case Dimension::time: return "time";
     case Dimension::flops: return "compute rate";
+    case Dimension::price: return "price";
   }
   return "quantity";
 }
@@ -109,6 +112,7 @@ const char* dimension_example(Dimension d) {
     case Dimension::bandwidth: return "25Gbit/s";
     case Dimension::time: return "2us";
     case Dimension::flops: return "312TFLOPS";
+    case Dimension::price: return "2.21USD/h";
   }
   return "";
 }
@@ -145,7 +149,7 @@ std::string format(double value, Dimension dimension) {
     if (u.dimension != dimension || u.name == "kB" || u.name == "kbit/s" || u.name == "Kbit/s" ||
         u.name.find("bps") != std::string_view::npos || u.name.find("FLOP/s") != std::string_view::npos ||
         u.name == "\xC2\xB5s" || u.name == "min" || u.name == "h" || u.name == "kFLOPS" || u.name == "KFLOPS" ||
-        u.name == "MFLOPS")
+        u.name == "MFLOPS" || u.name == "USD/s")
       continue;
     if (value != 0 && std::fabs(value) < u.scale) continue;
     std::string text = shortest(value / u.scale) + std::string(u.name);
