@@ -1,4 +1,5 @@
 #include "calibrate_command.hpp"
+#include "report/report.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -28,11 +29,7 @@ void print_errors(const het::Diagnostics& errors, const std::string& file = "") 
   }
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+using het::report::fmt;
 
 // "x1.234", right-aligned in `width`; "-" when nothing was fitted.
 std::string factor(const het::fidelity::Factor& f, int width) {

@@ -256,11 +256,7 @@ het::search::Options search_options(const SearchArgs& a) {
   return o;
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+using het::report::fmt;
 
 // The search `hetplan search` runs, on `cluster`: its best plan first, carrying the profiles it
 // was costed with and their notes. Errors are printed (nullopt then).
@@ -304,23 +300,14 @@ int run_objective_search(const SearchArgs& a, const SearchInputs& in) {
   best.plan.profiles = in.profiles.used;
   const std::string text = het::write_plan(best.plan);
   if (!a.output.empty() && !write_file(a.output, text)) return kInvalid;
-  auto point = [](const het::predict::Outcome& o) {
-    const auto& p = *o.plan.predicted;
-    nlohmann::ordered_json j = {{"iteration_s", p.iteration_s}, {"tokens_per_s", p.tokens_per_s}};
-    j["cost_usd_per_hour"] = p.cost_usd_per_hour ? nlohmann::ordered_json(*p.cost_usd_per_hour) : nlohmann::ordered_json();
-    j["usd_per_million_tokens"] = p.usd_per_million_tokens ? nlohmann::ordered_json(*p.usd_per_million_tokens) : nlohmann::ordered_json();
-    j["devices"] = het::sweep::devices_used(o.plan);
-    j["plan"] = het::sweep::shape_of(o.plan);
-    return j;
-  };
   if (a.format == "json") {
     if (!a.pareto) {
       std::cout << text;
       return 0;
     }
-    nlohmann::ordered_json j = {{"objective", a.objective}, {"unused_subclusters", out->unused}, {"best", point(best)},
-                                {"pareto", nlohmann::ordered_json::array()}};
-    for (const auto& o : out->pareto) j["pareto"].push_back(point(o));
+    nlohmann::ordered_json j = {{"objective", a.objective}, {"unused_subclusters", out->unused},
+                                {"best", het::sweep::point_json(best.plan)}, {"pareto", nlohmann::ordered_json::array()}};
+    for (const auto& o : out->pareto) j["pareto"].push_back(het::sweep::point_json(o.plan));
     std::cout << j.dump(2) << "\n";
     return 0;
   }

@@ -1,4 +1,5 @@
 #include "render/render.hpp"
+#include "report/report.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -51,11 +52,7 @@ constexpr const char* kUnused = "#c8c8c8";
 constexpr const char* kCross = "#c0392b";
 constexpr const char* kIntra = "#303030";
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+using het::report::fmt;
 std::string px(double v) { return fmt("%.1f", v); }
 std::string gib(double bytes) { return fmt("%.1f", bytes / (1024.0 * 1024 * 1024)); }
 

@@ -6,13 +6,13 @@
 
 namespace het::report {
 
-namespace {
-
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
+
+namespace {
 
 std::string gib(double bytes) { return fmt("%.1f", bytes / (1024.0 * 1024 * 1024)); }
 

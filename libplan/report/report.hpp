@@ -11,5 +11,7 @@ namespace het::report {
 
 std::string stage_table(const predict::Outcome& outcome);
 std::string summary(const predict::Outcome& outcome);
+// `v` printed with the printf format `f` (one double), e.g. fmt("%.4f s", 1.5).
+std::string fmt(const char* f, double v);
 
 }  // namespace het::report

@@ -3,14 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <set>
 
-#include "units/units.hpp"
+#include "report/report.hpp"
 
 namespace het::search {
 
 namespace {
+
+using report::fmt;
 
 // The cluster with nodes[j] nodes of subcluster j (its first ones; 0: none) and the links
 // among those kept.
@@ -50,12 +51,6 @@ std::vector<std::vector<int>> node_choices(const ClusterSpec& c) {
 double cost_of(const predict::Outcome& o) { return o.plan.predicted->usd_per_million_tokens.value_or(0); }
 double hourly(const predict::Outcome& o) { return o.plan.predicted->cost_usd_per_hour.value_or(0); }
 double time_of(const predict::Outcome& o) { return o.plan.predicted->iteration_s; }
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 }  // namespace
 

@@ -2,21 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <map>
 #include <sstream>
 
 #include "render/render.hpp"
+#include "report/report.hpp"
 
 namespace het::sweep {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+using report::fmt;
 
 std::string stage_shape(const Stage& s) {
   std::string out = s.subcluster;
@@ -57,6 +52,17 @@ int devices_used(const Plan& plan) {
   return n;
 }
 
+nlohmann::ordered_json point_json(const Plan& plan) {
+  const Prediction& p = *plan.predicted;
+  nlohmann::ordered_json j = {{"iteration_s", p.iteration_s}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}};
+  if (p.usd_per_million_tokens) j["cost_usd_per_hour"] = *p.cost_usd_per_hour, j["usd_per_million_tokens"] = *p.usd_per_million_tokens;
+  j["devices_used"] = devices_used(plan);
+  j["devices"] = plan.cluster.num_devices();
+  j["pipelines"] = plan.pipelines.size();
+  j["plan"] = shape_of(plan);
+  return j;
+}
+
 std::string table(const Vary& vary, const std::vector<Row>& rows) {
   std::size_t width = vary.path.size();
   for (const Row& r : rows) width = std::max(width, r.value.size());
@@ -91,15 +97,7 @@ nlohmann::ordered_json to_json(const Vary& vary, const std::vector<Row>& rows) {
     nlohmann::ordered_json j = {{"value", r.value}};
     j["number"] = r.number ? nlohmann::ordered_json(*r.number) : nlohmann::ordered_json();
     if (r.plan) {
-      const Prediction& p = *r.plan->predicted;
-      j["iteration_s"] = p.iteration_s;
-      j["tokens_per_s"] = p.tokens_per_s;
-      j["mfu"] = p.mfu;
-      if (p.usd_per_million_tokens) j["cost_usd_per_hour"] = *p.cost_usd_per_hour, j["usd_per_million_tokens"] = *p.usd_per_million_tokens;
-      j["devices_used"] = devices_used(*r.plan);
-      j["devices"] = r.plan->cluster.num_devices();
-      j["pipelines"] = r.plan->pipelines.size();
-      j["plan"] = shape_of(*r.plan);
+      j.update(point_json(*r.plan));
     } else {
       j["iteration_s"] = nullptr;
       j["error"] = r.error;

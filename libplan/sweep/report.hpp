@@ -31,6 +31,9 @@ struct Row {
 std::string shape_of(const Plan& plan);
 // Devices the plan uses, of the cluster's.
 int devices_used(const Plan& plan);
+// A predicted plan as one point: iteration_s, tokens_per_s, mfu, cost_usd_per_hour and
+// usd_per_million_tokens (when it has them), devices_used, devices, pipelines, plan (shape_of).
+nlohmann::ordered_json point_json(const Plan& plan);
 
 std::string table(const Vary& vary, const std::vector<Row>& rows);
 nlohmann::ordered_json to_json(const Vary& vary, const std::vector<Row>& rows);

@@ -1,5 +1,6 @@
 #include "sweep/vary.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <regex>
@@ -65,6 +66,24 @@ std::string keys_of(const YAML::Node& map) {
   std::string out;
   for (const auto& kv : map) out += (out.empty() ? "" : ", ") + kv.first.as<std::string>();
   return out;
+}
+
+// `doc` without the subcluster `name` and the links that name it (a sweep's `nodes` of 0).
+YAML::Node without_subcluster(YAML::Node doc, const std::string& name) {
+  auto named = [&](const YAML::Node& n) { return n.IsScalar() && n.as<std::string>() == name; };
+  YAML::Node subclusters(YAML::NodeType::Sequence), links(YAML::NodeType::Sequence);
+  for (const auto& sc : doc["subclusters"])
+    if (!(sc.IsMap() && sc["name"] && named(sc["name"]))) subclusters.push_back(sc);
+  doc["subclusters"] = subclusters;
+  if (doc["links"] && doc["links"].IsSequence()) {
+    for (const auto& l : doc["links"]) {
+      const bool between = l.IsMap() && l["between"] && l["between"].IsSequence() &&
+                           std::any_of(l["between"].begin(), l["between"].end(), named);
+      if (!between) links.push_back(l);
+    }
+    doc["links"] = links;
+  }
+  return doc;
 }
 
 }  // namespace
@@ -164,57 +183,35 @@ Result<YAML::Node> apply(const YAML::Node& root, const std::string& file, const 
   if (!steps) return steps.errors();
   YAML::Node doc = YAML::Clone(root);
   YAML::Node at = doc;
-  std::string where;  // the path walked so far
+  std::string where;       // the path walked so far
+  std::string subcluster;  // the subcluster entry `at` is, when it is one
   auto error = [&](const YAML::Node& node, const std::string& message) {
     const YAML::Mark mark = node.Mark();
     return Diagnostic{file, mark.is_null() ? 0 : mark.line + 1, mark.is_null() ? 0 : mark.column + 1, where, message};
   };
-  std::string subcluster;  // the subcluster entry the path is in, when it is one
-  for (std::size_t i = 0; i < steps->size(); ++i) {
+  auto has_key = [&](const std::string& key) -> Result<Done> {
+    if (!at.IsMap()) return error(at, "is not a map, so it has no field '" + key + "'");
+    if (!at[key]) return error(at, "has no field '" + key + "' (it has: " + keys_of(at) + ")");
+    return Done{};
+  };
+  for (std::size_t i = 0; i + 1 < steps->size(); ++i) {  // to the field's map (a path ends with a key)
     const Step& s = (*steps)[i];
     if (!s.key.empty()) {
-      if (!at.IsMap()) return error(at, "is not a map, so it has no field '" + s.key + "'");
-      if (!at[s.key]) return error(at, "has no field '" + s.key + "' (it has: " + keys_of(at) + ")");
-      if (i + 1 == steps->size()) {
-        if (s.key == "nodes" && where.rfind("subclusters[", 0) == 0 && !subcluster.empty()) {
-          double x;
-          std::string unit;
-          bool whole;
-          if (split_number(value, x, unit, whole) && unit.empty() && x == 0) {
-            // No nodes: the subcluster and its links go.
-            YAML::Node kept_subclusters(YAML::NodeType::Sequence), kept_links(YAML::NodeType::Sequence);
-            for (const auto& sc : doc["subclusters"])
-              if (!(sc.IsMap() && sc["name"] && sc["name"].as<std::string>() == subcluster)) kept_subclusters.push_back(sc);
-            doc["subclusters"] = kept_subclusters;
-            if (doc["links"] && doc["links"].IsSequence()) {
-              for (const auto& l : doc["links"]) {
-                bool names = false;
-                if (l.IsMap() && l["between"] && l["between"].IsSequence())
-                  for (const auto& e : l["between"]) names = names || (e.IsScalar() && e.as<std::string>() == subcluster);
-                if (!names) kept_links.push_back(l);
-              }
-              doc["links"] = kept_links;
-            }
-            return doc;
-          }
-        }
-        at[s.key] = value;
-        return doc;
-      }
+      if (auto ok = has_key(s.key); !ok) return ok.errors();
       at.reset(at[s.key]);
       where += (where.empty() ? "" : ".") + s.key;
+      subcluster.clear();
       continue;
     }
     if (!at.IsSequence()) return error(at, "is not a list, so it has no entry [" + s.entry + "]");
     YAML::Node found;
-    bool has = true;
     if (s.entry.find_first_not_of("0123456789") == std::string::npos) {
       const std::size_t k = std::stoul(s.entry.substr(0, 9));
       if (k >= at.size()) return error(at, "has " + std::to_string(at.size()) + " entries; there is no [" + s.entry + "]");
       found.reset(at[k]);
     } else {
       std::string names;
-      has = false;
+      bool has = false;
       for (const auto& e : at) {
         if (!(e.IsMap() && e["name"] && e["name"].IsScalar())) continue;
         names += (names.empty() ? "" : ", ") + e["name"].as<std::string>();
@@ -227,7 +224,15 @@ Result<YAML::Node> apply(const YAML::Node& root, const std::string& file, const 
     where += "[" + s.entry + "]";
     at.reset(found);
   }
-  return doc;  // not reached: a path ends with a key
+  const std::string& key = steps->back().key;
+  if (auto ok = has_key(key); !ok) return ok.errors();
+  double x;
+  std::string unit;
+  bool whole;
+  if (key == "nodes" && !subcluster.empty() && split_number(value, x, unit, whole) && unit.empty() && x == 0)
+    return without_subcluster(doc, subcluster);
+  at[key] = value;
+  return doc;
 }
 
 }  // namespace het::sweep
