@@ -710,3 +710,39 @@ TEST_CASE("hetplan replan plans for the devices left, the new plan validates, an
   CHECK(given.exit_code == 0);
   CHECK_THAT(given.out, Catch::Contains("from the checkpoint"));
 }
+
+TEST_CASE("mixed sequence lengths: search plans them, simulate assigns them to pipelines, hetexec refuses them, a bad distribution exits 2") {
+  het::test::TempDir dir;
+  const std::string model = kSrc + "/configs/models/hetu-llama-32b-mixed-16k.yaml";
+  const std::string cluster = kSrc + "/configs/clusters/hetu-16h800-16h20.yaml";
+  const std::string plan = dir.path() + "/mixed.plan.json";
+  auto s = run_process({HETPLAN_BIN, "search", "--model", model, "--cluster", cluster, "--algo", "heteroauto", "-o", plan});
+  INFO(s.out + s.err);
+  REQUIRE(s.exit_code == 0);
+  CHECK_THAT(s.out, Catch::Contains("lengths        micro-batches of each sequence length per pipeline: 0: 18 x 2048, 4 x 8192, 2 x 16384; "
+                                    "1: 18 x 2048, 5 x 8192, 1 x 16384"));
+  std::ifstream in(plan);
+  const auto j = nlohmann::json::parse(in);
+  CHECK(j["model"]["seq_lengths"].size() == 3);
+  CHECK(j["pipelines"][0]["seq_lengths"][2]["microbatches"] == 2);
+  // Simulate, re-dealing the lengths over the two pipelines: the plan's deal is already the
+  // best one (the swaps would move the third 16K sequence, and cannot lower the time).
+  auto a = run_process({HETPLAN_BIN, "simulate", plan, "--assign-lengths"});
+  INFO(a.out + a.err);
+  REQUIRE(a.exit_code == 0);
+  CHECK_THAT(a.out, Catch::Contains("note: sequence lengths assigned: "));
+  // The runtime trains one length: a clear refusal, not a wrong run.
+  auto r = run_process({HETEXEC_BIN, "run-local", plan, "--steps", "1"});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("sequence-length distribution (model.seq_lengths)"));
+  // A distribution whose shares are not whole sequences of the batch: exit 2, the field named.
+  std::ifstream m(model);
+  std::stringstream text;
+  text << m.rdbuf();
+  std::string bad = text.str();
+  bad.replace(bad.find("share: 0.1875"), 13, "share: 0.1975");
+  auto v = run_process({HETPLAN_BIN, "search", "--model", dir.write("bad.yaml", bad), "--cluster", cluster});
+  CHECK(v.exit_code == 2);
+  CHECK_THAT(v.err, Catch::Contains("seq_lengths[1].share: share 0.1975 of global_batch_size 48 is 9.48 sequences"));
+  CHECK_THAT(v.err, Catch::Contains("seq_lengths: the buckets' shares sum to 1.01, not 1"));
+}

@@ -30,6 +30,7 @@
 #include "review_commands.hpp"
 #include "search/objective.hpp"
 #include "search/search.hpp"
+#include "search/lengths.hpp"
 #include "show_command.hpp"
 #include "spec/cluster.hpp"
 #include "spec/hf_config.hpp"
@@ -114,6 +115,7 @@ struct SimulateArgs {
   het::InputFiles files;
   std::string schedule, format = "table", output, trace, resharding = "cheapest";
   bool overlap_sync = false;
+  bool assign_lengths = false;          // simulate: re-deal the sequence-length buckets over the pipelines first
   std::optional<double> time_dilation;  // predicting a run-local/submit run with emulated links, dilated so
   std::string measured, side_by_side;  // simulate: a measured trace to compare with; the combined trace
 };
@@ -152,6 +154,19 @@ int run_simulate(const SimulateArgs& a, const hetplan::ShowArgs* show) {
   if (!outcome) {
     print_errors(outcome.errors());
     return kInvalid;
+  }
+  if (a.assign_lengths) {
+    auto assigned = het::search::assign_lengths(loaded->plan, compute, opt);
+    if (!assigned) {
+      print_errors(assigned.errors());
+      return kInvalid;
+    }
+    outcome = std::move(assigned->outcome);
+    outcome->notes.insert(outcome->notes.begin(),
+                          "sequence lengths assigned: " + std::to_string(assigned->swaps) + " swaps of micro-batches between pipelines (" +
+                              std::to_string(assigned->predictions) + " predictions), the iteration " +
+                              het::report::fmt("%.4g", assigned->before_s) + " s -> " +
+                              het::report::fmt("%.4g", outcome->plan.predicted->iteration_s) + " s");
   }
   // What the profiles mean for this prediction comes first among the notes, which the
   // summary and the pictures show (on stderr where stdout is the plan's JSON).
@@ -716,6 +731,10 @@ int main(int argc, char** argv) {
   simulate->add_option("--format", sim_args.format, "table (default) or json (the completed plan)")
       ->check(CLI::IsMember({"table", "json"}));
   simulate->add_option("-o,--output", sim_args.output, "write the completed plan to this file");
+  simulate->add_flag("--assign-lengths", sim_args.assign_lengths,
+                     "first re-deal the model's sequence-length buckets over the pipelines (swapping micro-batches of different "
+                     "lengths between pipelines while the predicted iteration drops: long sequences to the pipelines that run "
+                     "them fastest)");
   simulate->add_option("--time-dilation", sim_args.time_dilation,
                        "predict a run of hetexec run-local --emulate-links --time-dilation X on the profiled machine: compute "
                        "and links X times slower, each message also paying the machine's transport (the profiles' `transport`)")

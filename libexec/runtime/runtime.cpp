@@ -464,6 +464,9 @@ Plan with_derived_fields(const Plan& plan) {
 
 std::string unsupported(const Plan& plan) {
   if (plan.granularity != Granularity::layer) return "the CPU runtime runs layer-granular plans only";
+  if (!plan.model.seq_lengths.empty())
+    return "the runtime trains sequences of one length; this plan's model has a sequence-length distribution "
+           "(model.seq_lengths), which hetplan predicts but hetexec does not run yet";
   if (plan.model.training.zero_stage >= 3)
     return "ZeRO stage 3 (parameter partitioning) is not supported by the runtime; use zero_stage 0, 1 or 2";
   // Units held with different TP are synced in chunks of the finest sharding: its degree (the

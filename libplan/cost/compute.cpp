@@ -32,6 +32,12 @@ ComputeModel::ComputeModel(const ModelSpec& model, std::vector<ProfileSpec> prof
   }
 }
 
+ComputeModel ComputeModel::at_length(int length) const {
+  ComputeModel out = *this;
+  out.model_ = het::at_length(model_, length);
+  return out;
+}
+
 bool ComputeModel::has_profile(const std::string& device_type) const {
   return std::any_of(profiles_.begin(), profiles_.end(), [&](const ProfileSpec& p) { return p.device == device_type; });
 }

@@ -54,6 +54,10 @@ class ComputeModel {
   //     measured tp / tp, the share of a layer's parameters one device updates.
   std::optional<double> optimizer_step(const std::string& device_type, int tp) const;
   bool has_profile(const std::string& device_type) const;
+  // The same model and profiles costing sequences of `length` tokens (a bucket of
+  // model.seq_lengths: ModelSpec's at_length()); profile rows of that length are used where
+  // measured, else scaled as any unmeasured shape.
+  ComputeModel at_length(int length) const;
 
  private:
   UnitCost analytic(UnitKind kind, const DeviceSpec& device, int tp, int cp, double sequences, int seq) const;

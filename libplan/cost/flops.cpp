@@ -23,8 +23,13 @@ double head_forward_flops(const ModelSpec& m, double b, double s) {
 }
 
 double iteration_model_flops(const ModelSpec& m) {
-  const double b = m.training.global_batch_size, s = m.seq_length;
-  return 3 * (m.num_layers * layer_forward_flops(m, b, s) + head_forward_flops(m, b, s));
+  const auto buckets = length_buckets(m);
+  double flops = 0;
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const double b = bucket_sequences(m, k), s = buckets[k].length;
+    flops += 3 * (m.num_layers * layer_forward_flops(m, b, s) + head_forward_flops(m, b, s));
+  }
+  return flops;
 }
 
 }  // namespace het::cost

@@ -14,7 +14,8 @@ double layer_forward_flops(const ModelSpec& m, double b, double s);
 double attn_forward_flops(const ModelSpec& m, double b, double s);     // sublayer unit: QKV + core + output
 double mlp_forward_flops(const ModelSpec& m, double b, double s);      // sublayer unit
 double head_forward_flops(const ModelSpec& m, double b, double s);
-// Forward + backward model FLOPs of one training iteration's global batch.
+// Forward + backward model FLOPs of one training iteration's global batch (each bucket of
+// model.seq_lengths at its length).
 double iteration_model_flops(const ModelSpec& m);
 
 }  // namespace het::cost

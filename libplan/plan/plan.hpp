@@ -75,9 +75,15 @@ struct Stage {
 struct Pipeline {
   int micro_batch_size = 1;
   int num_microbatches = 1;
+  // With model.seq_lengths: micro-batches of each bucket (index: the model's bucket), summing
+  // to num_microbatches; a micro-batch holds sequences of one bucket (plan file: `seq_lengths:
+  // [{length: 1024, microbatches: 6}, ...]`; plan/buckets.hpp orders and spreads them). Empty
+  // without seq_lengths.
+  std::vector<int> bucket_microbatches;
   std::vector<Stage> stages;
   int line = 0;
 };
+
 
 struct AlgorithmResult {
   std::string name;

@@ -109,13 +109,42 @@ std::optional<Stage> read_stage(const input::Context& ctx, const YAML::Node& nod
   return s;
 }
 
-std::optional<Pipeline> read_pipeline(const input::Context& ctx, const YAML::Node& node, const std::string& path) {
-  input::Fields f(ctx, node, path, {"micro_batch_size", "num_microbatches", "stages"});
+// `model`: the plan's model, whose seq_lengths the pipeline's `seq_lengths` counts refer to.
+std::optional<Pipeline> read_pipeline(const input::Context& ctx, const YAML::Node& node, const std::string& path,
+                                      const ModelSpec& model) {
+  input::Fields f(ctx, node, path, {"micro_batch_size", "num_microbatches", "seq_lengths", "stages"});
   if (!f.is_map()) return std::nullopt;
   Pipeline p;
   p.line = f.line();
   p.micro_batch_size = static_cast<int>(f.integer("micro_batch_size", Need::required, 1, limits::kGlobalBatchSize).value_or(1));
   p.num_microbatches = static_cast<int>(f.integer("num_microbatches", Need::required, 1, limits::kGlobalBatchSize).value_or(1));
+  if (!model.seq_lengths.empty()) p.bucket_microbatches.assign(model.seq_lengths.size(), 0);
+  if (auto list = f.list("seq_lengths", Need::optional, limits::kSeqLengthBuckets)) {
+    if (model.seq_lengths.empty()) f.error("seq_lengths", "the model has no seq_lengths; every sequence has seq_length tokens");
+    std::vector<bool> seen(model.seq_lengths.size(), false);
+    for (std::size_t i = 0; i < list->size() && !model.seq_lengths.empty(); ++i) {
+      input::Fields b(ctx, (*list)[i], input::index(f.path_of("seq_lengths"), i), {"length", "microbatches"});
+      if (!b.is_map()) continue;
+      auto length = b.integer("length", Need::required, 1, limits::kSeqLength);
+      auto count = b.integer("microbatches", Need::required, 0, limits::kGlobalBatchSize);
+      if (!length || !count) continue;
+      std::size_t k = 0;
+      while (k < model.seq_lengths.size() && model.seq_lengths[k].length != *length) ++k;
+      if (k == model.seq_lengths.size()) {
+        std::string lengths;
+        for (const auto& mb : model.seq_lengths) lengths += (lengths.empty() ? "" : ", ") + std::to_string(mb.length);
+        b.error("length", "the model has no bucket of length " + std::to_string(*length) + " (its seq_lengths: " + lengths + ")");
+      } else if (seen[k]) {
+        b.error("length", "length " + std::to_string(*length) + " listed twice");
+      } else {
+        seen[k] = true;
+        p.bucket_microbatches[k] = static_cast<int>(*count);
+      }
+    }
+  } else if (!model.seq_lengths.empty()) {
+    f.error("seq_lengths", "the model's sequence lengths vary: say how many micro-batches of each length the pipeline runs "
+                           "(seq_lengths: [{length: " + std::to_string(model.seq_lengths.front().length) + ", microbatches: N}, ...])");
+  }
   if (auto stages = f.list("stages", Need::required, limits::kStages)) {
     if (stages->size() == 0) f.error("stages", "expected at least one stage");
     for (std::size_t i = 0; i < stages->size(); ++i)
@@ -234,7 +263,7 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs) {
   if (auto list = top.list("pipelines", Need::required, limits::kPipelines)) {
     if (list->size() == 0) top.error("pipelines", "expected at least one pipeline");
     for (std::size_t i = 0; i < list->size(); ++i)
-      if (auto p = read_pipeline(ctx, (*list)[i], input::index("pipelines", i))) plan.pipelines.push_back(std::move(*p));
+      if (auto p = read_pipeline(ctx, (*list)[i], input::index("pipelines", i), plan.model)) plan.pipelines.push_back(std::move(*p));
   }
   if (auto p = top.map("predicted", Need::optional,
                        {"iteration_s", "tokens_per_s", "mfu", "bubble_fraction", "load_balance_eta",
@@ -300,7 +329,15 @@ nlohmann::ordered_json to_json(const Plan& plan) {
                            {"memory_bytes", s.predicted->memory_bytes}};
       stages.push_back(std::move(js));
     }
-    pipelines.push_back({{"micro_batch_size", p.micro_batch_size}, {"num_microbatches", p.num_microbatches}, {"stages", stages}});
+    J jp = {{"micro_batch_size", p.micro_batch_size}, {"num_microbatches", p.num_microbatches}};
+    if (!p.bucket_microbatches.empty()) {
+      J buckets = J::array();
+      for (std::size_t k = 0; k < p.bucket_microbatches.size() && k < plan.model.seq_lengths.size(); ++k)
+        buckets.push_back({{"length", plan.model.seq_lengths[k].length}, {"microbatches", p.bucket_microbatches[k]}});
+      jp["seq_lengths"] = buckets;
+    }
+    jp["stages"] = stages;
+    pipelines.push_back(std::move(jp));
   }
   out["pipelines"] = pipelines;
   if (plan.predicted) {

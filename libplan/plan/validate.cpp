@@ -45,6 +45,7 @@ Diagnostics validate_plan(const Plan& plan, const std::string& file) {
   // (subcluster, node, device) -> the stage that uses it, for "used twice" reports.
   std::map<std::tuple<std::string, int, int>, std::pair<std::string, int>> owner;
   long long batch = 0;
+  std::vector<long long> bucket_batch(model.seq_lengths.size(), 0);  // sequences of each bucket over the pipelines
   if (plan.pipelines.empty()) error(0, "pipelines", "a plan needs at least one pipeline");
 
   for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
@@ -52,6 +53,22 @@ Diagnostics validate_plan(const Plan& plan, const std::string& file) {
     const std::string ppath = "pipelines[" + std::to_string(pi) + "]";
     batch += static_cast<long long>(p.micro_batch_size) * p.num_microbatches;
     if (p.stages.empty()) error(p.line, ppath + ".stages", "a pipeline needs at least one stage");
+    if (p.bucket_microbatches.size() != model.seq_lengths.size()) {
+      error(p.line, ppath + ".seq_lengths",
+            model.seq_lengths.empty() ? "the model has no seq_lengths; remove the pipeline's"
+                                      : "expected micro-batch counts for the model's " + std::to_string(model.seq_lengths.size()) +
+                                            " sequence-length buckets");
+    } else if (!p.bucket_microbatches.empty()) {
+      long long counted = 0;
+      for (std::size_t b = 0; b < p.bucket_microbatches.size(); ++b) {
+        counted += p.bucket_microbatches[b];
+        bucket_batch[b] += static_cast<long long>(p.micro_batch_size) * p.bucket_microbatches[b];
+      }
+      if (counted != p.num_microbatches)
+        error(p.line, ppath + ".seq_lengths",
+              "the micro-batches of the buckets sum to " + std::to_string(counted) + ", but num_microbatches is " +
+                  std::to_string(p.num_microbatches));
+    }
 
     int next_unit = 0;  // the first unit not yet covered by an earlier stage
     for (std::size_t si = 0; si < p.stages.size(); ++si) {
@@ -85,6 +102,11 @@ Diagnostics validate_plan(const Plan& plan, const std::string& file) {
       if (model.seq_length % s.cp != 0)
         error(s.line, path + ".cp",
               "cp " + std::to_string(s.cp) + " must divide seq_length " + std::to_string(model.seq_length));
+      for (std::size_t b = 0; b < p.bucket_microbatches.size() && b < model.seq_lengths.size(); ++b)
+        if (p.bucket_microbatches[b] > 0 && model.seq_lengths[b].length % s.cp != 0)
+          error(s.line, path + ".cp",
+                "cp " + std::to_string(s.cp) + " must divide the length " + std::to_string(model.seq_lengths[b].length) +
+                    " of the pipeline's micro-batches in that bucket");
       if (p.micro_batch_size % s.dp != 0)
         error(s.line, path + ".dp",
               "dp " + std::to_string(s.dp) + " must divide the pipeline's micro_batch_size " +
@@ -152,6 +174,12 @@ Diagnostics validate_plan(const Plan& plan, const std::string& file) {
           "micro_batch_size*num_microbatches summed over pipelines is " + terms + " = " + std::to_string(batch) +
               ", but the model's global_batch_size is " + std::to_string(model.training.global_batch_size));
   }
+  for (std::size_t b = 0; b < model.seq_lengths.size() && !plan.pipelines.empty(); ++b)
+    if (bucket_batch[b] != bucket_sequences(model, b))
+      error(plan.pipelines.front().line, "pipelines",
+            "the pipelines run " + std::to_string(bucket_batch[b]) + " sequences of length " +
+                std::to_string(model.seq_lengths[b].length) + " (micro_batch_size x its micro-batches, summed), but the model's "
+                "share of them is " + std::to_string(bucket_sequences(model, b)) + " of the global batch");
   return errors;
 }
 

@@ -9,6 +9,7 @@
 
 #include "cost/comm.hpp"
 #include "cost/flops.hpp"
+#include "plan/buckets.hpp"
 #include "plan/validate.hpp"
 #include "predict/stage_cost.hpp"
 #include "schedule/schedule.hpp"
@@ -81,6 +82,18 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
   double cross_bytes = 0;
   std::vector<std::vector<double>> most_received;  // [pipeline][stage]: Hop::most_received from the stage before
 
+  // Sequence-length buckets (model.seq_lengths; one bucket of seq_length without): each costed
+  // as the model with all its sequences of that length.
+  const std::vector<SeqLengthBucket> buckets = length_buckets(m);
+  std::vector<ModelSpec> bucket_model;
+  std::vector<cost::ComputeModel> at_lengths;  // the compute models of the buckets, when there are several
+  for (const auto& b : buckets) {
+    bucket_model.push_back(m.seq_lengths.empty() ? m : at_length(m, b.length));
+    if (!m.seq_lengths.empty()) at_lengths.push_back(compute.at_length(b.length));
+  }
+  auto bucket_compute = [&](std::size_t k) -> const cost::ComputeModel& { return at_lengths.empty() ? compute : at_lengths[k]; };
+  std::vector<int> longest(plan.pipelines.size(), 0);  // [pipeline]: its longest bucket (activation memory)
+
   for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
     Pipeline& p = plan.pipelines[pi];
     const int S = static_cast<int>(p.stages.size());
@@ -89,6 +102,17 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
     most_received.emplace_back(std::size_t(S), 0.0);
     std::vector<Placement> places;
     for (const auto& s : p.stages) places.push_back(place(s, plan.cluster));
+    // Micro-batches per bucket, and the buckets this pipeline runs.
+    const std::vector<int> count = p.bucket_microbatches.empty() ? std::vector<int>{p.num_microbatches} : p.bucket_microbatches;
+    std::vector<std::size_t> used;
+    for (std::size_t k = 0; k < count.size(); ++k)
+      if (count[k] > 0) used.push_back(k);
+    if (used.empty() || count.size() != buckets.size())
+      return Diagnostic{"", 0, 0, "pipelines[" + std::to_string(pi) + "].seq_lengths",
+                        "expected micro-batch counts of the model's sequence lengths"};
+    longest[pi] = static_cast<int>(used.back());
+    const ModelSpec& m_long = bucket_model[used.back()];
+    auto share = [&](std::size_t k) { return double(count[k]) / p.num_microbatches; };
 
     schedule::WarmupInput w;
     w.kind = plan.schedule;
@@ -96,6 +120,10 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
     w.epsilon = opt.epsilon;
     sim::PipelineInput pin;
     pin.num_microbatches = p.num_microbatches;
+    if (used.size() > 1) {
+      pin.kind = microbatch_buckets(p);
+      pin.by_kind.resize(count.size());  // filled for the buckets used
+    }
 
     for (int si = 0; si < S; ++si) {
       const Stage& s = p.stages[si];
@@ -104,38 +132,51 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       const DeviceSpec& dev = pl.sub->device;
       const double b = double(p.micro_batch_size) / s.dp;  // sequences per device
       const UnitCounts units = count_units(plan, s);
+      const std::string name = "p" + std::to_string(pi) + " s" + std::to_string(si) + " " + s.subcluster;
+      if (si + 1 < S) d.crosses_subcluster = s.subcluster != p.stages[si + 1].subcluster;
       int worst = 0;
-      auto add = [&](UnitKind kind, double count) {
-        if (count <= 0) return;
-        const UnitTimes u = unit_times(m, compute, kind, pl, s.tp, s.cp, s.recompute, b);
-        d.forward_s += count * u.forward_s;
-        d.backward_s += count * u.backward_s;
-        worst = std::max(worst, source_rank(u.source));
-      };
-      add(UnitKind::embedding, units.embedding);
-      add(UnitKind::layer, units.full_layers);
-      add(UnitKind::attn, units.attn);
-      add(UnitKind::mlp, units.mlp);
-      add(UnitKind::head, units.head);
+      // Per bucket: compute and the hop to the next stage; the stage's detail holds their mean
+      // over the pipeline's micro-batches. Longest first: it picks the resharding strategy.
+      for (auto it = used.rbegin(); it != used.rend(); ++it) {
+        const std::size_t k = *it;
+        sim::StageCosts c;
+        c.name = name;
+        c.cross_to_next = d.crosses_subcluster;
+        auto add = [&](UnitKind kind, double n) {
+          if (n <= 0) return;
+          const UnitTimes u = unit_times(bucket_model[k], bucket_compute(k), kind, pl, s.tp, s.cp, s.recompute, b);
+          c.forward_s += n * u.forward_s;
+          c.backward_s += n * u.backward_s;
+          worst = std::max(worst, source_rank(u.source));
+        };
+        add(UnitKind::embedding, units.embedding);
+        add(UnitKind::layer, units.full_layers);
+        add(UnitKind::attn, units.attn);
+        add(UnitKind::mlp, units.mlp);
+        add(UnitKind::head, units.head);
+        if (si + 1 < S) {
+          const Hop h = hop(s, p.stages[si + 1], bucket_model[k], p.micro_batch_size, plan.cluster, opt, sharers_of(s));
+          c.send_forward_s = h.forward_s;
+          c.send_backward_s = h.backward_s;
+          p.stages[si].resharding = h.strategy;  // the longest bucket's: the ones after it keep it
+          d.send_bytes += share(k) * h.cross_bytes;
+          if (k == used.back()) most_received[pi][si + 1] = h.most_received;
+          if (d.crosses_subcluster) cross_bytes += 2.0 * count[k] * h.cross_bytes;
+        }
+        d.forward_s += share(k) * c.forward_s;
+        d.backward_s += share(k) * c.backward_s;
+        d.send_forward_s += share(k) * c.send_forward_s;
+        d.send_backward_s += share(k) * c.send_backward_s;
+        if (!pin.by_kind.empty()) pin.by_kind[k].push_back(c);
+      }
       d.source = static_cast<cost::Source>(std::array{cost::Source::profile, cost::Source::interpolated,
                                                       cost::Source::extrapolated, cost::Source::analytic}[worst]);
-      // Transfer to the next stage.
-      if (si + 1 < S) {
-        const Stage& next = p.stages[si + 1];
-        const Hop h = hop(s, next, m, p.micro_batch_size, plan.cluster, opt, sharers_of(s));
-        d.send_forward_s = h.forward_s;
-        d.send_backward_s = h.backward_s;
-        p.stages[si].resharding = h.strategy;
-        d.send_bytes = h.cross_bytes;
-        most_received[pi][si + 1] = h.most_received;
-        d.crosses_subcluster = s.subcluster != next.subcluster;
-        if (d.crosses_subcluster) cross_bytes += 2.0 * p.num_microbatches * h.cross_bytes;
-      }
-      // Memory without activations, for the warm-up cap; activations per micro-batch.
+      // Memory without activations, for the warm-up cap; activations per micro-batch (of the
+      // longest bucket: any micro-batches in flight may be of it).
       d.capacity = dev.usable_memory();
       d.limit = d.capacity * (1 - opt.memory_headroom);
-      const double fixed = cost::stage_memory(m, shape_of(plan, p, s, replicas_of[pi][si], 0)).total();
-      const double per_mb = units.layers * cost::layer_activation_bytes(m, b, s.tp, s.cp, s.recompute);
+      const double fixed = cost::stage_memory(m_long, shape_of(plan, p, s, replicas_of[pi][si], 0)).total();
+      const double per_mb = units.layers * cost::layer_activation_bytes(m_long, b, s.tp, s.cp, s.recompute);
       w.memory_limit.push_back(per_mb > 0 ? static_cast<int>(std::max(1.0, std::floor((d.limit - fixed) / per_mb)))
                                           : p.num_microbatches);
       w.stage_s.push_back(d.forward_s + d.backward_s);
@@ -143,9 +184,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         w.transfer_s.push_back(d.send_forward_s);
         w.crosses_subcluster.push_back(d.crosses_subcluster);
       }
-      pin.stages.push_back({d.forward_s, d.backward_s, d.send_forward_s, d.send_backward_s, 0,
-                            "p" + std::to_string(pi) + " s" + std::to_string(si) + " " + s.subcluster,
-                            d.crosses_subcluster});
+      pin.stages.push_back({d.forward_s, d.backward_s, d.send_forward_s, d.send_backward_s, 0, name, d.crosses_subcluster});
     }
     pin.warmup = schedule::warmup_counts(w);
     for (int si = 0; si < S; ++si) details[si].warmup = pin.warmup[si];
@@ -190,7 +229,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       // stage before sends later).
       if (si > 0) shape.read_ahead = std::max(0, out.stages[pi][si - 1].warmup - d.warmup) * most_received[pi][si];
       if (auto it = first_chunk.find({pi, si}); it != first_chunk.end()) shape.read_ahead += it->second * grad_bytes;
-      d.memory = cost::stage_memory(m, shape);
+      d.memory = cost::stage_memory(bucket_model[longest[pi]], shape);
       const double shard = m.training.zero_stage >= 1 ? replicas : 1;
       d.optimizer_s = optimizer_s(compute, m, pl.sub->device, s.tp, params, shard);
       sin.pipelines[pi].stages[si].optimizer_s = d.optimizer_s;
@@ -257,7 +296,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
 
   Prediction pr;
   pr.iteration_s = out.sim.iteration_s;
-  pr.tokens_per_s = double(m.training.global_batch_size) * m.seq_length / pr.iteration_s;
+  pr.tokens_per_s = tokens_per_iteration(m) / pr.iteration_s;
   pr.mfu = cost::iteration_model_flops(m) / (pr.iteration_s * peak);
   pr.bubble_fraction = out.sim.bubble_fraction;
   pr.load_balance_eta = out.load_balance_eta;

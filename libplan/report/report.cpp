@@ -45,7 +45,9 @@ std::string stage_table(const predict::Outcome& o) {
   auto same = [&](std::size_t a, std::size_t b) {
     const auto& x = plan.pipelines[a].stages;
     const auto& y = plan.pipelines[b].stages;
-    if (x.size() != y.size() || plan.pipelines[a].micro_batch_size != plan.pipelines[b].micro_batch_size) return false;
+    if (x.size() != y.size() || plan.pipelines[a].micro_batch_size != plan.pipelines[b].micro_batch_size ||
+        plan.pipelines[a].bucket_microbatches != plan.pipelines[b].bucket_microbatches)
+      return false;
     for (std::size_t i = 0; i < x.size(); ++i)
       if (x[i].subcluster != y[i].subcluster || x[i].first != y[i].first || x[i].last != y[i].last || x[i].tp != y[i].tp ||
           x[i].cp != y[i].cp || x[i].dp != y[i].dp || x[i].recompute != y[i].recompute || x[i].warmup != y[i].warmup)
@@ -83,6 +85,24 @@ std::string summary(const predict::Outcome& o) {
   std::string out;
   out += "schedule " + std::string(to_string(o.plan.schedule)) + ", " + std::to_string(o.plan.pipelines.size()) +
          " pipeline(s), global batch " + std::to_string(o.plan.model.training.global_batch_size) + "\n";
+  if (!o.plan.model.seq_lengths.empty()) {
+    // Micro-batches per length, pipelines with the same counts together: "0-3: 3 x 2048, 1 x 8192".
+    const auto& lengths = o.plan.model.seq_lengths;
+    const auto& pipes = o.plan.pipelines;
+    out += "lengths        micro-batches of each sequence length per pipeline:";
+    for (std::size_t a = 0; a < pipes.size();) {
+      std::size_t b = a;
+      while (b + 1 < pipes.size() && pipes[b + 1].bucket_microbatches == pipes[a].bucket_microbatches) ++b;
+      std::string counts;
+      for (std::size_t k = 0; k < lengths.size() && k < pipes[a].bucket_microbatches.size(); ++k)
+        if (pipes[a].bucket_microbatches[k] > 0)
+          counts += (counts.empty() ? "" : ", ") + std::to_string(pipes[a].bucket_microbatches[k]) + " x " +
+                    std::to_string(lengths[k].length);
+      out += (a == 0 ? " " : "; ") + (a == b ? std::to_string(a) : std::to_string(a) + "-" + std::to_string(b)) + ": " + counts;
+      a = b + 1;
+    }
+    out += "\n";
+  }
   out += "iteration      " + fmt("%.4f s", pr.iteration_s) + "\n";
   out += "throughput     " + fmt("%.0f tokens/s", pr.tokens_per_s) + "\n";
   out += "MFU            " + fmt("%.1f %%", 100 * pr.mfu) + "\n";

@@ -157,6 +157,18 @@ class Differ {
       add(Change::Kind::changed, p, {}, "num_microbatches", a.num_microbatches, b.num_microbatches,
           at + ": micro-batches per iteration " + std::to_string(a.num_microbatches) + " -> " +
               std::to_string(b.num_microbatches));
+    if (a.bucket_microbatches != b.bucket_microbatches) {
+      // Micro-batches per sequence length (the model's seq_lengths; the newer plan's lengths).
+      auto counts = [&](const Pipeline& q) {
+        std::string out;
+        for (std::size_t k = 0; k < q.bucket_microbatches.size() && k < b_.model.seq_lengths.size(); ++k)
+          out += (out.empty() ? "" : ", ") + std::to_string(q.bucket_microbatches[k]) + " x " +
+                 std::to_string(b_.model.seq_lengths[k].length);
+        return out.empty() ? std::string("one length") : out;
+      };
+      add(Change::Kind::changed, p, {}, "seq_lengths", a.bucket_microbatches, b.bucket_microbatches,
+          at + ": micro-batches per sequence length " + counts(a) + " -> " + counts(b));
+    }
     const std::size_t ns = std::max(a.stages.size(), b.stages.size());
     for (std::size_t si = 0; si < ns; ++si) {
       const int s = static_cast<int>(si);

@@ -83,6 +83,8 @@ class Work {
   void count(std::int64_t n = 1) { layouts_ += n; }
   bool timed_out() const { return timed_out_.load(); }
   void note_progress(const std::string& what) const;
+  // Why the algorithm did not try (the instance is outside what it handles); its report's note.
+  std::string skipped;
 
  private:
   std::atomic<std::chrono::steady_clock::time_point> deadline_;

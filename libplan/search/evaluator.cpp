@@ -6,6 +6,7 @@
 #include <set>
 
 #include "cost/comm.hpp"
+#include "plan/buckets.hpp"
 #include "predict/stage_cost.hpp"
 #include "schedule/schedule.hpp"
 
@@ -37,6 +38,9 @@ Evaluator::Evaluator(const ModelSpec& model, const ClusterSpec& cluster, const c
       granularity_(granularity),
       predict_(predict),
       units_(het::num_units(model, granularity)) {
+  for (const SeqLengthBucket& b : model.seq_lengths)
+    lengths_.push_back({at_length(model, b.length), compute.at_length(b.length), b.share});
+  longest_ = lengths_.empty() ? model : lengths_.back().model;
   // Cheapest first: the DP takes the first option that fits.
   std::sort(recompute_.begin(), recompute_.end());
   recompute_.erase(std::unique(recompute_.begin(), recompute_.end()), recompute_.end());
@@ -47,12 +51,16 @@ bool Evaluator::admissible(const Layout& l) const {
   const auto& t = model_.training;
   if (l.stages.empty() || static_cast<int>(l.stages.size()) > units_ || l.pipelines < 1) return false;
   if (t.global_batch_size % (l.pipelines * l.micro_batch_size) != 0) return false;
+  for (std::size_t b = 0; b < lengths_.size(); ++b)  // a micro-batch holds one bucket's sequences
+    if (bucket_sequences(model_, b) % l.micro_batch_size != 0) return false;
   std::vector<int> used(cluster_.subclusters.size(), 0);
   for (const auto& s : l.stages) {
     if (s.sub < 0 || s.sub >= static_cast<int>(used.size())) return false;
     if (l.micro_batch_size % s.dp != 0) return false;
     if (model_.num_attention_heads % s.tp != 0 || model_.num_kv_heads % s.tp != 0) return false;
     if (model_.seq_length % s.cp != 0) return false;
+    for (const Length& b : lengths_)
+      if (b.model.seq_length % s.cp != 0) return false;
     used[s.sub] += l.pipelines * s.devices();
   }
   for (std::size_t j = 0; j < used.size(); ++j)
@@ -94,8 +102,19 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   t->whole.assign(units_ + 1, 0);
   t->act.assign(units_ + 1, 0);
   t->layers.assign(units_ + 1, 0);
-  const double layer_act = cost::layer_activation_bytes(model_, b, sh.tp, sh.cp, r);
-  auto unit = [&](UnitKind kind) { return predict::unit_times(model_, compute_, kind, pl, sh.tp, sh.cp, r, b); };
+  const double layer_act = cost::layer_activation_bytes(longest_, b, sh.tp, sh.cp, r);
+  auto unit = [&](UnitKind kind) {
+    if (lengths_.empty()) return predict::unit_times(model_, compute_, kind, pl, sh.tp, sh.cp, r, b);
+    predict::UnitTimes mean;
+    mean.source = cost::Source::profile;
+    for (const Length& x : lengths_) {
+      const predict::UnitTimes u = predict::unit_times(x.model, x.compute, kind, pl, sh.tp, sh.cp, r, b);
+      mean.forward_s += x.share * u.forward_s;
+      mean.backward_s += x.share * u.backward_s;
+      mean.source = std::max(mean.source, u.source);  // the least exact
+    }
+    return mean;
+  };
   const predict::UnitTimes emb = unit(UnitKind::embedding), head = unit(UnitKind::head);
   const predict::UnitTimes layer = granularity_ == Granularity::layer ? unit(UnitKind::layer) : predict::UnitTimes{};
   const predict::UnitTimes attn = granularity_ == Granularity::sublayer ? unit(UnitKind::attn) : predict::UnitTimes{};
@@ -128,7 +147,7 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   t->bytes_per_param = cost::stage_memory(model_, one).total();
   cost::StageShape head_only;
   head_only.has_head = true, head_only.tp = sh.tp, head_only.cp = sh.cp, head_only.sequences = b, head_only.in_flight = 1;
-  t->logits = cost::stage_memory(model_, head_only).stage_buffers;
+  t->logits = cost::stage_memory(longest_, head_only).stage_buffers;
   t->tied = predict::tied_head_parameters(model_);
   t->capacity = sub.device.usable_memory() * (1 - predict_.memory_headroom);  // predict's StageDetail::limit
   t->device = &sub.device;
@@ -156,8 +175,16 @@ double Evaluator::hop(const StageShape& a, int offset_a, const StageShape& b, in
     st.devices = block(cluster_.subclusters[sh.sub], offset, sh.devices());
     return st;
   };
-  const predict::Hop h = predict::hop(stage(a, offset_a), stage(b, offset_b), model_, mbs, cluster_, predict_, sharers);
-  const double c = (h.forward_s + h.backward_s) / 2;  // the estimate charges each direction c_i
+  const Stage from = stage(a, offset_a), to = stage(b, offset_b);
+  double c = 0;  // the estimate charges each direction c_i: the mean of both, over the buckets
+  if (lengths_.empty()) {
+    const predict::Hop h = predict::hop(from, to, model_, mbs, cluster_, predict_, sharers);
+    c = (h.forward_s + h.backward_s) / 2;
+  }
+  for (const Length& x : lengths_) {
+    const predict::Hop h = predict::hop(from, to, x.model, mbs, cluster_, predict_, sharers);
+    c += x.share * (h.forward_s + h.backward_s) / 2;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   hops_.emplace(key, c);
   return c;
@@ -533,6 +560,7 @@ Plan Evaluator::to_plan(const Candidate& c) const {
     }
     plan.pipelines.push_back(std::move(p));
   }
+  spread_buckets(plan);  // cannot fail: admissible() checked each bucket fills whole micro-batches
   return plan;
 }
 

@@ -4,6 +4,9 @@
 // schedule), the best assignment of units and recomputation to its stages under a fast
 // analytic estimate, and the plan it becomes.
 //
+// With a sequence-length distribution (model.seq_lengths) a micro-batch costs the mean over
+// its buckets, weighted by share, and holds the activations of the longest.
+//
 // Estimate (HAPT §5.2 eq. 13, with eq. 12 for transfers the warm-ups cannot hide):
 //   T ≈ Σ_i (t_i + 2c_i) + (m − 1)·max(t_max, max_i c_i, max_i (N_{i+1}·t_max + t_max + 2c_i) / N_i)
 //       + the gradient sync not hidden by the last backward + the optimizer step
@@ -122,6 +125,16 @@ class Evaluator {
   ModelSpec model_;
   ClusterSpec cluster_;
   const cost::ComputeModel& compute_;
+  // With model.seq_lengths: each bucket's model and compute model and its share of the
+  // micro-batches (identical pipelines run the buckets in proportion: plan/buckets.hpp), so a
+  // micro-batch costs their mean; `longest_` holds the activations (empty: model_ itself).
+  struct Length {
+    ModelSpec model;
+    cost::ComputeModel compute;
+    double share = 0;
+  };
+  std::vector<Length> lengths_;
+  ModelSpec longest_;
   std::vector<Recompute> recompute_;
   Granularity granularity_;
   predict::Options predict_;

@@ -85,6 +85,12 @@ std::optional<PartPlan> search_part(Work& w, const ClusterSpec& part, int sequen
 }  // namespace
 
 void run_hexiscale(Work& w) {
+  // Its parts take uneven shares of the global batch, which a sequence-length distribution's
+  // buckets need not divide into whole sequences: not tried then.
+  if (!w.eval.model().seq_lengths.empty()) {
+    w.skipped = "not tried: its parts' shares of the batch would split the sequence-length buckets unevenly";
+    return;
+  }
   const ClusterSpec& c = w.eval.cluster();
   const auto nodes = all_nodes(c);
   const int G = w.eval.model().training.global_batch_size;

@@ -368,6 +368,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     std::vector<int> key{static_cast<int>(p.schedule), static_cast<int>(p.granularity)};
     for (const Pipeline& q : p.pipelines) {
       key.insert(key.end(), {q.micro_batch_size, q.num_microbatches, static_cast<int>(q.stages.size())});
+      key.insert(key.end(), q.bucket_microbatches.begin(), q.bucket_microbatches.end());
       for (const Stage& st : q.stages) {
         key.insert(key.end(), {p.cluster.index_of(st.subcluster), st.first, st.last, st.tp, st.cp, st.dp,
                                static_cast<int>(st.recompute), st.warmup.value_or(-1),
@@ -393,7 +394,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
       if (listed.insert(decisions(outcomes[j]->plan)).second) ranked.emplace_back(t, *outcomes[j]);
     }
     if (!report.iteration_s)
-      report.note = stopped ? "stopped when the search had converged, before finding a plan"
+      report.note = !w.skipped.empty() ? w.skipped
+                    : stopped ? "stopped when the search had converged, before finding a plan"
                     : w.timed_out() ? "ran out of time before finding a plan" : "found no plan that fits";
     out.algorithms.push_back(std::move(report));
   }

@@ -39,6 +39,10 @@ std::vector<double> schedule_key(const PipelineInput& p) {
   key.insert(key.end(), p.warmup.begin(), p.warmup.end());
   for (const StageCosts& c : p.stages)
     key.insert(key.end(), {c.forward_s, c.backward_s, c.send_forward_s, c.send_backward_s, c.cross_to_next ? 1.0 : 0.0});
+  key.push_back(double(p.kind.size()));
+  key.insert(key.end(), p.kind.begin(), p.kind.end());
+  for (const auto& stages : p.by_kind)
+    for (const StageCosts& c : stages) key.insert(key.end(), {c.forward_s, c.backward_s, c.send_forward_s, c.send_backward_s});
   return key;
 }
 
@@ -51,6 +55,12 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
   if (S == 0 || m < 1) return Diagnostic{"", 0, 0, where, "a pipeline needs at least one stage and one micro-batch"};
   if (static_cast<int>(p.warmup.size()) != S)
     return Diagnostic{"", 0, 0, where, "expected one warm-up count per stage"};
+  if (!p.kind.empty()) {
+    if (static_cast<int>(p.kind.size()) != m) return Diagnostic{"", 0, 0, where, "expected one kind per micro-batch"};
+    for (int k : p.kind)
+      if (k < 0 || k >= static_cast<int>(p.by_kind.size()) || static_cast<int>(p.by_kind[k].size()) != S)
+        return Diagnostic{"", 0, 0, where, "a micro-batch's kind has no costs for every stage"};
+  }
 
   std::vector<std::vector<schedule::Op>> ops(S);
   for (int s = 0; s < S; ++s) ops[s] = schedule::stage_ops(p.warmup[s], m);
@@ -84,11 +94,11 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
     const int s = work.back();
     work.pop_back();
     queued[s] = 0;
-    const StageCosts& c = p.stages[s];
     StageReport& r = report.stages[s];
     while (pos[s] < ops[s].size()) {
       const schedule::Op op = ops[s][pos[s]];
       const int i = op.microbatch;
+      const StageCosts& c = microbatch_costs(p, s, i);
       if (op.kind == schedule::OpKind::forward) {
         double ready = s == 0 ? 0 : cf_arrive[at(s - 1, i)];
         if (ready == kUnknown) break;  // waiting for activations
@@ -101,7 +111,7 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
         if (s + 1 < S) {
           const double cs = std::max(end, link_f_free[s]);
           cf_arrive[at(s, i)] = link_f_free[s] = cs + c.send_forward_s;
-          if (c.cross_to_next) sends_f[s].push_back({cs, cs + c.send_forward_s});
+          if (p.stages[s].cross_to_next) sends_f[s].push_back({cs, cs + c.send_forward_s});
           r.send_busy_s += c.send_forward_s;
           emit([&] { return "s" + std::to_string(s) + "->s" + std::to_string(s + 1); }, [&] { return "C^F " + std::to_string(i); }, cs,
                c.send_forward_s);
@@ -118,10 +128,10 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
         r.last_backward_end_s = end;
         emit([&] { return "s" + std::to_string(s) + " compute"; }, [&] { return "B" + std::to_string(i); }, start, c.backward_s);
         if (s > 0) {
-          const StageCosts& prev = p.stages[s - 1];
+          const StageCosts& prev = microbatch_costs(p, s - 1, i);
           const double cs = std::max(end, link_b_free[s - 1]);
           cb_arrive[at(s - 1, i)] = link_b_free[s - 1] = cs + prev.send_backward_s;
-          if (prev.cross_to_next) sends_b[s - 1].push_back({cs, cs + prev.send_backward_s});
+          if (p.stages[s - 1].cross_to_next) sends_b[s - 1].push_back({cs, cs + prev.send_backward_s});
           report.stages[s - 1].send_busy_s += prev.send_backward_s;
           emit([&] { return "s" + std::to_string(s) + "->s" + std::to_string(s - 1); }, [&] { return "C^B " + std::to_string(i); }, cs,
                prev.send_backward_s);
@@ -161,6 +171,10 @@ Result<PipelineReport> run_pipeline(const PipelineInput& p, int index, bool trac
 
 }  // namespace
 
+const StageCosts& microbatch_costs(const PipelineInput& p, int s, int i) {
+  return p.kind.empty() ? p.stages[s] : p.by_kind[p.kind[i]][s];
+}
+
 Result<SimResult> simulate(const SimInput& in) {
   SimResult out;
   CrossTotals cross;
@@ -193,7 +207,8 @@ Result<SimResult> simulate(const SimInput& in) {
           si >= static_cast<int>(out.pipelines[pi].stages.size()))
         return Diagnostic{"", 0, 0, "sync_groups[" + std::to_string(g) + "]", "names a stage that does not exist"};
       const StageReport& st = out.pipelines[pi].stages[si];
-      const double last_b = in.pipelines[pi].stages[si].backward_s;
+      const PipelineInput& pin = in.pipelines[pi];
+      const double last_b = microbatch_costs(pin, si, pin.num_microbatches - 1).backward_s;  // schedules end with it
       // A member's first group may start with its last backward when overlapped; a later one
       // when the member's previous group has ended.
       const bool first = st.sync_end_s == st.last_backward_end_s;

@@ -36,7 +36,15 @@ struct PipelineInput {
   int num_microbatches = 1;
   std::vector<StageCosts> stages;
   std::vector<int> warmup;  // per stage; see schedule::warmup_counts
+  // Micro-batches of different costs (buckets of a sequence-length distribution): micro-batch
+  // i's forward, backward and sends on stage s are by_kind[kind[i]][s]'s (the optimizer step,
+  // name and cross flag stay stages[s]'s). Empty: every micro-batch costs stages[s].
+  std::vector<int> kind;                         // per micro-batch
+  std::vector<std::vector<StageCosts>> by_kind;  // [kind][stage]
 };
+
+// The costs of micro-batch i on stage s (by_kind when the pipeline has kinds).
+const StageCosts& microbatch_costs(const PipelineInput& p, int s, int i);
 
 // Stages whose gradients are reduced together; time_s is the collective's duration.
 struct SyncGroup {

@@ -108,7 +108,7 @@ Result<ModelSpec> read_hf_model(const std::string& path, const std::string& trai
   auto train = input::load(training_file);
   if (!train) return train.errors();
   const input::Context tctx{train->file, &errors};
-  const input::Fields t(tctx, train->root, "", {"name", "seq_length", "dtype", "training"});
+  const input::Fields t(tctx, train->root, "", {"name", "seq_length", "seq_lengths", "dtype", "training"});
   if (!t.is_map()) return errors;
   std::string name = c.text("_name_or_path").value_or("");
   if (name.empty()) name = fs::absolute(fs::path(doc->file)).parent_path().filename().string();
@@ -121,7 +121,7 @@ Result<ModelSpec> read_hf_model(const std::string& path, const std::string& trai
   m["num_kv_heads"] = kv;
   m["ffn_hidden_size"] = ffn.value_or(4 * *hidden);
   m["vocab_size"] = *vocab;
-  for (const char* key : {"seq_length", "dtype", "training"})
+  for (const char* key : {"seq_length", "seq_lengths", "dtype", "training"})
     if (t.has(key)) m[key] = t.get(key);
   auto model = read_model(train->file, m, "");
   if (!model) return model.errors();

@@ -14,7 +14,7 @@
 //    untied one on gpt2, an activation other than the architecture's) is refused, never
 //    defaulted. Fields that do not change the cost (dropout, eps, rope_theta, token ids) are
 //    ignored.
-//  * The training YAML holds seq_length, dtype (default bf16), training (as in a model.yaml)
+//  * The training YAML holds seq_length, seq_lengths (optional), dtype (default bf16), training (as in a model.yaml)
 //    and optionally name (default: the config's _name_or_path, else its directory's name);
 //    any other key is refused. seq_length may not exceed the config's positions, nor a mistral
 //    sliding window (sliding-window attention is not modeled).

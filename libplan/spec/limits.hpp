@@ -41,6 +41,9 @@ inline constexpr std::int64_t kTokensPerIteration = std::int64_t{1} << 30;
 // Micro-batch sizes the search tries (each multiplies its work); every power of two up to the
 // global-batch limit is 17.
 inline constexpr input::Limit kMicroBatchChoices{64, "micro-batch sizes"};
+// Buckets of a sequence-length distribution (model.seq_lengths): the predictor costs every
+// stage once per bucket; Hetu-B's bucketing uses 16 at most.
+inline constexpr input::Limit kSeqLengthBuckets{64, "sequence-length buckets"};
 // none, selective, full: each at most once (a longer list repeats one).
 inline constexpr input::Limit kRecomputeChoices{3, "recompute options"};
 

@@ -1,6 +1,8 @@
 #include "spec/model.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "spec/limits.hpp"
@@ -27,6 +29,12 @@ const char* to_string(Recompute r) {
   return "?";
 }
 int dtype_bytes(DType d) { return d == DType::fp32 ? 4 : 2; }
+
+static std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
 
 static const input::Choices<Recompute> kRecomputeChoices = {
     {"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}};
@@ -81,7 +89,7 @@ Result<ModelSpec> read_model(const std::string& file, const YAML::Node& node, co
   input::Context ctx{file, &errors};
   input::Fields f(ctx, node, path,
                   {"name", "architecture", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
-                   "ffn_hidden_size", "vocab_size", "seq_length", "dtype", "training"});
+                   "ffn_hidden_size", "vocab_size", "seq_length", "seq_lengths", "dtype", "training"});
   if (!f.is_map()) return errors;
   ModelSpec m;
   auto need_int = [&](const char* key, Need need, input::Limit limit) {
@@ -98,6 +106,23 @@ Result<ModelSpec> read_model(const std::string& file, const YAML::Node& node, co
   m.ffn_hidden_size = need_int("ffn_hidden_size", Need::optional, limits::kFfnHiddenSize);
   m.vocab_size = need_int("vocab_size", Need::required, limits::kVocabSize);
   m.seq_length = need_int("seq_length", Need::required, limits::kSeqLength);
+  std::vector<int> bucket_lines;
+  if (auto list = f.list("seq_lengths", Need::optional, limits::kSeqLengthBuckets)) {
+    if (list->size() == 0) f.error("seq_lengths", "expected at least one bucket {length, share}");
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      input::Fields b(ctx, (*list)[i], input::index(f.path_of("seq_lengths"), i), {"length", "share"});
+      if (!b.is_map()) continue;
+      SeqLengthBucket bucket;
+      bucket.length = static_cast<int>(b.integer("length", Need::required, 1, limits::kSeqLength).value_or(0));
+      bucket.share = b.number("share", Need::required, 0, 1).value_or(0);
+      if (b.has("share") && bucket.share <= 0) b.error("share", "a bucket's share must be more than 0");
+      if (!m.seq_lengths.empty() && bucket.length > 0 && bucket.length <= m.seq_lengths.back().length)
+        b.error("length", "bucket lengths must ascend: " + std::to_string(bucket.length) + " after " +
+                              std::to_string(m.seq_lengths.back().length));
+      m.seq_lengths.push_back(bucket);
+      bucket_lines.push_back(b.line());
+    }
+  }
   auto dtype = f.choice<DType>("dtype", Need::optional,
                                {{"bf16", DType::bf16}, {"fp16", DType::fp16}, {"fp32", DType::fp32}});
   m.dtype = dtype.value_or(DType::bf16);
@@ -120,6 +145,26 @@ Result<ModelSpec> read_model(const std::string& file, const YAML::Node& node, co
     f.error("seq_length", "training.global_batch_size x seq_length = " + std::to_string(m.training.global_batch_size) + " x " +
                               std::to_string(m.seq_length) + " tokens per iteration, more than the limit of " +
                               std::to_string(limits::kTokensPerIteration));
+  if (!m.seq_lengths.empty()) {
+    // Shares sum to 1 and give whole sequences (never rounded: the plan's micro-batches hold them).
+    double sum = 0;
+    for (std::size_t i = 0; i < m.seq_lengths.size(); ++i) {
+      const SeqLengthBucket& b = m.seq_lengths[i];
+      const std::string where = input::index(f.path_of("seq_lengths"), i);
+      sum += b.share;
+      if (b.length > m.seq_length)
+        errors.push_back({file, bucket_lines[i], 0, where + ".length",
+                          "bucket length " + std::to_string(b.length) + " is longer than seq_length " + std::to_string(m.seq_length)});
+      const double sequences = b.share * m.training.global_batch_size;
+      if (std::fabs(sequences - std::round(sequences)) > 1e-6 || std::round(sequences) < 1)
+        errors.push_back({file, bucket_lines[i], 0, where + ".share",
+                          "share " + number_text(b.share) + " of global_batch_size " +
+                              std::to_string(m.training.global_batch_size) + " is " + number_text(sequences) +
+                              " sequences; a bucket needs a whole number of at least 1"});
+    }
+    if (std::fabs(sum - 1) > 1e-6)
+      f.error("seq_lengths", "the buckets' shares sum to " + number_text(sum) + ", not 1");
+  }
   if (m.hidden_size % m.num_attention_heads != 0)
     f.error("num_attention_heads", "hidden_size " + std::to_string(m.hidden_size) +
                                        " is not divisible by num_attention_heads " +
@@ -144,7 +189,7 @@ Result<ModelSpec> load_model(const std::string& file) {
 nlohmann::ordered_json to_json(const ModelSpec& m) {
   nlohmann::ordered_json recompute = nlohmann::ordered_json::array();
   for (auto r : m.training.recompute) recompute.push_back(to_string(r));
-  return {{"name", m.name},
+  nlohmann::ordered_json out = {{"name", m.name},
           {"architecture", to_string(m.architecture)},
           {"num_layers", m.num_layers},
           {"hidden_size", m.hidden_size},
@@ -160,6 +205,42 @@ nlohmann::ordered_json to_json(const ModelSpec& m) {
             {"optimizer", m.training.optimizer},
             {"zero_stage", m.training.zero_stage},
             {"recompute", recompute}}}};
+  if (!m.seq_lengths.empty()) {
+    nlohmann::ordered_json buckets = nlohmann::ordered_json::array();
+    for (const auto& b : m.seq_lengths) buckets.push_back({{"length", b.length}, {"share", b.share}});
+    // After seq_length, as a reader would write it.
+    nlohmann::ordered_json ordered;
+    for (auto& [k, v] : out.items()) {
+      ordered[k] = v;
+      if (k == "seq_length") ordered["seq_lengths"] = buckets;
+    }
+    out = std::move(ordered);
+  }
+  return out;
+}
+
+std::vector<SeqLengthBucket> length_buckets(const ModelSpec& m) {
+  if (!m.seq_lengths.empty()) return m.seq_lengths;
+  return {{m.seq_length, 1.0}};
+}
+
+int bucket_sequences(const ModelSpec& m, std::size_t b) {
+  if (m.seq_lengths.empty()) return m.training.global_batch_size;
+  return static_cast<int>(std::lround(m.seq_lengths[b].share * m.training.global_batch_size));
+}
+
+double tokens_per_iteration(const ModelSpec& m) {
+  const auto buckets = length_buckets(m);
+  double tokens = 0;
+  for (std::size_t b = 0; b < buckets.size(); ++b) tokens += double(bucket_sequences(m, b)) * buckets[b].length;
+  return tokens;
+}
+
+ModelSpec at_length(const ModelSpec& m, int length) {
+  ModelSpec out = m;
+  out.seq_length = length;
+  out.seq_lengths.clear();
+  return out;
 }
 
 std::int64_t layer_parameter_count(const ModelSpec& m) {

@@ -32,6 +32,14 @@ struct TrainingSpec {
   std::vector<Recompute> recompute;        // options the planner may choose per stage
 };
 
+// One bucket of a sequence-length distribution (Hetu v2 §7.3; Hetu-B): `share` of an
+// iteration's sequences hold `length` tokens (shorter ones are padded to it).
+struct SeqLengthBucket {
+  int length = 0;
+  double share = 0;  // in (0, 1]
+  friend bool operator==(const SeqLengthBucket&, const SeqLengthBucket&) = default;
+};
+
 struct ModelSpec {
   std::string name;
   Architecture architecture = Architecture::gpt;
@@ -41,7 +49,11 @@ struct ModelSpec {
   int num_kv_heads = 0;        // defaults to num_attention_heads
   int ffn_hidden_size = 0;     // defaults to 4h (gpt) or 8h/3 rounded up to a multiple of 256 (llama)
   int vocab_size = 0;
-  int seq_length = 0;
+  int seq_length = 0;          // the longest sequence (gpt's position table has this many rows)
+  // When sequence lengths vary (YAML `seq_lengths: [{length: 1024, share: 0.75}, ...]`): buckets
+  // of ascending lengths, each at most seq_length, shares summing to 1 with share ×
+  // global_batch_size whole sequences. Empty: every sequence has seq_length tokens.
+  std::vector<SeqLengthBucket> seq_lengths;
   DType dtype = DType::bf16;
   TrainingSpec training;
 };
@@ -53,6 +65,17 @@ Result<ModelSpec> load_model(const std::string& file);
 
 // The spec in its own schema (quantities as unit strings); read_model() reads it back.
 nlohmann::ordered_json to_json(const ModelSpec& model);
+
+// The model's buckets: seq_lengths, or the single bucket {seq_length, 1}.
+std::vector<SeqLengthBucket> length_buckets(const ModelSpec& model);
+// Sequences of bucket `b` per iteration: its share of the global batch (whole by read_model).
+int bucket_sequences(const ModelSpec& model, std::size_t b);
+// Tokens per iteration: Σ over buckets of sequences × length.
+double tokens_per_iteration(const ModelSpec& model);
+// The model as if every sequence had `length` tokens (seq_length = length, seq_lengths
+// cleared), for the time and activations of one bucket's micro-batches. Its parameter count
+// is not the model's (gpt's position table shrinks): count parameters with the model itself.
+ModelSpec at_length(const ModelSpec& model, int length);
 
 // Trainable parameters: embeddings (+ learned positions for gpt), layers, final norm, and
 // an untied output projection for llama (gpt ties it to the token embedding).

@@ -1,0 +1,63 @@
+#include "plan/buckets.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+namespace het {
+
+std::vector<int> microbatch_buckets(const Pipeline& p) {
+  std::vector<int> out(static_cast<std::size_t>(std::max(0, p.num_microbatches)), 0);
+  const auto& count = p.bucket_microbatches;
+  if (count.empty()) return out;
+  const std::int64_t m = p.num_microbatches;
+  std::vector<std::int64_t> given(count.size(), 0);
+  for (std::int64_t i = 0; i < m; ++i) {
+    // Behind its share of the first i + 1 by count·(i+1)/m − given: scaled by m to stay whole.
+    std::size_t best = 0;
+    std::int64_t most = INT64_MIN;
+    for (std::size_t b = 0; b < count.size(); ++b) {
+      if (given[b] >= count[b]) continue;
+      const std::int64_t behind = count[b] * (i + 1) - given[b] * m;
+      if (behind >= most) most = behind, best = b;  // >=: ties to the longer bucket
+    }
+    ++given[best];
+    out[static_cast<std::size_t>(i)] = static_cast<int>(best);
+  }
+  return out;
+}
+
+bool spread_buckets(Plan& plan) {
+  const ModelSpec& m = plan.model;
+  if (m.seq_lengths.empty()) {
+    for (Pipeline& p : plan.pipelines) p.bucket_microbatches.clear();
+    return true;
+  }
+  if (plan.pipelines.empty()) return false;
+  const int mbs = plan.pipelines.front().micro_batch_size;
+  for (const Pipeline& p : plan.pipelines)
+    if (p.micro_batch_size != mbs) return false;
+  std::vector<std::int64_t> free;
+  std::int64_t slots = 0;
+  for (const Pipeline& p : plan.pipelines) free.push_back(p.num_microbatches), slots += p.num_microbatches;
+  std::int64_t total = 0;
+  for (std::size_t b = 0; b < m.seq_lengths.size(); ++b) {
+    if (bucket_sequences(m, b) % mbs != 0) return false;
+    total += bucket_sequences(m, b) / mbs;
+  }
+  if (total != slots) return false;
+  std::vector<std::vector<int>> count(plan.pipelines.size(), std::vector<int>(m.seq_lengths.size(), 0));
+  for (std::size_t b = m.seq_lengths.size(); b-- > 0;)
+    for (int k = 0; k < bucket_sequences(m, b) / mbs; ++k) {
+      // The pipeline with the largest share of its slots free: free_p / m_p, compared crosswise.
+      std::size_t best = 0;
+      for (std::size_t p = 1; p < plan.pipelines.size(); ++p)
+        if (free[p] * plan.pipelines[best].num_microbatches > free[best] * plan.pipelines[p].num_microbatches) best = p;
+      --free[best];
+      ++count[best][b];
+    }
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) plan.pipelines[p].bucket_microbatches = count[p];
+  return true;
+}
+
+}  // namespace het

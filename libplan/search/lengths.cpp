@@ -1,0 +1,51 @@
+#include "search/lengths.hpp"
+
+namespace het::search {
+
+Result<LengthAssignment> assign_lengths(const Plan& plan, const cost::ComputeModel& compute, const predict::Options& options,
+                                        int max_predictions) {
+  LengthAssignment out;
+  auto first = predict::predict(plan, compute, options);
+  if (!first) return first.errors();
+  out.predictions = 1;
+  out.before_s = first->plan.predicted->iteration_s;
+  out.outcome = std::move(*first);
+  const std::size_t buckets = plan.model.seq_lengths.size(), P = plan.pipelines.size();
+  if (buckets < 2 || P < 2) return out;
+
+  Plan current = plan;
+  double best_s = out.before_s;
+  while (out.predictions < max_predictions) {
+    std::optional<predict::Outcome> best;
+    Plan best_plan;
+    for (std::size_t p = 0; p < P && out.predictions < max_predictions; ++p)
+      for (std::size_t q = p + 1; q < P && out.predictions < max_predictions; ++q) {
+        if (current.pipelines[p].micro_batch_size != current.pipelines[q].micro_batch_size) continue;
+        for (std::size_t a = 0; a < buckets && out.predictions < max_predictions; ++a)
+          for (std::size_t b = 0; b < buckets && out.predictions < max_predictions; ++b) {
+            if (a == b || current.pipelines[p].bucket_microbatches[a] == 0 || current.pipelines[q].bucket_microbatches[b] == 0)
+              continue;
+            Plan trial = current;
+            --trial.pipelines[p].bucket_microbatches[a], ++trial.pipelines[q].bucket_microbatches[a];
+            --trial.pipelines[q].bucket_microbatches[b], ++trial.pipelines[p].bucket_microbatches[b];
+            auto o = predict::predict(trial, compute, options);
+            ++out.predictions;
+            if (!o) return o.errors();
+            // An improvement beyond rounding, and no plan that stops fitting memory.
+            const double t = o->plan.predicted->iteration_s;
+            if (t < best_s * (1 - 1e-9) && (o->fits_memory() || !out.outcome.fits_memory())) {
+              best_s = t;
+              best = std::move(*o);
+              best_plan = std::move(trial);
+            }
+          }
+      }
+    if (!best) break;
+    current = std::move(best_plan);
+    out.outcome = std::move(*best);
+    ++out.swaps;
+  }
+  return out;
+}
+
+}  // namespace het::search
