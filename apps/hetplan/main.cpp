@@ -612,6 +612,8 @@ int run_sweep(const SweepArgs& s, const SearchArgs& a) {
     points.push_back(std::move(pt));
   }
   std::vector<het::sweep::Row> rows;
+  constexpr std::size_t kWarmPlans = 4;  // as many as the refinement takes from the portfolio's best (search.cpp gather)
+  std::vector<het::Plan> before;  // the point before's best plans: they seed this point's search (auto)
   for (std::size_t k = 0; k < points.size(); ++k) {
     const Point& pt = points[k];
     std::cerr << "sweep " << k + 1 << "/" << points.size() << ": " << vary->path << "=" << vary->values[k] << "\n";
@@ -620,7 +622,12 @@ int run_sweep(const SweepArgs& s, const SearchArgs& a) {
     if (!vary->numbers.empty()) row.number = vary->numbers[k];
     het::cost::ComputeModel compute(pt.shell.model, pt.profiles.specs());
     const auto t0 = std::chrono::steady_clock::now();
-    auto out = het::search::run(a.algo, pt.shell.model, pt.shell.cluster, compute, search_options(a));
+    het::search::Options o = search_options(a);
+    o.warm_start = std::move(before);
+    auto out = het::search::run(a.algo, pt.shell.model, pt.shell.cluster, compute, o);
+    before.clear();
+    if (out)
+      for (std::size_t i = 0; i < out->plans.size() && i < kWarmPlans; ++i) before.push_back(out->plans[i].plan);
     if (isatty(2)) std::cerr << "\r\033[K" << std::flush;
     row.search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (out) {

@@ -66,6 +66,11 @@ struct Options {
   // or 80% of the budget (issue 20).
   // false: each runs as it would alone, so auto is at least as good as every one of them.
   bool converge = true;
+  // auto: plans made for a neighbouring problem (hetplan sweep: the point before) whose layouts,
+  // where admissible here, join the refinement's last call and the final ranking (search.cpp
+  // warm_candidates). The portfolio runs as without them; the result is at least as good as
+  // their plans on this problem.
+  std::vector<Plan> warm_start;
   // Progress for people: called from any thread, at most a few times per second.
   std::function<void(const std::string&)> progress;
 };
