@@ -56,6 +56,11 @@ struct DeviceCounters {
   std::uint64_t syncs = 0;                // every synchronisation with the device
   std::uint64_t compute_syncs = 0;        // of them, inside forward or backward
   std::uint64_t compute_syncs_other = 0;  // of those, not for a transfer (the goal: none)
+  // What happened between two readings (`later - earlier`).
+  friend DeviceCounters operator-(const DeviceCounters& a, const DeviceCounters& b) {
+    return {a.to_device_bytes - b.to_device_bytes, a.to_host_bytes - b.to_host_bytes, a.syncs - b.syncs,
+            a.compute_syncs - b.compute_syncs, a.compute_syncs_other - b.compute_syncs_other};
+  }
 };
 
 // The contract of model::StageModel (model/stage.hpp): forward and backward of one

@@ -66,19 +66,27 @@ void copy_region(const float* src, const program::Block& from, float* dst, const
     }
 }
 
-// `want` assembled from the pieces held; every element of it must be held exactly once.
-std::vector<float> assemble(const std::vector<Piece>& held, const program::Block& want) {
-  std::vector<float> out(want.elements());
+// Fills `want` from the pieces held (on the host or the device), `copy(piece, region)` copying
+// each overlap; every element of it must be held exactly once.
+template <class Held, class Copy>
+void fill(const std::vector<Held>& held, const program::Block& want, Copy&& copy, const char* where) {
   std::size_t filled = 0;
-  for (const Piece& p : held) {
+  for (const Held& p : held) {
     const program::Block region = p.block & want;
     if (region.empty()) continue;
-    copy_region(p.data.data(), p.block, out.data(), want, region);
+    copy(p, region);
     filled += region.elements();
   }
   if (filled != want.elements())
     throw Failure{failure(ErrorKind::internal, "the resharding program left " + std::to_string(want.elements()) +
-                                                   " elements covered by " + std::to_string(filled))};
+                                                   " elements covered by " + std::to_string(filled) + where)};
+}
+
+// `want` assembled from the pieces held.
+std::vector<float> assemble(const std::vector<Piece>& held, const program::Block& want) {
+  std::vector<float> out(want.elements());
+  fill(held, want, [&](const Piece& p, const program::Block& region) { copy_region(p.data.data(), p.block, out.data(), want, region); },
+       "");
   return out;
 }
 
@@ -132,21 +140,13 @@ struct DevicePiece {
 using InTransit = std::vector<std::pair<collective::Group*, backend::DeviceTensor>>;
 
 // `want` from the device pieces held: the piece itself where one is exactly it, else copied
-// together; every element of it must be held exactly once.
+// together.
 backend::DeviceTensor assemble_device(backend::Stage& stage, const std::vector<DevicePiece>& held, const program::Block& want) {
   for (const DevicePiece& p : held)
     if (p.block == want) return p.data;
   backend::DeviceTensor out = stage.device_tensor(want.elements());
-  std::size_t filled = 0;
-  for (const DevicePiece& p : held) {
-    const program::Block region = p.block & want;
-    if (region.empty()) continue;
-    stage.copy_device(p.data, p.block, out, want, region);
-    filled += region.elements();
-  }
-  if (filled != want.elements())
-    throw Failure{failure(ErrorKind::internal, "the resharding program left " + std::to_string(want.elements()) +
-                                                   " elements covered by " + std::to_string(filled) + " on the device")};
+  fill(held, want, [&](const DevicePiece& p, const program::Block& region) { stage.copy_device(p.data, p.block, out, want, region); },
+       " on the device");
   return out;
 }
 
@@ -780,12 +780,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     if (opt.device)
       if (const auto counters = model->device_counters()) {  // the steps' own, not the set-up's
         *opt.device = hops_moved;
-        backend::DeviceCounters& c = opt.device->counters;
-        c.to_device_bytes = counters->to_device_bytes - before_steps.to_device_bytes;
-        c.to_host_bytes = counters->to_host_bytes - before_steps.to_host_bytes;
-        c.syncs = counters->syncs - before_steps.syncs;
-        c.compute_syncs = counters->compute_syncs - before_steps.compute_syncs;
-        c.compute_syncs_other = counters->compute_syncs_other - before_steps.compute_syncs_other;
+        opt.device->counters = *counters - before_steps;
         opt.device->steps = opt.steps - first_step;
       }
     at(progress::Activity::finished, "done");
