@@ -114,13 +114,15 @@ TEST_CASE("a model's sequence-length distribution is read, written back and chec
   refused("seq_lengths:\n  - {length: 8, portion: 1}\n", "seq_lengths[0].portion", "");
 }
 
-TEST_CASE("a pipeline's micro-batches of each length are spread evenly over its run and dealt over the pipelines") {
+TEST_CASE("a pipeline runs its micro-batches bucket by bucket, and the buckets are dealt over the pipelines") {
   Pipeline p;
   p.num_microbatches = 8;
   p.bucket_microbatches = {6, 2};
-  CHECK(microbatch_buckets(p) == std::vector<int>{0, 1, 0, 0, 0, 1, 0, 0});
-  p.bucket_microbatches = {4, 4};
-  CHECK(microbatch_buckets(p) == std::vector<int>{1, 0, 1, 0, 1, 0, 1, 0});
+  CHECK(microbatch_buckets(p) == std::vector<int>{0, 0, 0, 0, 0, 0, 1, 1});
+  p.bucket_microbatches = {0, 3, 5};
+  CHECK(microbatch_buckets(p) == std::vector<int>{1, 1, 1, 2, 2, 2, 2, 2});
+  p.bucket_microbatches.clear();
+  CHECK(microbatch_buckets(p) == std::vector<int>(8, 0));
 
   auto m = model_with("seq_lengths:\n  - {length: 8, share: 0.75}\n  - {length: 32, share: 0.25}\n");
   REQUIRE(m.ok());
@@ -246,8 +248,8 @@ TEST_CASE("lengths are assigned to pipelines of different shapes: the long micro
 
 TEST_CASE("a sequence-length distribution changes the plan a search picks, and the plan it picks runs that mix faster") {
   // Hetu v2 §7.3's 32B Llama at a 16K context, 3/4 of its sequences 2K long (the shipped
-  // config), on 16 H800 + 16 H20. HeteroAuto (deterministic) plans it twice: with the
-  // distribution, and as planners do without one, every sequence at the context length.
+  // config), on 16 H800 + 16 H20. HAPT's planner (deterministic on one thread) plans it twice:
+  // with the distribution, and as planners do without one, every sequence at the context length.
   auto m = load_model(HET_SOURCE_DIR "/configs/models/hetu-llama-32b-mixed-16k.yaml");
   REQUIRE(m.ok());
   REQUIRE(m->seq_lengths.size() == 3);
@@ -257,8 +259,8 @@ TEST_CASE("a sequence-length distribution changes the plan a search picks, and t
   cost::ComputeModel cm_mixed(*m, {}), cm_longest(longest, {});
   search::Options o;
   o.threads = 1;
-  auto mixed = search::run("heteroauto", *m, *c, cm_mixed, o);
-  auto as_longest = search::run("heteroauto", longest, *c, cm_longest, o);
+  auto mixed = search::run("hapt", *m, *c, cm_mixed, o);
+  auto as_longest = search::run("hapt", longest, *c, cm_longest, o);
   REQUIRE(mixed.ok());
   REQUIRE(as_longest.ok());
   const Plan& a = mixed->plans.front().plan;
@@ -284,5 +286,5 @@ TEST_CASE("a sequence-length distribution changes the plan a search picks, and t
   REQUIRE(validate_plan(b_on_mix, "b").empty());
   auto b_time = predict::predict(b_on_mix, cm_mixed, {});
   REQUIRE(b_time.ok());
-  CHECK(mixed->plans.front().plan.predicted->iteration_s < 0.97 * b_time->plan.predicted->iteration_s);
+  CHECK(mixed->plans.front().plan.predicted->iteration_s < 0.99 * b_time->plan.predicted->iteration_s);
 }

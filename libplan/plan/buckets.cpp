@@ -1,29 +1,15 @@
 #include "plan/buckets.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 
 namespace het {
 
 std::vector<int> microbatch_buckets(const Pipeline& p) {
-  std::vector<int> out(static_cast<std::size_t>(std::max(0, p.num_microbatches)), 0);
-  const auto& count = p.bucket_microbatches;
-  if (count.empty()) return out;
-  const std::int64_t m = p.num_microbatches;
-  std::vector<std::int64_t> given(count.size(), 0);
-  for (std::int64_t i = 0; i < m; ++i) {
-    // Behind its share of the first i + 1 by count·(i+1)/m − given: scaled by m to stay whole.
-    std::size_t best = 0;
-    std::int64_t most = INT64_MIN;
-    for (std::size_t b = 0; b < count.size(); ++b) {
-      if (given[b] >= count[b]) continue;
-      const std::int64_t behind = count[b] * (i + 1) - given[b] * m;
-      if (behind >= most) most = behind, best = b;  // >=: ties to the longer bucket
-    }
-    ++given[best];
-    out[static_cast<std::size_t>(i)] = static_cast<int>(best);
-  }
+  std::vector<int> out;
+  out.reserve(static_cast<std::size_t>(std::max(0, p.num_microbatches)));
+  for (std::size_t b = 0; b < p.bucket_microbatches.size(); ++b) out.insert(out.end(), std::size_t(p.bucket_microbatches[b]), int(b));
+  out.resize(static_cast<std::size_t>(std::max(0, p.num_microbatches)), 0);  // all 0 without buckets
   return out;
 }
 
