@@ -288,3 +288,31 @@ TEST_CASE("a sequence-length distribution changes the plan a search picks, and t
   REQUIRE(b_time.ok());
   CHECK(mixed->plans.front().plan.predicted->iteration_s < 0.99 * b_time->plan.predicted->iteration_s);
 }
+
+TEST_CASE("lengths are assigned only where every stage's cp divides them") {
+  // 8 sequences of 15 tokens and 8 of 32; a fast pipeline (one A100) runs the short ones, a
+  // slow one of cp 2 (two V100s) the long ones. Trading a short for a long would even them out,
+  // but cp 2 cannot split 15 tokens: no swap is made, and the plan stays valid.
+  auto m = model_with("seq_lengths:\n  - {length: 15, share: 0.5}\n  - {length: 32, share: 0.5}\n");
+  REQUIRE(m.ok());
+  Plan plan = one_stage_pipelines(*m, {{"a100", 0}, {"v100", 0}});
+  Stage& slow = plan.pipelines[1].stages[0];
+  slow.cp = 2;
+  slow.devices = {{0, 0}, {0, 1}};
+  plan.pipelines[0].bucket_microbatches = {4, 0};
+  plan.pipelines[1].bucket_microbatches = {0, 4};
+  REQUIRE(validate_plan(plan, "p").empty());
+  cost::ComputeModel cm(plan.model, {});
+  auto a = search::assign_lengths(plan, cm, {});
+  REQUIRE(a.ok());
+  CHECK(a->swaps == 0);
+  CHECK(validate_plan(a->outcome.plan, "p").empty());
+  // With cp 1 the same swap is taken: the slow pipeline sheds a long micro-batch.
+  slow.cp = 1;
+  slow.dp = 2;
+  REQUIRE(validate_plan(plan, "p").empty());
+  auto b = search::assign_lengths(plan, cm, {});
+  REQUIRE(b.ok());
+  CHECK(b->swaps >= 1);
+  CHECK(b->outcome.plan.pipelines[1].bucket_microbatches[1] < 4);
+}

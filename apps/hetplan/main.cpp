@@ -706,7 +706,7 @@ int main(int argc, char** argv) {
   auto* validate = app.add_subcommand(
       "validate", "Check model, cluster, profile and plan files (any subset); exit 0 when valid, 2 when not");
   validate->add_option("--model", files.model, "model.yaml, or a Hugging Face config.json (or its directory) with --training");
-  validate->add_option("--training", files.training, "the training fields (seq_length, dtype, training) of a Hugging Face config.json given as --model (docs/inputs.md)");
+  validate->add_option("--training", files.training, "the training fields (seq_length, seq_lengths, dtype, training) of a Hugging Face config.json given as --model (docs/inputs.md)");
   validate->add_option("--cluster", files.cluster, "cluster.yaml");
   validate->add_option("--profile", files.profiles, "profile.yaml (repeatable)");
   validate->add_option("--plan", files.plan, "plan.json; --model/--cluster, when given, replace the plan's own");
@@ -717,7 +717,7 @@ int main(int argc, char** argv) {
   auto add_plan_inputs = [&](CLI::App* cmd) {
     cmd->add_option("plan", sim_args.files.plan, "plan.json")->required();
     cmd->add_option("--model", sim_args.files.model, "model.yaml (or a Hugging Face config.json with --training), replacing the plan's own");
-    cmd->add_option("--training", sim_args.files.training, "the training fields (seq_length, dtype, training) of a Hugging Face config.json given as --model (docs/inputs.md)");
+    cmd->add_option("--training", sim_args.files.training, "the training fields (seq_length, seq_lengths, dtype, training) of a Hugging Face config.json given as --model (docs/inputs.md)");
     cmd->add_option("--cluster", sim_args.files.cluster, "cluster.yaml, replacing the plan's own");
     cmd->add_option("--profile", sim_args.files.profiles,
                     "profile.yaml (repeatable), replacing the plan's own for its device type (the plan's embedded "
@@ -760,7 +760,7 @@ int main(int argc, char** argv) {
   SearchArgs search_args;
   auto add_search_inputs = [&](CLI::App* cmd) {
     cmd->add_option("--model", search_args.model, "model.yaml, or a Hugging Face config.json (or its directory) with --training")->required();
-    cmd->add_option("--training", search_args.training, "the training fields (seq_length, dtype, training) of a Hugging Face config.json given as --model (docs/inputs.md)");
+    cmd->add_option("--training", search_args.training, "the training fields (seq_length, seq_lengths, dtype, training) of a Hugging Face config.json given as --model (docs/inputs.md)");
     cmd->add_option("--cluster", search_args.cluster, "cluster.yaml")->required();
     cmd->add_option("--profile", search_args.profiles, "profile.yaml (repeatable); analytic costs without");
     cmd->add_option("--catalog", search_args.catalog, "device catalog (default: built in)");
@@ -851,7 +851,7 @@ int main(int argc, char** argv) {
   import->add_option("--from", import_args.from, "sailor or metis")->required()->check(CLI::IsMember({"sailor", "metis"}));
   import->add_option("dir", import_args.dir, "the profile directory of one model and one GPU")->required();
   import->add_option("--model", import_args.model, "model.yaml of the profiled model's shape (or a Hugging Face config.json with --training)")->required();
-  import->add_option("--training", import_args.training, "the training fields (seq_length, dtype, training) of a Hugging Face config.json given as --model");
+  import->add_option("--training", import_args.training, "the training fields (seq_length, seq_lengths, dtype, training) of a Hugging Face config.json given as --model");
   import->add_option("--device", import_args.device, "device type (default: from the directory name)");
   import->add_option("--llm-info", import_args.llm_info,
                      "sailor: misc/llm_info.json, for memory sizes (metis files carry their own: refused)");

@@ -55,8 +55,9 @@ class ComputeModel {
   std::optional<double> optimizer_step(const std::string& device_type, int tp) const;
   bool has_profile(const std::string& device_type) const;
   // The same model and profiles costing sequences of `length` tokens (a bucket of
-  // model.seq_lengths: ModelSpec's at_length()); profile rows of that length are used where
-  // measured, else scaled as any unmeasured shape.
+  // model.seq_lengths: ModelSpec's at_length()). The profiles are those measured for the model
+  // (their header's seq_length its longest); their rows of that length are used where measured,
+  // else scaled as any unmeasured shape.
   ComputeModel at_length(int length) const;
 
  private:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <queue>
 
 namespace het {
 
@@ -33,14 +34,21 @@ bool spread_buckets(Plan& plan) {
   }
   if (total != slots) return false;
   std::vector<std::vector<int>> count(plan.pipelines.size(), std::vector<int>(m.seq_lengths.size(), 0));
+  // Pipelines by their share of slots still free (free_p / m_p, compared crosswise), the first
+  // on a tie: a heap, so that a batch of 65,536 micro-batches over thousands of pipelines stays cheap.
+  auto behind = [&](std::size_t a, std::size_t b) {  // whether b comes before a
+    const std::int64_t x = free[b] * plan.pipelines[a].num_microbatches, y = free[a] * plan.pipelines[b].num_microbatches;
+    return x != y ? x > y : b < a;
+  };
+  std::priority_queue<std::size_t, std::vector<std::size_t>, decltype(behind)> next(behind);
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) next.push(p);
   for (std::size_t b = m.seq_lengths.size(); b-- > 0;)
     for (int k = 0; k < bucket_sequences(m, b) / mbs; ++k) {
-      // The pipeline with the largest share of its slots free: free_p / m_p, compared crosswise.
-      std::size_t best = 0;
-      for (std::size_t p = 1; p < plan.pipelines.size(); ++p)
-        if (free[p] * plan.pipelines[best].num_microbatches > free[best] * plan.pipelines[p].num_microbatches) best = p;
+      const std::size_t best = next.top();
+      next.pop();
       --free[best];
       ++count[best][b];
+      next.push(best);
     }
   for (std::size_t p = 0; p < plan.pipelines.size(); ++p) plan.pipelines[p].bucket_microbatches = count[p];
   return true;

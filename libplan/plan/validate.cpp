@@ -55,7 +55,7 @@ Diagnostics validate_plan(const Plan& plan, const std::string& file) {
     if (p.stages.empty()) error(p.line, ppath + ".stages", "a pipeline needs at least one stage");
     if (p.bucket_microbatches.size() != model.seq_lengths.size()) {
       error(p.line, ppath + ".seq_lengths",
-            model.seq_lengths.empty() ? "the model has no seq_lengths; remove the pipeline's"
+            model.seq_lengths.empty() ? "the model has no seq_lengths; remove the pipeline's seq_lengths"
                                       : "expected micro-batch counts for the model's " + std::to_string(model.seq_lengths.size()) +
                                             " sequence-length buckets");
     } else if (!p.bucket_microbatches.empty()) {

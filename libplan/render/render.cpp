@@ -2,6 +2,7 @@
 #include "report/report.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -159,10 +160,21 @@ struct Group {
   }
 };
 
+// "512 × 4096 tokens", or with sequence-length buckets "48 sequences, 196608 tokens (2048 × 36, ...)".
+std::string batch_text(const ModelSpec& m) {
+  if (m.seq_lengths.empty())
+    return std::to_string(m.training.global_batch_size) + " × " + std::to_string(m.seq_length) + " tokens";
+  std::string buckets;
+  for (std::size_t b = 0; b < m.seq_lengths.size(); ++b)
+    buckets += (b ? ", " : "") + std::to_string(m.seq_lengths[b].length) + " × " + std::to_string(bucket_sequences(m, b));
+  return std::to_string(m.training.global_batch_size) + " sequences, " + std::to_string(std::int64_t(tokens_per_iteration(m))) +
+         " tokens (" + buckets + ")";
+}
+
 std::vector<Group> replica_groups(const Plan& plan) {
   auto same = [&](const Pipeline& x, const Pipeline& y) {
     if (x.stages.size() != y.stages.size() || x.micro_batch_size != y.micro_batch_size ||
-        x.num_microbatches != y.num_microbatches)
+        x.num_microbatches != y.num_microbatches || x.bucket_microbatches != y.bucket_microbatches)
       return false;
     for (std::size_t i = 0; i < x.stages.size(); ++i) {
       const Stage &a = x.stages[i], &b = y.stages[i];
@@ -222,8 +234,7 @@ double draw_title(const View& view, double y, std::string& out) {
               "schedule " + std::string(to_string(plan.schedule)) + " · " + std::to_string(plan.pipelines.size()) +
                   (plan.pipelines.size() == 1 ? " pipeline" : " pipelines") + " · " + std::to_string(stages) + " stages · " +
                   std::to_string(used) + " of " + std::to_string(plan.cluster.num_devices()) + " devices · global batch " +
-                  std::to_string(plan.model.training.global_batch_size) + " × " + std::to_string(plan.model.seq_length) +
-                  " tokens" + (plan.algorithm ? " · found by " + plan.algorithm->name : ""),
+                  batch_text(plan.model) + (plan.algorithm ? " · found by " + plan.algorithm->name : ""),
               std::string(kFont) + " font-size=\"12\" fill=\"#444\"");
   const auto& pr = *plan.predicted;
   const std::vector<std::pair<std::string, std::string>> numbers = {
@@ -619,7 +630,7 @@ std::string html(const predict::Outcome& o) {
     out += "<tr><th class=\"l\">" + escape(k) + "</th><td>" + escape(v) + "</td></tr>\n";
   };
   row("schedule", std::string(to_string(plan.schedule)) + ", " + std::to_string(plan.pipelines.size()) + " pipeline(s)");
-  row("global batch", std::to_string(plan.model.training.global_batch_size) + " sequences of " + std::to_string(plan.model.seq_length) + " tokens");
+  row("global batch", batch_text(plan.model));
   row("iteration", duration(pr.iteration_s));
   row("throughput", grouped(pr.tokens_per_s) + " tokens/s");
   row("MFU", fmt("%.1f %%", 100 * pr.mfu));

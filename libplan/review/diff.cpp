@@ -102,10 +102,10 @@ class Differ {
     for (std::size_t pi = 0; pi < np; ++pi) {
       const int p = static_cast<int>(pi);
       if (pi >= b_.pipelines.size())
-        add(Change::Kind::removed, p, {}, "pipeline", pipeline_json(a_.pipelines[pi]), nullptr,
+        add(Change::Kind::removed, p, {}, "pipeline", pipeline_json(a_, a_.pipelines[pi]), nullptr,
             "pipeline " + std::to_string(p) + " removed: " + describe_pipeline(a_, a_.pipelines[pi]));
       else if (pi >= a_.pipelines.size())
-        add(Change::Kind::added, p, {}, "pipeline", nullptr, pipeline_json(b_.pipelines[pi]),
+        add(Change::Kind::added, p, {}, "pipeline", nullptr, pipeline_json(b_, b_.pipelines[pi]),
             "pipeline " + std::to_string(p) + " added: " + describe_pipeline(b_, b_.pipelines[pi]));
       else
         pipeline(p, a_.pipelines[pi], b_.pipelines[pi]);
@@ -128,10 +128,27 @@ class Differ {
     });
   }
 
-  static Json pipeline_json(const Pipeline& p) {
+  // Micro-batches per sequence length ("36 x 2048, 9 x 8192"; the plan's model's lengths), or "".
+  static std::string length_counts(const Plan& plan, const Pipeline& q) {
+    std::string out;
+    for (std::size_t k = 0; k < q.bucket_microbatches.size() && k < plan.model.seq_lengths.size(); ++k)
+      out += (out.empty() ? "" : ", ") + std::to_string(q.bucket_microbatches[k]) + " x " +
+             std::to_string(plan.model.seq_lengths[k].length);
+    return out;
+  }
+
+  static Json pipeline_json(const Plan& plan, const Pipeline& p) {
     Json stages = Json::array();
     for (const auto& s : p.stages) stages.push_back(stage_json(s));
-    return {{"micro_batch_size", p.micro_batch_size}, {"num_microbatches", p.num_microbatches}, {"stages", stages}};
+    Json out = {{"micro_batch_size", p.micro_batch_size}, {"num_microbatches", p.num_microbatches}};
+    if (!p.bucket_microbatches.empty()) {
+      Json lengths = Json::array();
+      for (std::size_t k = 0; k < p.bucket_microbatches.size() && k < plan.model.seq_lengths.size(); ++k)
+        lengths.push_back({{"length", plan.model.seq_lengths[k].length}, {"microbatches", p.bucket_microbatches[k]}});
+      out["seq_lengths"] = lengths;
+    }
+    out["stages"] = stages;
+    return out;
   }
 
   static Json stage_json(const Stage& s) {
@@ -141,7 +158,8 @@ class Differ {
 
   static std::string describe_pipeline(const Plan& plan, const Pipeline& p) {
     std::string out = std::to_string(p.num_microbatches) + " micro-batches of " + std::to_string(p.micro_batch_size) +
-                      ", " + std::to_string(p.stages.size()) + " stage" + (p.stages.size() == 1 ? "" : "s");
+                      (p.bucket_microbatches.empty() ? "" : " (" + length_counts(plan, p) + ")") + ", " +
+                      std::to_string(p.stages.size()) + " stage" + (p.stages.size() == 1 ? "" : "s");
     for (std::size_t si = 0; si < p.stages.size(); ++si)
       out += (si ? "; " : ": ") + describe_stage(plan, p.stages[si]);
     return out;
@@ -158,16 +176,12 @@ class Differ {
           at + ": micro-batches per iteration " + std::to_string(a.num_microbatches) + " -> " +
               std::to_string(b.num_microbatches));
     if (a.bucket_microbatches != b.bucket_microbatches) {
-      // Micro-batches per sequence length (the model's seq_lengths; the newer plan's lengths).
-      auto counts = [&](const Pipeline& q) {
-        std::string out;
-        for (std::size_t k = 0; k < q.bucket_microbatches.size() && k < b_.model.seq_lengths.size(); ++k)
-          out += (out.empty() ? "" : ", ") + std::to_string(q.bucket_microbatches[k]) + " x " +
-                 std::to_string(b_.model.seq_lengths[k].length);
-        return out.empty() ? std::string("one length") : out;
+      auto counts = [](const Plan& plan, const Pipeline& q) {
+        const std::string c = length_counts(plan, q);
+        return c.empty() ? std::string("one length") : c;
       };
       add(Change::Kind::changed, p, {}, "seq_lengths", a.bucket_microbatches, b.bucket_microbatches,
-          at + ": micro-batches per sequence length " + counts(a) + " -> " + counts(b));
+          at + ": micro-batches per sequence length " + counts(a_, a) + " -> " + counts(b_, b));
     }
     const std::size_t ns = std::max(a.stages.size(), b.stages.size());
     for (std::size_t si = 0; si < ns; ++si) {

@@ -13,6 +13,15 @@ Result<LengthAssignment> assign_lengths(const Plan& plan, const cost::ComputeMod
   const std::size_t buckets = plan.model.seq_lengths.size(), P = plan.pipelines.size();
   if (buckets < 2 || P < 2) return out;
 
+  // The trials are predicted without a trace; the winner again with the caller's options.
+  predict::Options quiet = options;
+  quiet.trace = false;
+  // Whether every stage of pipeline q can run micro-batches of bucket b (cp divides its length).
+  auto runs = [&](const Pipeline& q, std::size_t b) {
+    for (const Stage& s : q.stages)
+      if (plan.model.seq_lengths[b].length % s.cp != 0) return false;
+    return true;
+  };
   Plan current = plan;
   double best_s = out.before_s;
   while (out.predictions < max_predictions) {
@@ -23,12 +32,13 @@ Result<LengthAssignment> assign_lengths(const Plan& plan, const cost::ComputeMod
         if (current.pipelines[p].micro_batch_size != current.pipelines[q].micro_batch_size) continue;
         for (std::size_t a = 0; a < buckets && out.predictions < max_predictions; ++a)
           for (std::size_t b = 0; b < buckets && out.predictions < max_predictions; ++b) {
-            if (a == b || current.pipelines[p].bucket_microbatches[a] == 0 || current.pipelines[q].bucket_microbatches[b] == 0)
+            if (a == b || current.pipelines[p].bucket_microbatches[a] == 0 || current.pipelines[q].bucket_microbatches[b] == 0 ||
+                !runs(current.pipelines[q], a) || !runs(current.pipelines[p], b))
               continue;
             Plan trial = current;
             --trial.pipelines[p].bucket_microbatches[a], ++trial.pipelines[q].bucket_microbatches[a];
             --trial.pipelines[q].bucket_microbatches[b], ++trial.pipelines[p].bucket_microbatches[b];
-            auto o = predict::predict(trial, compute, options);
+            auto o = predict::predict(trial, compute, quiet);
             ++out.predictions;
             if (!o) return o.errors();
             // An improvement beyond rounding, and no plan that stops fitting memory.
@@ -44,6 +54,11 @@ Result<LengthAssignment> assign_lengths(const Plan& plan, const cost::ComputeMod
     current = std::move(best_plan);
     out.outcome = std::move(*best);
     ++out.swaps;
+  }
+  if (out.swaps > 0 && options.trace) {
+    auto traced = predict::predict(current, compute, options);
+    if (!traced) return traced.errors();
+    out.outcome = std::move(*traced);
   }
   return out;
 }

@@ -376,8 +376,12 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     std::vector<Candidate> warm;
     {
       std::lock_guard<std::mutex> lock(seeds_mutex);
-      for (Candidate& c : warm_candidates(eval, opt.warm_start))
-        if (fed.insert(layout_key(c.layout)).second) seeds.push_back(c), warm.push_back(std::move(c));
+      // Every one is ranked (seeds; the ranking tells candidates apart by split and recompute
+      // too); the refinement takes each layout it was not given yet.
+      for (Candidate& c : warm_candidates(eval, opt.warm_start)) {
+        seeds.push_back(c);
+        if (fed.insert(layout_key(c.layout)).second) warm.push_back(std::move(c));
+      }
     }
     if (!warm.empty()) {
       // What the refinement keeps is its best estimates: the candidates it kept before this call
