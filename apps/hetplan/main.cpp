@@ -535,6 +535,7 @@ int run_compare(const SearchArgs& a) {
 // why, not a failure.
 struct SweepArgs {
   std::string vary, svg;
+  bool cold = false;  // --no-warm-start: each point searched as a one-off search would
 };
 int run_sweep(const SweepArgs& s, const SearchArgs& a) {
   auto vary = het::sweep::parse_vary(s.vary);
@@ -623,7 +624,7 @@ int run_sweep(const SweepArgs& s, const SearchArgs& a) {
     het::cost::ComputeModel compute(pt.shell.model, pt.profiles.specs());
     const auto t0 = std::chrono::steady_clock::now();
     het::search::Options o = search_options(a);
-    o.warm_start = std::move(before);
+    if (!s.cold) o.warm_start = std::move(before);
     auto out = het::search::run(a.algo, pt.shell.model, pt.shell.cluster, compute, o);
     before.clear();
     if (out)
@@ -823,6 +824,9 @@ int main(int argc, char** argv) {
   sweep->add_option("--algo", search_args.algo, "the search at each point (default auto)")
       ->check(CLI::IsMember(het::search::algorithm_names()));
   sweep->add_option("--svg", sweep_args.svg, "also draw iteration time and tokens/s against the value (SVG)");
+  sweep->add_flag("--no-warm-start", sweep_args.cold,
+                  "search each point as a one-off search would (by default auto's search at a point also refines the point "
+                  "before's best plans, and is never worse for it)");
   sweep->footer("docs/search.md, \"What if\".");
 
   ReplanArgs replan_args;
