@@ -54,4 +54,12 @@ bool spread_buckets(Plan& plan) {
   return true;
 }
 
+std::string length_counts(const ModelSpec& model, const Pipeline& p) {
+  std::string out;
+  for (std::size_t k = 0; k < p.bucket_microbatches.size() && k < model.seq_lengths.size(); ++k)
+    if (p.bucket_microbatches[k] > 0)
+      out += (out.empty() ? "" : ", ") + std::to_string(p.bucket_microbatches[k]) + " x " + std::to_string(model.seq_lengths[k].length);
+  return out;
+}
+
 }  // namespace het

@@ -3,6 +3,7 @@
 // bucketing): a micro-batch holds sequences of one bucket, padded to its length, and each
 // pipeline says how many micro-batches of each bucket it runs (Pipeline::bucket_microbatches).
 // Together the pipelines run every bucket's share of the global batch (validate_plan checks).
+#include <string>
 #include <vector>
 
 #include "plan/plan.hpp"
@@ -23,5 +24,9 @@ std::vector<int> microbatch_buckets(const Pipeline& p);
 // the first). False, changing nothing, when it cannot: pipelines of different micro-batch
 // sizes, or a bucket whose sequences are not a whole number of micro-batches.
 bool spread_buckets(Plan& plan);
+
+// A pipeline's micro-batches per length, for people: "36 x 2048, 9 x 8192" (lengths it runs
+// none of left out); "" without buckets.
+std::string length_counts(const ModelSpec& model, const Pipeline& p);
 
 }  // namespace het

@@ -84,7 +84,6 @@ struct Pipeline {
   int line = 0;
 };
 
-
 struct AlgorithmResult {
   std::string name;
   double iteration_s = 0;  // 0: found nothing

@@ -291,6 +291,13 @@ Result<Plan> load_plan(const std::string& file, const PlanSpecs& specs) {
   return read_plan(*doc, specs);
 }
 
+nlohmann::ordered_json seq_lengths_json(const ModelSpec& model, const Pipeline& p) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (std::size_t k = 0; k < p.bucket_microbatches.size() && k < model.seq_lengths.size(); ++k)
+    out.push_back({{"length", model.seq_lengths[k].length}, {"microbatches", p.bucket_microbatches[k]}});
+  return out;
+}
+
 nlohmann::ordered_json to_json(const Plan& plan) {
   using J = nlohmann::ordered_json;
   J out = {{"format", "hetplan.plan/v1"}, {"model", to_json(plan.model)}, {"cluster", to_json(plan.cluster)}};
@@ -330,12 +337,7 @@ nlohmann::ordered_json to_json(const Plan& plan) {
       stages.push_back(std::move(js));
     }
     J jp = {{"micro_batch_size", p.micro_batch_size}, {"num_microbatches", p.num_microbatches}};
-    if (!p.bucket_microbatches.empty()) {
-      J buckets = J::array();
-      for (std::size_t k = 0; k < p.bucket_microbatches.size() && k < plan.model.seq_lengths.size(); ++k)
-        buckets.push_back({{"length", plan.model.seq_lengths[k].length}, {"microbatches", p.bucket_microbatches[k]}});
-      jp["seq_lengths"] = buckets;
-    }
+    if (!p.bucket_microbatches.empty()) jp["seq_lengths"] = seq_lengths_json(plan.model, p);
     jp["stages"] = stages;
     pipelines.push_back(std::move(jp));
   }

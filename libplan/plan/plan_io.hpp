@@ -25,6 +25,9 @@ Result<Plan> read_plan(const input::Document& doc, const PlanSpecs& specs);
 Result<Plan> load_plan(const std::string& file, const PlanSpecs& specs);
 
 nlohmann::ordered_json to_json(const Plan& plan);
+// A pipeline's `seq_lengths` as the plan file has them: [{length, microbatches}], one per bucket
+// of the model.
+nlohmann::ordered_json seq_lengths_json(const ModelSpec& model, const Pipeline& pipeline);
 // Pretty JSON text with a trailing newline.
 std::string write_plan(const Plan& plan);
 

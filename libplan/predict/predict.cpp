@@ -82,16 +82,14 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
   double cross_bytes = 0;
   std::vector<std::vector<double>> most_received;  // [pipeline][stage]: Hop::most_received from the stage before
 
-  // Sequence-length buckets (model.seq_lengths; one bucket of seq_length without): each costed
-  // as the model with all its sequences of that length.
-  const std::vector<SeqLengthBucket> buckets = length_buckets(m);
-  std::vector<ModelSpec> bucket_model;
-  std::vector<cost::ComputeModel> at_lengths;  // the compute models of the buckets, when there are several
-  for (const auto& b : buckets) {
-    bucket_model.push_back(m.seq_lengths.empty() ? m : at_length(m, b.length));
-    if (!m.seq_lengths.empty()) at_lengths.push_back(compute.at_length(b.length));
-  }
-  auto bucket_compute = [&](std::size_t k) -> const cost::ComputeModel& { return at_lengths.empty() ? compute : at_lengths[k]; };
+  // Sequence-length buckets (model.seq_lengths; without, one bucket: the model itself): each
+  // costed as the model with all its sequences of that length.
+  std::vector<ModelSpec> at_models;
+  std::vector<cost::ComputeModel> at_computes;
+  for (const auto& b : m.seq_lengths) at_models.push_back(at_length(m, b.length)), at_computes.push_back(compute.at_length(b.length));
+  const std::size_t buckets = std::max<std::size_t>(1, m.seq_lengths.size());
+  auto bucket_model = [&](std::size_t k) -> const ModelSpec& { return at_models.empty() ? m : at_models[k]; };
+  auto bucket_compute = [&](std::size_t k) -> const cost::ComputeModel& { return at_computes.empty() ? compute : at_computes[k]; };
   std::vector<int> longest(plan.pipelines.size(), 0);  // [pipeline]: its longest bucket (activation memory)
 
   for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
@@ -107,11 +105,11 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
     std::vector<std::size_t> used;
     for (std::size_t k = 0; k < count.size(); ++k)
       if (count[k] > 0) used.push_back(k);
-    if (used.empty() || count.size() != buckets.size())
+    if (used.empty() || count.size() != buckets)
       return Diagnostic{"", 0, 0, "pipelines[" + std::to_string(pi) + "].seq_lengths",
                         "expected micro-batch counts of the model's sequence lengths"};
     longest[pi] = static_cast<int>(used.back());
-    const ModelSpec& m_long = bucket_model[used.back()];
+    const ModelSpec& m_long = bucket_model(used.back());
     auto share = [&](std::size_t k) { return double(count[k]) / p.num_microbatches; };
 
     schedule::WarmupInput w;
@@ -144,7 +142,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         c.cross_to_next = d.crosses_subcluster;
         auto add = [&](UnitKind kind, double n) {
           if (n <= 0) return;
-          const UnitTimes u = unit_times(bucket_model[k], bucket_compute(k), kind, pl, s.tp, s.cp, s.recompute, b);
+          const UnitTimes u = unit_times(bucket_model(k), bucket_compute(k), kind, pl, s.tp, s.cp, s.recompute, b);
           c.forward_s += n * u.forward_s;
           c.backward_s += n * u.backward_s;
           worst = std::max(worst, source_rank(u.source));
@@ -155,7 +153,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         add(UnitKind::mlp, units.mlp);
         add(UnitKind::head, units.head);
         if (si + 1 < S) {
-          const Hop h = hop(s, p.stages[si + 1], bucket_model[k], p.micro_batch_size, plan.cluster, opt, sharers_of(s));
+          const Hop h = hop(s, p.stages[si + 1], bucket_model(k), p.micro_batch_size, plan.cluster, opt, sharers_of(s));
           c.send_forward_s = h.forward_s;
           c.send_backward_s = h.backward_s;
           p.stages[si].resharding = h.strategy;  // the longest bucket's: the ones after it keep it
@@ -229,7 +227,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       // stage before sends later).
       if (si > 0) shape.read_ahead = std::max(0, out.stages[pi][si - 1].warmup - d.warmup) * most_received[pi][si];
       if (auto it = first_chunk.find({pi, si}); it != first_chunk.end()) shape.read_ahead += it->second * grad_bytes;
-      d.memory = cost::stage_memory(bucket_model[longest[pi]], shape);
+      d.memory = cost::stage_memory(bucket_model(longest[pi]), shape);
       const double shard = m.training.zero_stage >= 1 ? replicas : 1;
       d.optimizer_s = optimizer_s(compute, m, pl.sub->device, s.tp, params, shard);
       sin.pipelines[pi].stages[si].optimizer_s = d.optimizer_s;

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "plan/buckets.hpp"
+
 namespace het::report {
 
 std::string fmt(const char* f, double v) {
@@ -87,18 +89,13 @@ std::string summary(const predict::Outcome& o) {
          " pipeline(s), global batch " + std::to_string(o.plan.model.training.global_batch_size) + "\n";
   if (!o.plan.model.seq_lengths.empty()) {
     // Micro-batches per length, pipelines with the same counts together: "0-3: 3 x 2048, 1 x 8192".
-    const auto& lengths = o.plan.model.seq_lengths;
     const auto& pipes = o.plan.pipelines;
     out += "lengths        micro-batches of each sequence length per pipeline:";
     for (std::size_t a = 0; a < pipes.size();) {
       std::size_t b = a;
       while (b + 1 < pipes.size() && pipes[b + 1].bucket_microbatches == pipes[a].bucket_microbatches) ++b;
-      std::string counts;
-      for (std::size_t k = 0; k < lengths.size() && k < pipes[a].bucket_microbatches.size(); ++k)
-        if (pipes[a].bucket_microbatches[k] > 0)
-          counts += (counts.empty() ? "" : ", ") + std::to_string(pipes[a].bucket_microbatches[k]) + " x " +
-                    std::to_string(lengths[k].length);
-      out += (a == 0 ? " " : "; ") + (a == b ? std::to_string(a) : std::to_string(a) + "-" + std::to_string(b)) + ": " + counts;
+      out += (a == 0 ? " " : "; ") + (a == b ? std::to_string(a) : std::to_string(a) + "-" + std::to_string(b)) + ": " +
+             length_counts(o.plan.model, pipes[a]);
       a = b + 1;
     }
     out += "\n";

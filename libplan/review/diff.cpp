@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "plan/buckets.hpp"
 #include "plan/plan_io.hpp"
 #include "review/text.hpp"
 
@@ -128,25 +129,11 @@ class Differ {
     });
   }
 
-  // Micro-batches per sequence length ("36 x 2048, 9 x 8192"; the plan's model's lengths), or "".
-  static std::string length_counts(const Plan& plan, const Pipeline& q) {
-    std::string out;
-    for (std::size_t k = 0; k < q.bucket_microbatches.size() && k < plan.model.seq_lengths.size(); ++k)
-      out += (out.empty() ? "" : ", ") + std::to_string(q.bucket_microbatches[k]) + " x " +
-             std::to_string(plan.model.seq_lengths[k].length);
-    return out;
-  }
-
   static Json pipeline_json(const Plan& plan, const Pipeline& p) {
     Json stages = Json::array();
     for (const auto& s : p.stages) stages.push_back(stage_json(s));
     Json out = {{"micro_batch_size", p.micro_batch_size}, {"num_microbatches", p.num_microbatches}};
-    if (!p.bucket_microbatches.empty()) {
-      Json lengths = Json::array();
-      for (std::size_t k = 0; k < p.bucket_microbatches.size() && k < plan.model.seq_lengths.size(); ++k)
-        lengths.push_back({{"length", plan.model.seq_lengths[k].length}, {"microbatches", p.bucket_microbatches[k]}});
-      out["seq_lengths"] = lengths;
-    }
+    if (!p.bucket_microbatches.empty()) out["seq_lengths"] = seq_lengths_json(plan.model, p);
     out["stages"] = stages;
     return out;
   }
@@ -158,7 +145,7 @@ class Differ {
 
   static std::string describe_pipeline(const Plan& plan, const Pipeline& p) {
     std::string out = std::to_string(p.num_microbatches) + " micro-batches of " + std::to_string(p.micro_batch_size) +
-                      (p.bucket_microbatches.empty() ? "" : " (" + length_counts(plan, p) + ")") + ", " +
+                      (p.bucket_microbatches.empty() ? "" : " (" + length_counts(plan.model, p) + ")") + ", " +
                       std::to_string(p.stages.size()) + " stage" + (p.stages.size() == 1 ? "" : "s");
     for (std::size_t si = 0; si < p.stages.size(); ++si)
       out += (si ? "; " : ": ") + describe_stage(plan, p.stages[si]);
@@ -177,7 +164,7 @@ class Differ {
               std::to_string(b.num_microbatches));
     if (a.bucket_microbatches != b.bucket_microbatches) {
       auto counts = [](const Plan& plan, const Pipeline& q) {
-        const std::string c = length_counts(plan, q);
+        const std::string c = length_counts(plan.model, q);
         return c.empty() ? std::string("one length") : c;
       };
       add(Change::Kind::changed, p, {}, "seq_lengths", a.bucket_microbatches, b.bucket_microbatches,

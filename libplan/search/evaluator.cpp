@@ -40,7 +40,8 @@ Evaluator::Evaluator(const ModelSpec& model, const ClusterSpec& cluster, const c
       units_(het::num_units(model, granularity)) {
   for (const SeqLengthBucket& b : model.seq_lengths)
     lengths_.push_back({at_length(model, b.length), compute.at_length(b.length), b.share});
-  longest_ = lengths_.empty() ? model : lengths_.back().model;
+  if (lengths_.empty()) lengths_.push_back({model, compute, 1.0});
+  longest_ = lengths_.back().model;
   // Cheapest first: the DP takes the first option that fits.
   std::sort(recompute_.begin(), recompute_.end());
   recompute_.erase(std::unique(recompute_.begin(), recompute_.end()), recompute_.end());
@@ -51,7 +52,7 @@ bool Evaluator::admissible(const Layout& l) const {
   const auto& t = model_.training;
   if (l.stages.empty() || static_cast<int>(l.stages.size()) > units_ || l.pipelines < 1) return false;
   if (t.global_batch_size % (l.pipelines * l.micro_batch_size) != 0) return false;
-  for (std::size_t b = 0; b < lengths_.size(); ++b)  // a micro-batch holds one bucket's sequences
+  for (std::size_t b = 0; b < model_.seq_lengths.size(); ++b)  // a micro-batch holds one bucket's sequences
     if (bucket_sequences(model_, b) % l.micro_batch_size != 0) return false;
   std::vector<int> used(cluster_.subclusters.size(), 0);
   for (const auto& s : l.stages) {
@@ -104,7 +105,6 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   t->layers.assign(units_ + 1, 0);
   const double layer_act = cost::layer_activation_bytes(longest_, b, sh.tp, sh.cp, r);
   auto unit = [&](UnitKind kind) {
-    if (lengths_.empty()) return predict::unit_times(model_, compute_, kind, pl, sh.tp, sh.cp, r, b);
     predict::UnitTimes mean;
     mean.source = cost::Source::profile;
     for (const Length& x : lengths_) {
@@ -177,10 +177,6 @@ double Evaluator::hop(const StageShape& a, int offset_a, const StageShape& b, in
   };
   const Stage from = stage(a, offset_a), to = stage(b, offset_b);
   double c = 0;  // the estimate charges each direction c_i: the mean of both, over the buckets
-  if (lengths_.empty()) {
-    const predict::Hop h = predict::hop(from, to, model_, mbs, cluster_, predict_, sharers);
-    c = (h.forward_s + h.backward_s) / 2;
-  }
   for (const Length& x : lengths_) {
     const predict::Hop h = predict::hop(from, to, x.model, mbs, cluster_, predict_, sharers);
     c += x.share * (h.forward_s + h.backward_s) / 2;

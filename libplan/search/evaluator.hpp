@@ -125,9 +125,10 @@ class Evaluator {
   ModelSpec model_;
   ClusterSpec cluster_;
   const cost::ComputeModel& compute_;
-  // With model.seq_lengths: each bucket's model and compute model and its share of the
-  // micro-batches (identical pipelines run the buckets in proportion: plan/buckets.hpp), so a
-  // micro-batch costs their mean; `longest_` holds the activations (empty: model_ itself).
+  // Each bucket of model.seq_lengths (without: one, the model itself, share 1): its model,
+  // compute model and share of the micro-batches (identical pipelines run the buckets in
+  // proportion: plan/buckets.hpp), so a micro-batch costs their mean; `longest_` holds the
+  // activations.
   struct Length {
     ModelSpec model;
     cost::ComputeModel compute;

@@ -1,5 +1,7 @@
 #include "search/lengths.hpp"
 
+#include <array>
+
 namespace het::search {
 
 Result<LengthAssignment> assign_lengths(const Plan& plan, const cost::ComputeModel& compute, const predict::Options& options,
@@ -23,10 +25,16 @@ Result<LengthAssignment> assign_lengths(const Plan& plan, const cost::ComputeMod
     return true;
   };
   Plan current = plan;
+  // One micro-batch of bucket a from pipeline p for one of bucket b from pipeline q (undone by
+  // the swap of b from p for a from q).
+  auto swap = [&](std::size_t p, std::size_t a, std::size_t q, std::size_t b) {
+    --current.pipelines[p].bucket_microbatches[a], ++current.pipelines[q].bucket_microbatches[a];
+    --current.pipelines[q].bucket_microbatches[b], ++current.pipelines[p].bucket_microbatches[b];
+  };
   double best_s = out.before_s;
   while (out.predictions < max_predictions) {
     std::optional<predict::Outcome> best;
-    Plan best_plan;
+    std::array<std::size_t, 4> best_swap{};
     for (std::size_t p = 0; p < P && out.predictions < max_predictions; ++p)
       for (std::size_t q = p + 1; q < P && out.predictions < max_predictions; ++q) {
         if (current.pipelines[p].micro_batch_size != current.pipelines[q].micro_batch_size) continue;
@@ -35,10 +43,9 @@ Result<LengthAssignment> assign_lengths(const Plan& plan, const cost::ComputeMod
             if (a == b || current.pipelines[p].bucket_microbatches[a] == 0 || current.pipelines[q].bucket_microbatches[b] == 0 ||
                 !runs(current.pipelines[q], a) || !runs(current.pipelines[p], b))
               continue;
-            Plan trial = current;
-            --trial.pipelines[p].bucket_microbatches[a], ++trial.pipelines[q].bucket_microbatches[a];
-            --trial.pipelines[q].bucket_microbatches[b], ++trial.pipelines[p].bucket_microbatches[b];
-            auto o = predict::predict(trial, compute, quiet);
+            swap(p, a, q, b);
+            auto o = predict::predict(current, compute, quiet);
+            swap(p, b, q, a);
             ++out.predictions;
             if (!o) return o.errors();
             // An improvement beyond rounding, and no plan that stops fitting memory.
@@ -46,12 +53,12 @@ Result<LengthAssignment> assign_lengths(const Plan& plan, const cost::ComputeMod
             if (t < best_s * (1 - 1e-9) && (o->fits_memory() || !out.outcome.fits_memory())) {
               best_s = t;
               best = std::move(*o);
-              best_plan = std::move(trial);
+              best_swap = {p, a, q, b};
             }
           }
       }
     if (!best) break;
-    current = std::move(best_plan);
+    swap(best_swap[0], best_swap[1], best_swap[2], best_swap[3]);
     out.outcome = std::move(*best);
     ++out.swaps;
   }

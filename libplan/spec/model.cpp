@@ -190,32 +190,24 @@ nlohmann::ordered_json to_json(const ModelSpec& m) {
   nlohmann::ordered_json recompute = nlohmann::ordered_json::array();
   for (auto r : m.training.recompute) recompute.push_back(to_string(r));
   nlohmann::ordered_json out = {{"name", m.name},
-          {"architecture", to_string(m.architecture)},
-          {"num_layers", m.num_layers},
-          {"hidden_size", m.hidden_size},
-          {"num_attention_heads", m.num_attention_heads},
-          {"num_kv_heads", m.num_kv_heads},
-          {"ffn_hidden_size", m.ffn_hidden_size},
-          {"vocab_size", m.vocab_size},
-          {"seq_length", m.seq_length},
-          {"dtype", to_string(m.dtype)},
-          {"training",
-           {{"global_batch_size", m.training.global_batch_size},
-            {"micro_batch_sizes", m.training.micro_batch_sizes},
-            {"optimizer", m.training.optimizer},
-            {"zero_stage", m.training.zero_stage},
-            {"recompute", recompute}}}};
+                                {"architecture", to_string(m.architecture)},
+                                {"num_layers", m.num_layers},
+                                {"hidden_size", m.hidden_size},
+                                {"num_attention_heads", m.num_attention_heads},
+                                {"num_kv_heads", m.num_kv_heads},
+                                {"ffn_hidden_size", m.ffn_hidden_size},
+                                {"vocab_size", m.vocab_size},
+                                {"seq_length", m.seq_length}};
   if (!m.seq_lengths.empty()) {
-    nlohmann::ordered_json buckets = nlohmann::ordered_json::array();
-    for (const auto& b : m.seq_lengths) buckets.push_back({{"length", b.length}, {"share", b.share}});
-    // After seq_length, as a reader would write it.
-    nlohmann::ordered_json ordered;
-    for (auto& [k, v] : out.items()) {
-      ordered[k] = v;
-      if (k == "seq_length") ordered["seq_lengths"] = buckets;
-    }
-    out = std::move(ordered);
+    out["seq_lengths"] = nlohmann::ordered_json::array();
+    for (const auto& b : m.seq_lengths) out["seq_lengths"].push_back({{"length", b.length}, {"share", b.share}});
   }
+  out["dtype"] = to_string(m.dtype);
+  out["training"] = {{"global_batch_size", m.training.global_batch_size},
+                     {"micro_batch_sizes", m.training.micro_batch_sizes},
+                     {"optimizer", m.training.optimizer},
+                     {"zero_stage", m.training.zero_stage},
+                     {"recompute", recompute}};
   return out;
 }
 
