@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -114,6 +115,12 @@ struct Refinement {
   std::vector<Candidate> basins;  // seeds in other basins, not yet descended from (refine.cpp kExplore)
   std::set<std::vector<int>> descended;  // their layouts
   double best = 1e300;
+  // The best candidates of each route (the subclusters a pipeline passes through, in order),
+  // at most Options::top_k each (refine.cpp keep_route says why).
+  std::map<std::vector<int>, std::vector<Candidate>> routes;
+  // The kept candidates of the routes whose best estimates within `slack` of the best route's:
+  // the estimate cannot tell them apart, so auto's simulator ranks them all.
+  std::vector<Candidate> close_routes(double slack) const;
   // Set while run_refine waits for its feed, having converged on everything it was given
   // (auto's convergence test presumes the refinement has explored around the plans found).
   std::atomic<bool> waiting{false};

@@ -399,7 +399,11 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   std::map<std::vector<int>, std::size_t> index;
   for (std::size_t i = 0; i < works.size(); ++i) {
     std::vector<Candidate> candidates = works[i]->take();
-    if (works[i]->name == "refine") candidates.insert(candidates.end(), seeds.begin(), seeds.end());
+    if (works[i]->name == "refine") {
+      candidates.insert(candidates.end(), seeds.begin(), seeds.end());
+      const auto routes = refinement.close_routes(kRefineSlack);  // refine.cpp keep_route says why
+      candidates.insert(candidates.end(), routes.begin(), routes.end());
+    }
     for (const Candidate& c : candidates) {
       std::vector<int> key = layout_key(c.layout);
       key.insert(key.end(), c.first_unit.begin(), c.first_unit.end());
