@@ -445,12 +445,15 @@ TEST_CASE("the refinement moves an end stage to the other end: one subcluster on
   // [v100, v100, a100, a100, a100] (20.1199 s) with every member ending by itself, and only a
   // sweep's warm start found 19.3606 s. The first V100 stage moved to the end estimates 4%
   // better; from there the refinement reaches a pipeline that passes through a subcluster
-  // twice (18.6901 s: four pipelines of [a100, a100, a100, v100, a100]).
+  // twice (18.6901 s: four pipelines of [a100, a100, a100, v100, a100]), from the quick
+  // members' plans alone as from every member's; 20.0431 s without the move.
   Seed s = load_seed("hapt-gpt-15b", "hapt-4x8a100-4x8v100");
   REQUIRE(s.cluster.subclusters[1].name == "v100");
   s.cluster.subclusters[1].nodes = 2;
   cost::ComputeModel cm(s.model, {});
-  auto out = search::run("auto", s.model, s.cluster, cm, {});
+  search::Options o;
+  o.auto_algorithms = {"uniform", "heteroauto"};  // the refinement from the quick members' plans: deterministic
+  auto out = search::run("auto", s.model, s.cluster, cm, o);
   REQUIRE(out.ok());
   check_plan(out->plans.front(), cm);
   CHECK(best_of(out) < 19.3606);
@@ -463,16 +466,21 @@ TEST_CASE("the refinement moves an end stage to the other end: one subcluster on
 
 TEST_CASE("the simulator ranks the best layouts of every route the estimate cannot tell apart") {
   // Issue 20: where pipelines' hops weigh, the estimate (HAPT eq. 12-13) errs by a few percent
-  // either way, most of all between routes (the subclusters a pipeline passes through). On
-  // H2's 100B model on its experiment A cluster the refinement's k best by estimate were all
-  // of one route and simulated 28.8804 s at best; the best of a route within 1% of it by
-  // estimate simulates 28.5173 s.
-  const Seed s = load_seed("h2-100b", "h2-exp-a");
+  // either way, most of all between routes (the subclusters a pipeline passes through): on
+  // 10,000 devices the refinement's 16 best by estimate were all of a route that simulates
+  // 4.4% slower than the best of another route within 1% of it by estimate. Too slow for a
+  // test; here H2's 100B model on its experiment D cluster, with the quick members alone
+  // beside the refinement (deterministic): 26.0879 s without the routes' candidates ranked.
+  // (With every member, H2's experiment A: 28.8804 -> 28.5173 s, but that depends on when
+  // hapt's plans come.)
+  const Seed s = load_seed("h2-100b-gbs8m", "h2-exp-d");
   cost::ComputeModel cm(s.model, {});
-  auto out = search::run("auto", s.model, s.cluster, cm, {});
+  search::Options o;
+  o.auto_algorithms = {"uniform", "heteroauto"};
+  auto out = search::run("auto", s.model, s.cluster, cm, o);
   REQUIRE(out.ok());
   check_plan(out->plans.front(), cm);
-  CHECK(best_of(out) <= 28.5173 * 1.001);
+  CHECK(best_of(out) <= 26.0777 * 1.0001);
 }
 
 TEST_CASE("auto's convergence test: an improvement below 0.1% does not restart the clock, which runs only while the members have the cores") {
