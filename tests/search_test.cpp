@@ -126,6 +126,17 @@ Seed load_seed(const std::string& model, const std::string& cluster) {
 
 double best_of(const Result<search::SearchOutput>& r) { return r->plans.front().plan.predicted->iteration_s; }
 
+// auto with only the quick members (uniform, heteroauto) beside the refinement: deterministic,
+// whatever the load. Its best plan is checked (validates, fits memory).
+Result<search::SearchOutput> quick_auto(const Seed& s, const cost::ComputeModel& cm) {
+  search::Options o;
+  o.auto_algorithms = {"uniform", "heteroauto"};
+  auto out = search::run("auto", s.model, s.cluster, cm, o);
+  REQUIRE(out.ok());
+  check_plan(out->plans.front(), cm);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("mcts on random instances: gap to the exhaustive oracle") {
@@ -451,11 +462,7 @@ TEST_CASE("the refinement moves an end stage to the other end: one subcluster on
   REQUIRE(s.cluster.subclusters[1].name == "v100");
   s.cluster.subclusters[1].nodes = 2;
   cost::ComputeModel cm(s.model, {});
-  search::Options o;
-  o.auto_algorithms = {"uniform", "heteroauto"};  // the refinement from the quick members' plans: deterministic
-  auto out = search::run("auto", s.model, s.cluster, cm, o);
-  REQUIRE(out.ok());
-  check_plan(out->plans.front(), cm);
+  const auto out = quick_auto(s, cm);
   CHECK(best_of(out) < 19.3606);
   std::vector<std::string> route;
   for (const Stage& st : out->plans.front().plan.pipelines.front().stages)
@@ -475,12 +482,7 @@ TEST_CASE("the simulator ranks the best layouts of every route the estimate cann
   // hapt's plans come.)
   const Seed s = load_seed("h2-100b-gbs8m", "h2-exp-d");
   cost::ComputeModel cm(s.model, {});
-  search::Options o;
-  o.auto_algorithms = {"uniform", "heteroauto"};
-  auto out = search::run("auto", s.model, s.cluster, cm, o);
-  REQUIRE(out.ok());
-  check_plan(out->plans.front(), cm);
-  CHECK(best_of(out) <= 26.0777 * 1.0001);
+  CHECK(best_of(quick_auto(s, cm)) <= 26.0777 * 1.0001);
 }
 
 TEST_CASE("auto's convergence test: an improvement below 0.1% does not restart the clock, which runs only while the members have the cores") {

@@ -297,7 +297,9 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
   // of 1.0244); with the main frontier's 8, none of 12.
   int steps = 0, stale = 0;
   bool fed = !more;  // nothing more will come
-  auto improve = [&](const Candidate& c) {  // whether `c` is better than the best by more than kProgress
+  // Every candidate found: kept among its route's best, and the best lowered; returns whether
+  // it beat the best by more than kProgress.
+  auto record = [&](const Candidate& c) {
     const bool better = c.estimate_s < r.best * (1 - kProgress);
     r.best = std::min(r.best, c.estimate_s);
     keep_route(r, c, static_cast<std::size_t>(std::max(1, w.opt.top_k)));
@@ -305,7 +307,7 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
   };
   auto add = [&](const Candidate& c) {
     w.offer(c);
-    const bool better = improve(c);
+    const bool better = record(c);
     if (better) steps = stale = 0;
     // A seed in another basin is descended from even if the refinement has seen its layout:
     // it saw it under its own best's slack.
@@ -351,7 +353,7 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
       for (const auto& c : found) {
         if (c.estimate_s < best * (1 - kProgress)) idle = 0;
         best = std::min(best, c.estimate_s);
-        if (improve(c)) steps = stale = 0;
+        if (record(c)) steps = stale = 0;
         frontier.push_back(c);
       }
       w.note_progress("refining another basin");
@@ -379,7 +381,7 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
     auto [found, whole] = expand(w, r.seen, at, cutoff, poll);
     if (!whole) r.frontier.push_back(at);  // to be expanded into the rest later
     for (const auto& c : found) {
-      if (improve(c)) stale = -1;
+      if (record(c)) stale = -1;
       r.frontier.push_back(c);
     }
     if (w.expired()) break;
