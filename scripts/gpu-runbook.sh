@@ -3,8 +3,8 @@
 # CUDA GPU, in one command, with a log a person reads and files a script reads.
 #   scripts/gpu-runbook.sh [--bin DIR] [--out DIR] [PART...]
 # PART: tests (the `gpu` ctest label's executables: kernels, GEMMs, stages, NCCL of one member),
-# layer (bench_gpu_layer: one GPT layer's MFU, the flash-attention kernels), losses (tiny plans
-# trained with --backend cuda beside --backend cpu: the two loss curves), fidelity (this GPU as a
+# layer (bench_gpu_layer: one GPT layer's MFU, the flash-attention kernels), losses (the fidelity plans
+# of every shape trained with --backend cuda beside --backend cpu: the loss curves, within 1%), fidelity (this GPU as a
 # cluster, a cuda profile of bench/gpu/gpt-medium.yaml, the searched plan trained on it, and
 # hetplan simulate --measured: predicted ÷ measured). Default: all four.
 # --bin DIR holds hetexec, hetplan and, for `tests` and `layer`, het_gpu_tests, het_nccl_tests and
@@ -66,18 +66,21 @@ for part in "${parts[@]}"; do
     step "bench_gpu_layer" timeout 600 "$(find_bin bench_gpu_layer)"
     ;;
   losses)
-    # Every plan trains the same model from the same weights and data, so the cuda run's losses
-    # follow the cpu run's (bf16 activations against fp32: within a few percent).
-    for name in gpt-pipe2 gpt-dp2 llama-pipe4 gpt-recompute; do
+    # Every plan of the fidelity benchmark (pipelines, DP, TP, CP, mixed (dp, tp) stages over two
+    # subclusters, two pipelines, recompute, every schedule kind; up to 8 ranks sharing the GPUs)
+    # trains the same model from the same weights and data on both backends, so the cuda run's
+    # losses follow the cpu run's: bf16 activations against fp32, a step fails above 1% (issue 21's
+    # bf16 tolerance was 2%; runs on an H200 differed by <= 0.005%). HET_RUNBOOK_PLANS='a b' picks plans.
+    for name in ${HET_RUNBOOK_PLANS:-$(cd "$root/bench/fidelity/plans" && ls *.plan.json | sed 's/\.plan\.json$//')}; do
       model=tiny-${name%%-*}
       plan="$root/bench/fidelity/plans/$name.plan.json"
       args=(--model "$root/configs/models/$model.yaml" --cluster "$root/bench/fidelity/cluster.yaml" --steps 8)
       step "losses $name cpu" logged "$out/$name.cpu.log" "$hetexec" run-local "$plan" "${args[@]}" --backend cpu --metrics-out "$out/$name.cpu.jsonl"
       # --stats: per rank the bytes between host and device and the synchronisations (issue 21's
-      # counters; on one GPU the ranks share it, so NCCL refuses them and the hops go through the host).
+      # counters; ranks sharing a GPU cannot share an NCCL communicator, so their groups go through the host).
       step "losses $name $backend" logged "$out/$name.$backend.log" "$hetexec" run-local "$plan" "${args[@]}" --backend "$backend" \
         --metrics-out "$out/$name.$backend.jsonl" --stats || tail -5 "$out/$name.$backend.log"
-      python3 - "$out/$name.cpu.jsonl" "$out/$name.$backend.jsonl" <<'PY'
+      step "losses $name agree" python3 - "$out/$name.cpu.jsonl" "$out/$name.$backend.jsonl" <<'PY'
 import json, sys
 def losses(f):
     try:
@@ -88,8 +91,11 @@ a, b = losses(sys.argv[1]), losses(sys.argv[2])
 print("   step  cpu loss  run loss  rel diff")
 for i, (x, y) in enumerate(zip(a, b)):
     print(f"   {i:4d}  {x:8.4f}  {y:8.4f}  {abs(y - x) / abs(x):9.4%}")
-if a and b:
-    print(f"   largest relative difference: {max(abs(y - x) / abs(x) for x, y in zip(a, b)):.4%} over {min(len(a), len(b))} steps")
+if not a or len(a) != len(b):
+    sys.exit(f"   the runs logged {len(a)} and {len(b)} losses")
+worst = max(abs(y - x) / abs(x) for x, y in zip(a, b))
+print(f"   largest relative difference: {worst:.4%} over {len(a)} steps")
+sys.exit(worst > 0.01)
 PY
     done
     ;;
@@ -104,7 +110,7 @@ PY
     for k in 1 2; do
       step "train $k" logged "$out/train.$k.log" "$hetexec" run-local "$out/plan.json" --backend "$backend" --steps 12 \
         --trace "$out/train.$k.trace.json" --metrics-out "$out/train.$k.jsonl"
-      tail -3 "$out/train.$k.log"
+      tail -6 "$out/train.$k.log"
       step "simulate $k" "$hetplan" simulate "$out/plan.json" --profile "$out/profile.yaml" --measured "$out/train.$k.trace.json"
     done
     ;;
