@@ -522,6 +522,18 @@ TEST_CASE("a one-stage GPT and Llama forward+backward on the GPU match the CPU S
     const Vec dx = s2->backward(0, nullptr, scale);
     s1->backward(0, dx.data(), scale);
     CHECK(std::fabs(split_loss - cpu_loss) <= 1e-2 * std::fabs(cpu_loss));
+    // With device activations every call returns when the device has done its work, the first
+    // stage's backward too, which gives nothing to wait for (the runtime's trace times the device,
+    // not the launches): one synchronisation after its launches, none inside it.
+    auto y = s1->forward_device(1, B, tokens.data(), {}, targets.data(), nullptr);
+    double device_loss = 0;
+    s2->forward_device(1, B, nullptr, std::move(y), targets.data(), &device_loss);
+    auto dy = s2->backward_device(1, {}, scale);
+    const auto before = s1->device_counters().value();
+    CHECK(s1->backward_device(1, std::move(dy), scale).empty());
+    const auto waited = s1->device_counters().value() - before;
+    CHECK(waited.syncs == 1);
+    CHECK(waited.compute_syncs == 0);
   }
 }
 

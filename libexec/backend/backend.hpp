@@ -154,9 +154,10 @@ class Stage {
   // forward and backward, and moves the tensors between the ranks of one subcluster itself
   // (NCCL point-to-point, no host copy), through the host elsewhere (upload, download).
   // Tensors are bf16 [B, T/cp, C], made by this stage; x and dy are empty where forward and
-  // backward take nothing, and the stage may take their memory over. The output is on the
-  // device when they return (another stream may read it); empty where forward and backward
-  // give nothing. device_tensor(n): n elements, uninitialised, that any stream may write on
+  // backward take nothing, and the stage may take their memory over. They return when the
+  // device has done their work (another stream may read the output, and a trace of the calls
+  // times the device, not the launches); the output is empty where forward and backward give
+  // nothing. device_tensor(n): n elements, uninitialised, that any stream may write on
   // return (a receive's buffer); copy_device: `region` of src, laid out as box `from`, into dst,
   // laid out as box `to` (program::Block: rows, time, channels), done on return.
   // A stage without them (the CPU's) is never asked for the rest: they throw std::logic_error.
