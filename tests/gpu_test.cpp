@@ -597,16 +597,19 @@ TEST_CASE("the step on the device follows the host's, and packed (strided) bucke
   REQUIRE(backend.ok());
   std::vector<int> tokens(std::size_t(B) * T), targets(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 7) % 61), targets[i] = int(((i + 1) * 7) % 61);
-  enum How { host, whole, packed };
+  // weighted: the whole-parameter bucket with every part weighted 1/2 (as a parameter every TP
+  // shard holds whole is, 1/tp) and the loss scaled 2x, which gives whole's gradients exactly.
+  enum How { host, whole, packed, weighted };
+  std::size_t peak_whole = 0, peak_weighted = 0, ignored_peak = 0;
   auto train = [&](How how, int count, std::vector<Vec>* masters) {
     auto stage = (*backend)->make_stage({m, 0, L + 1, 0, 1, 7, het::Recompute::none, {}, {}});
     const auto params = stage->params();
     std::vector<het::backend::BucketLayout> layouts;
-    if (how == whole) {
+    if (how == whole || how == weighted) {
       auto& l = layouts.emplace_back();
       for (std::size_t i = 0; i < params.size(); ++i) {
         const std::size_t n = params[i]->value.size();
-        l.parts.push_back({i, 0, n, n, 1, 1.f, l.size});
+        l.parts.push_back({i, 0, n, n, 1, how == weighted ? 0.5f : 1.f, l.size});
         l.size += n;
       }
       l.padded = l.size + 3, l.hi = l.size;
@@ -629,7 +632,7 @@ TEST_CASE("the step on the device follows the host's, and packed (strided) bucke
       stage->zero_grad();
       double loss = 0;
       stage->forward(0, B, tokens.data(), nullptr, targets.data(), &loss);
-      stage->backward(0, nullptr, scale);
+      stage->backward(0, nullptr, how == weighted ? 2 * scale : scale);
       stage->finish_backward();
       if (!device)
         for (auto* q : params) het::model::adamw_step(*q, opt, step + 1);
@@ -639,6 +642,7 @@ TEST_CASE("the step on the device follows the host's, and packed (strided) bucke
     }
     if (device) device->pull_values();
     for (auto* q : params) masters->push_back(q->value);
+    (how == whole ? peak_whole : how == weighted ? peak_weighted : ignored_peak) = stage->device_memory().value().peak;
     return losses;
   };
   std::vector<Vec> in_whole, in_packed, ignored;
@@ -663,6 +667,13 @@ TEST_CASE("the step on the device follows the host's, and packed (strided) bucke
   };
   for (int step = 0; step < steps; ++step) CHECK(c[std::size_t(step)] == Approx(b[std::size_t(step)]).epsilon(1e-5));
   CHECK(differing(in_packed, in_whole) <= 0.005);  // in the emulation (deterministic kernels): 0, the same bits
+  // Weighted parts stay views of the bucket: the same masters, and not a byte more on the device
+  // (packed copies of the gradients and masters would add 8 bytes per parameter).
+  std::vector<Vec> in_weighted;
+  const auto d = train(weighted, steps, &in_weighted);
+  for (int step = 0; step < steps; ++step) CHECK(d[std::size_t(step)] == Approx(b[std::size_t(step)]).epsilon(1e-5));
+  CHECK(differing(in_weighted, in_whole) <= 0.005);
+  CHECK(peak_weighted == peak_whole);
   // After one step, host and device AdamW agree to the kernel's rounding (its test's 1e-6).
   std::vector<Vec> host1, device1;
   train(host, 1, &host1), train(whole, 1, &device1);

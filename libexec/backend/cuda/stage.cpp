@@ -279,9 +279,11 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     std::vector<DeviceBucket> buckets;  // the stage's once all are made; a failure midway (out of memory) leaves it unusable
     for (auto& l : layouts) {
       DeviceBucket& b = buckets.emplace_back();
+      // A bucket of whole parameters is their gradients and masters (nothing packed); a weight
+      // (1/tp on a parameter every TP shard holds whole) scales its gradient in place.
       b.views = std::all_of(l.parts.begin(), l.parts.end(), [&](const BucketLayout::Part& pt) {
         const bool contiguous = pt.count == 1 || pt.run == pt.stride;
-        return pt.start == 0 && contiguous && pt.run * pt.count == params_.at(pt.param).size() && pt.weight == 1.f && !placed[pt.param];
+        return pt.start == 0 && contiguous && pt.run * pt.count == params_.at(pt.param).size() && !placed[pt.param];
       });
       if (b.views)
         for (const auto& pt : l.parts) placed[pt.param] = true, params_[pt.param].own_grad = Buf<float>(), params_[pt.param].grad = nullptr;
@@ -306,8 +308,9 @@ class CudaStage final : public Stage, public DeviceOptimizer {
 
   void pack_gradients(std::size_t i) override {
     DeviceBucket& b = buckets_.at(i);
-    if (!b.views)
-      for (const auto& pt : b.layout.parts) cuda::pack_elements(b.grad.get() + pt.at, params_[pt.param].grad, runs(pt), pt.weight, stream());
+    for (const auto& pt : b.layout.parts)
+      if (!b.views || pt.weight != 1.f)  // a view's part: in place (params_[pt.param].grad is b.grad + pt.at)
+        cuda::pack_elements(b.grad.get() + pt.at, params_[pt.param].grad, runs(pt), pt.weight, stream());
     cuda::check_launch("packing the gradients");
     sync("packing the gradients", true);  // the collective runs on its own stream
   }
