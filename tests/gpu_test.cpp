@@ -600,7 +600,7 @@ TEST_CASE("the step on the device follows the host's, and packed (strided) bucke
   // weighted: the whole-parameter bucket with every part weighted 1/2 (as a parameter every TP
   // shard holds whole is, 1/tp) and the loss scaled 2x, which gives whole's gradients exactly.
   enum How { host, whole, packed, weighted };
-  std::size_t peak_whole = 0, peak_weighted = 0, ignored_peak = 0;
+  std::size_t peak[4] = {};  // the device peak of each How's last stage
   auto train = [&](How how, int count, std::vector<Vec>* masters) {
     auto stage = (*backend)->make_stage({m, 0, L + 1, 0, 1, 7, het::Recompute::none, {}, {}});
     const auto params = stage->params();
@@ -642,7 +642,7 @@ TEST_CASE("the step on the device follows the host's, and packed (strided) bucke
     }
     if (device) device->pull_values();
     for (auto* q : params) masters->push_back(q->value);
-    (how == whole ? peak_whole : how == weighted ? peak_weighted : ignored_peak) = stage->device_memory().value().peak;
+    peak[how] = stage->device_memory().value().peak;
     return losses;
   };
   std::vector<Vec> in_whole, in_packed, ignored;
@@ -673,7 +673,7 @@ TEST_CASE("the step on the device follows the host's, and packed (strided) bucke
   const auto d = train(weighted, steps, &in_weighted);
   for (int step = 0; step < steps; ++step) CHECK(d[std::size_t(step)] == Approx(b[std::size_t(step)]).epsilon(1e-5));
   CHECK(differing(in_weighted, in_whole) <= 0.005);
-  CHECK(peak_weighted == peak_whole);
+  CHECK(peak[weighted] == peak[whole]);
   // After one step, host and device AdamW agree to the kernel's rounding (its test's 1e-6).
   std::vector<Vec> host1, device1;
   train(host, 1, &host1), train(whole, 1, &device1);

@@ -160,51 +160,6 @@ class CudaStage final : public Stage, public DeviceOptimizer {
     return dx;
   }
 
- private:
-  // backward_device's work, launched; the first stage's may still run on return.
-  DeviceTensor launch_backward(int mb, DeviceTensor dy, double loss_scale) {
-    const Computing computing(*this);
-    auto it = in_flight_.find(mb);
-    if (it == in_flight_.end()) throw std::logic_error("backward of micro-batch " + std::to_string(mb) + " without its forward");
-    Acts& a = it->second;
-    const int N = a.B * Tl_, C = s_.C;
-    Buf<bf16> cur;
-    if (last_ == s_.L + 1) {
-      cur = Buf<bf16>(ledger_, stream(), std::size_t(N) * C);
-      Buf<bf16> dlogits(ledger_, stream(), std::size_t(N) * s_.V);
-      Buf<float> losses(ledger_, stream(), N);
-      cuda::crossentropy_forward_backward(dlogits.get(), losses.get(), a.logits.get(), a.targets.get(), N, s_.V, float(loss_scale),
-                                          stream());
-      const char* w = head_weight();
-      Buf<bf16> dnormed(ledger_, stream(), std::size_t(N) * C);
-      gemm_.backward_input(dnormed.get(), dlogits.get(), p(w), N, C, s_.V, false);
-      gemm_.backward_weight(g(w), dlogits.get(), a.normed.get(), N, C, s_.V);
-      zero(cur);
-      norm_backward(cur.get(), dnormed.get(), a.head_in.get(), a.mean.get(), a.rstd.get(), "lnf_w", "lnf_b", N);
-      cuda::check_launch("the backward of the head");
-    } else {
-      cur = take(std::move(dy), std::size_t(N) * C, "the backward's input");
-    }
-    for (int u = std::min(last_, s_.L); u >= std::max(first_, 1); --u) {
-      LayerActs& kept = a.layers[std::size_t(u - std::max(first_, 1))];
-      cur = layer_backward(u - 1, cur.get(), recall(u - 1, kept, a.B));
-      kept = LayerActs{};  // this layer's activations go back to the pool now
-    }
-    DeviceTensor dx;
-    if (first_ == 0) {  // nothing leaves the stage: backward_device waits for it
-      const DeviceParam* wpe = find("wpe");
-      cuda::embedding_backward(g("wte"), wpe ? wpe->grad : nullptr, cur.get(), a.tokens.get(), N, Tl_, C, pos0_, stream());
-      cuda::check_launch("the backward of the embedding");
-    } else {
-      cuda::check_launch("the backward of a stage");
-      sync("the backward of a stage", true);  // its output, read by another stream or the host
-      dx = wrap(std::move(cur));
-    }
-    in_flight_.erase(it);  // its buffers return to the pool in stream order
-    return dx;
-  }
-
- public:
   DeviceTensor device_tensor(std::size_t n) override {
     DeviceTensor t = wrap(Buf<bf16>(ledger_, stream(), n));
     sync("a receive's buffer", true);  // stream-ordered memory: usable by another stream once its allocation ran
@@ -396,6 +351,49 @@ class CudaStage final : public Stage, public DeviceOptimizer {
   const bf16* p(const std::string& name) const { return param(name).value.get(); }
   float* g(const std::string& name) const { return param(name).grad; }
   bool resident() const { return !buckets_.empty(); }
+  // backward_device's work, launched; the first stage's may still run on return.
+  DeviceTensor launch_backward(int mb, DeviceTensor dy, double loss_scale) {
+    const Computing computing(*this);
+    auto it = in_flight_.find(mb);
+    if (it == in_flight_.end()) throw std::logic_error("backward of micro-batch " + std::to_string(mb) + " without its forward");
+    Acts& a = it->second;
+    const int N = a.B * Tl_, C = s_.C;
+    Buf<bf16> cur;
+    if (last_ == s_.L + 1) {
+      cur = Buf<bf16>(ledger_, stream(), std::size_t(N) * C);
+      Buf<bf16> dlogits(ledger_, stream(), std::size_t(N) * s_.V);
+      Buf<float> losses(ledger_, stream(), N);
+      cuda::crossentropy_forward_backward(dlogits.get(), losses.get(), a.logits.get(), a.targets.get(), N, s_.V, float(loss_scale),
+                                          stream());
+      const char* w = head_weight();
+      Buf<bf16> dnormed(ledger_, stream(), std::size_t(N) * C);
+      gemm_.backward_input(dnormed.get(), dlogits.get(), p(w), N, C, s_.V, false);
+      gemm_.backward_weight(g(w), dlogits.get(), a.normed.get(), N, C, s_.V);
+      zero(cur);
+      norm_backward(cur.get(), dnormed.get(), a.head_in.get(), a.mean.get(), a.rstd.get(), "lnf_w", "lnf_b", N);
+      cuda::check_launch("the backward of the head");
+    } else {
+      cur = take(std::move(dy), std::size_t(N) * C, "the backward's input");
+    }
+    for (int u = std::min(last_, s_.L); u >= std::max(first_, 1); --u) {
+      LayerActs& kept = a.layers[std::size_t(u - std::max(first_, 1))];
+      cur = layer_backward(u - 1, cur.get(), recall(u - 1, kept, a.B));
+      kept = LayerActs{};  // this layer's activations go back to the pool now
+    }
+    DeviceTensor dx;
+    if (first_ == 0) {  // nothing leaves the stage: backward_device waits for it
+      const DeviceParam* wpe = find("wpe");
+      cuda::embedding_backward(g("wte"), wpe ? wpe->grad : nullptr, cur.get(), a.tokens.get(), N, Tl_, C, pos0_, stream());
+      cuda::check_launch("the backward of the embedding");
+    } else {
+      cuda::check_launch("the backward of a stage");
+      sync("the backward of a stage", true);  // its output, read by another stream or the host
+      dx = wrap(std::move(cur));
+    }
+    in_flight_.erase(it);  // its buffers return to the pool in stream order
+    return dx;
+  }
+
   static cuda::ElementRuns runs(const BucketLayout::Part& pt) {
     return {std::int64_t(pt.start), std::int64_t(pt.run), std::int64_t(pt.stride), std::int64_t(pt.run * pt.count)};
   }
