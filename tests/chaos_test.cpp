@@ -77,11 +77,13 @@ struct Outcome {
   double stopped_s = 1e9;   // fault to: the launcher has ended and no worker is left
   bool left = true;         // a worker still ran kStopBoundS after the fault
   bool next = false;        // the next job ran to the end
+  std::string nodes_said;   // `hetexec status` after the submitter was killed: shown when it names no cause
 };
 
 void report(const char* fault, int trial, const std::string& victim, double moment_s, const Outcome& o) {
   std::cout << "chaos fault=" << fault << " trial=" << trial << " victim=" << victim << " moment_s=" << moment_s
             << " stopped_s=" << o.stopped_s << " named=" << o.named << " left=" << o.left << " next=" << o.next << std::endl;
+  INFO("the nodes said:\n" << o.nodes_said);
   CHECK(o.named);
   CHECK(o.stopped_s <= kStopBoundS);
   CHECK_FALSE(o.left);
@@ -157,6 +159,7 @@ void agent_trials(AgentFault fault) {
           st = run_process({HETEXEC_BIN, "status", "--agents", agents.list(), "--token-file", token});
         }
         o.named = st.out.find("lease expired") != std::string::npos && st.out.find("running") == std::string::npos;
+        o.nodes_said = st.out + st.err;
         break;
       }
     }
