@@ -42,7 +42,8 @@ TEST_CASE("layer FLOPs follow DESIGN §6 and 24bsh² + 4bs²h for gpt") {
   CHECK(iteration_model_flops(big) == Approx(six_pt).epsilon(0.1));
 }
 
-TEST_CASE("bf16 activation memory is the CUDA backend's layer: sbh(32 + 4a/h) + 16sb with flash attention, no lse selective, 2sbh full, /tp") {
+TEST_CASE("bf16 activation memory is the CUDA backend's layer: sbh(32 + 4a/h) + 16sb with flash attention, no lse selective, 2sbh full, "
+          "with tp the norms' inputs, outputs and statistics whole (no sequence parallelism), with cp the keys and values seen") {
   auto m = gpt(1, 1024, 16, 2048, 50000);
   REQUIRE(m.ffn_hidden_size == 4 * m.hidden_size);
   const double s = 2048, b = 2, h = 1024, a = 16;
@@ -50,12 +51,18 @@ TEST_CASE("bf16 activation memory is the CUDA backend's layer: sbh(32 + 4a/h) + 
   CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::none) == Approx(none));
   CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::selective) == Approx(selective));
   CHECK(layer_activation_bytes(m, b, 1, 1, Recompute::full) == Approx(2 * s * b * h));
-  CHECK(layer_activation_bytes(m, b, 4, 1, Recompute::none) == Approx(none / 4));
-  CHECK(layer_activation_bytes(m, b, 2, 2, Recompute::selective) == Approx(selective / 4));
+  // TP 4: x, ln1, x2, ln2 (8sbh) and the norms' statistics (16sb) on every shard; q, att_out, k, v
+  // (8sbh), fc, h (16sbh) and the log-sum-exp (4as) split.
+  const double N = s * b;
+  CHECK(layer_activation_bytes(m, b, 4, 1, Recompute::none) == Approx(8 * N * h + 16 * N + (24 * N * h + 4 * a * N) / 4));
+  CHECK(layer_activation_bytes(m, b, 4, 1, Recompute::full) == Approx(2 * N * h));
+  // TP 2 x CP 2: each member's N/2 tokens, and the last member's keys and values seen, all s·b of them.
+  CHECK(layer_activation_bytes(m, b, 2, 2, Recompute::selective) ==
+        Approx((8 * N * h + 16 * N + 24 * N * h / 2) / 2 + 2 * 2 * N * h / 2));
   // Llama: SwiGLU keeps three N·f tensors, grouped-query attention smaller k and v.
   ModelSpec l = m;
   l.architecture = Architecture::llama, l.num_kv_heads = 4, l.ffn_hidden_size = 2816;
-  const double N = s * b, f = 2816;
+  const double f = 2816;
   CHECK(layer_activation_bytes(l, b, 1, 1, Recompute::none) ==
         Approx(2 * (6 * N * h + 2 * N * h * 4 / a) + 6 * N * f + 16 * N + 4 * a * N));
 }
@@ -88,7 +95,7 @@ TEST_CASE("ring collectives follow the alpha-beta formulas") {
   CHECK(shared(l, 4).bandwidth == Approx(25e9));
 }
 
-TEST_CASE("analytic compute: FLOPs / (tp·cp) / (peak × efficiency), backward twice") {
+TEST_CASE("analytic compute: FLOPs / (tp·cp) / (peak × efficiency), backward twice, the head and the embedding / cp only") {
   auto m = gpt(4, 1024, 16, 2048, 50000);
   ComputeModel cm(m, {});
   auto u = cm.unit(UnitKind::layer, a100(), 2, 1, 2);
@@ -97,6 +104,11 @@ TEST_CASE("analytic compute: FLOPs / (tp·cp) / (peak × efficiency), backward t
   CHECK(u.forward_s == Approx(layer_forward_flops(m, 2, 2048) / 2 / (312e12 * 0.5)));
   CHECK(u.backward_s == Approx(2 * u.forward_s));
   CHECK(u.recompute_selective_s == Approx(attention_core_flops(m, 2, 2048) / 2 / (312e12 * 0.5)));
+  // The head is whole on every TP shard (no vocabulary-parallel head in the backends): only cp splits it.
+  auto head = cm.unit(UnitKind::head, a100(), 4, 2, 2);
+  CHECK(head.forward_s == Approx(head_forward_flops(m, 2, 2048) / 2 / (312e12 * 0.5)));
+  CHECK(head.forward_s == Approx(cm.unit(UnitKind::head, a100(), 1, 2, 2).forward_s));
+  CHECK(cm.unit(UnitKind::embedding, a100(), 4, 1, 2).forward_s == Approx(cm.unit(UnitKind::embedding, a100(), 1, 1, 2).forward_s));
 }
 
 TEST_CASE("profiled compute: exact rows, interpolation, extrapolation, scaled shapes") {

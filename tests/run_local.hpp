@@ -32,13 +32,14 @@ inline std::vector<double> reference(const std::string& model, int steps) {
 // The losses of `hetexec run-local PLAN --model MODEL --cluster kCluster --steps N EXTRA...`,
 // one per step run (a resumed run's from its first step on); its output in *out, its memory
 // line's per-rank peaks in *memory. `hetexec`: the binary (another build's, e.g. the emulated
-// GPUs').
+// GPUs'); `cluster`: another cluster file.
 inline std::vector<double> run_local(const std::string& plan, const std::string& model, int steps,
                                      const std::vector<std::string>& extra = {}, std::string* out = nullptr,
-                                     const std::string& hetexec = HETEXEC_BIN, nlohmann::json* memory = nullptr) {
+                                     const std::string& hetexec = HETEXEC_BIN, nlohmann::json* memory = nullptr,
+                                     const std::string& cluster = kCluster) {
   TempDir dir;
   const std::string metrics = dir.path() + "/m.jsonl";
-  std::vector<std::string> argv = {hetexec, "run-local", plan, "--model", model, "--cluster", kCluster, "--steps",
+  std::vector<std::string> argv = {hetexec, "run-local", plan, "--model", model, "--cluster", cluster, "--steps",
                                    std::to_string(steps), "--metrics-out", metrics};
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto r = run_process(argv, 300);

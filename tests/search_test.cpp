@@ -430,13 +430,19 @@ links:
   CHECK_THAT(r.errors()[0].message, Catch::Contains("no plan fits memory") && Catch::Contains("GiB on a (3.0 GiB usable)"));
 }
 
-TEST_CASE("the refinement expands a layout it had seen once a seed of it becomes the best, and adds like stages") {
-  // Issue 20, midsize-48 (508 devices): hapt offers its pipeline of 16 like stages (dp 2 x tp 8)
+TEST_CASE("auto with hapt beside the refinement finds midsize-48's pipeline of 17 like stages") {
+  // Issue 20, midsize-48 (508 devices): hapt offered its pipeline of 16 like stages (dp 2 x tp 8)
   // first under 1f1b, then under h-1f1b, 33% better. The refinement had seen the layout (its
   // key is the shapes alone), so the better seed was dropped and the layout waited in the
   // frontier under its 1f1b estimate until the search stopped; its neighbour of 17 like
-  // stages (the free 16 devices as one more such stage) is 6% better again. auto with hapt
-  // alone beside the refinement must find that plan (3.3515 s; 3.4412 or 3.5336 before).
+  // stages (the free 16 devices as one more such stage) was 6% better again. Both fixes
+  // (refine.cpp `add`, and the like stage among `neighbours`' additions) were needed for this
+  // plan under the cost model of then. Since the model of TP stages' memory changed
+  // (2026-11-28, cost/memory.hpp) the search finds it without either (checked with each taken
+  // out), so this holds the plan's quality only. On midsize-28 the seed fix still makes 3.8%
+  // (4.0293 s against 4.1814, two runs each) and on midsize-32 the like stage 5.8% (2.9934 s
+  // against 3.1669), but hapt's timing moves them: midsize-32 gave 3.1669 with both fixes in 2
+  // of 7 runs, so neither is a test.
   auto catalog = builtin_catalog();
   REQUIRE(catalog);
   const bench::Instance in = bench::midsize_instance(48, *catalog);
@@ -447,7 +453,7 @@ TEST_CASE("the refinement expands a layout it had seen once a seed of it becomes
   REQUIRE(out.ok());
   check_plan(out->plans.front(), cm);
   const Plan& best = out->plans.front().plan;
-  CHECK(best.predicted->iteration_s <= 3.3515 * 1.001);
+  CHECK(best.predicted->iteration_s <= 3.3814 * 1.001);
   CHECK(best.pipelines.front().stages.size() == 17);
 }
 
@@ -476,13 +482,14 @@ TEST_CASE("the simulator ranks the best layouts of every route the estimate cann
   // either way, most of all between routes (the subclusters a pipeline passes through): on
   // 10,000 devices the refinement's 16 best by estimate were all of a route that simulates
   // 4.4% slower than the best of another route within 1% of it by estimate. Too slow for a
-  // test; here H2's 100B model on its experiment D cluster, with the quick members alone
-  // beside the refinement (deterministic): 26.0879 s without the routes' candidates ranked.
-  // (With every member, H2's experiment A: 28.8804 -> 28.5173 s, but that depends on when
-  // hapt's plans come.)
-  const Seed s = load_seed("h2-100b-gbs8m", "h2-exp-d");
+  // test; here H2's 100B model on its experiment B cluster, with the quick members alone
+  // beside the refinement (deterministic): 57.3359 s without the routes' candidates ranked on
+  // experiment B (26.0879 on D before the model of TP stages' memory changed, 2026-11-28; D
+  // does not tell them apart since). (With every member, H2's experiment A: 28.8804 -> 28.5173 s
+  // then, but that depends on when hapt's plans come.)
+  const Seed s = load_seed("h2-100b-gbs8m", "h2-exp-b");
   cost::ComputeModel cm(s.model, {});
-  CHECK(best_of(quick_auto(s, cm)) <= 26.0777 * 1.0001);
+  CHECK(best_of(quick_auto(s, cm)) <= 56.9844 * 1.0001);
 }
 
 TEST_CASE("auto's convergence test: an improvement below 0.1% does not restart the clock, which runs only while the members have the cores") {

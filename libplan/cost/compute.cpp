@@ -66,15 +66,22 @@ std::optional<double> ComputeModel::optimizer_step(const std::string& device_typ
 UnitCost ComputeModel::analytic(UnitKind kind, const DeviceSpec& d, int tp, int cp, double b, int seq) const {
   UnitCost c;
   const double rate = d.peak * (d.efficiency > 0 ? d.efficiency : kDefaultEfficiency);
+  // A layer's work is split over its TP shards and context members; the embedding's and the
+  // head's over the context members only: every TP shard of both backends computes them whole
+  // (model/stage.cpp, backend/cuda/stage.cpp: no vocabulary-parallel head yet).
   const double s = seq, shard = double(tp) * cp;
   double fwd_flops = 0;
   switch (kind) {
     case UnitKind::layer: fwd_flops = layer_forward_flops(model_, b, s); break;
     case UnitKind::attn: fwd_flops = attn_forward_flops(model_, b, s); break;
     case UnitKind::mlp: fwd_flops = mlp_forward_flops(model_, b, s); break;
-    case UnitKind::head: fwd_flops = head_forward_flops(model_, b, s); break;
+    case UnitKind::head:
+      c.forward_s = head_forward_flops(model_, b, s) / cp / rate;
+      c.backward_s = 2 * c.forward_s;
+      c.recompute_full_s = c.forward_s;
+      return c;
     case UnitKind::embedding: {
-      const double bytes = 2 * b * s * model_.hidden_size * dtype_bytes(model_.dtype) / shard;
+      const double bytes = 2 * b * s * model_.hidden_size * dtype_bytes(model_.dtype) / cp;
       c.forward_s = bytes / d.mem_bandwidth;
       c.backward_s = 2 * c.forward_s;
       c.recompute_full_s = c.forward_s;

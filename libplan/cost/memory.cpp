@@ -30,20 +30,24 @@ CpuLayout cpu_layer(const ModelSpec& m, double b, int tp, int cp, Recompute r) {
 
 double layer_activation_bytes(const ModelSpec& m, double b, int tp, int cp, Recompute r) {
   if (m.dtype == DType::fp32) return cpu_layer(m, b, tp, cp, r).layer;
-  // bf16: the CUDA backend's LayerActs (backend/cuda/stage.cpp), N = b·s tokens, 2 bytes each
-  // but the fp32 norm statistics and log-sum-exp; divided by tp·cp as with sequence parallelism.
+  // bf16: the CUDA backend's LayerActs (backend/cuda/stage.cpp) per layer and micro-batch, of
+  // the context member's N = b·s/cp tokens, 2 bytes each but the fp32 norm statistics and
+  // log-sum-exp. Without sequence parallelism (neither backend has it yet) x, ln1, x2, ln2 and
+  // the norm statistics are whole on every TP shard; q, att_out, k, v and the MLP's channels
+  // are the shard's.
   const double s = m.seq_length, h = m.hidden_size, f = m.ffn_hidden_size, a = m.num_attention_heads;
   const double g = m.num_kv_heads > 0 ? m.num_kv_heads : a;
-  const double N = s * b;
-  if (r == Recompute::full) return 2 * N * h / (tp * cp);  // the layer's input only
-  double bytes = 2 * (4 * N * h + 2 * N * h + 2 * N * h * g / a);  // x, ln1, x2, ln2; q, att_out; k, v
-  bytes += 2 * (m.architecture == Architecture::gpt ? 2 : 3) * N * f;  // fc, h (and llama's up)
-  bytes += 4 * 4 * N;                                                 // mean and rstd of both norms
+  const double N = s * b / cp, q = h / tp, kv = h * g / a / tp;
+  if (r == Recompute::full) return 2 * N * h;  // the layer's input only
+  double bytes = 2 * N * (4 * h + 2 * q + 2 * kv);                       // x, ln1, x2, ln2; q, att_out; k, v
+  bytes += 2 * (m.architecture == Architecture::gpt ? 2 : 3) * N * f / tp;  // fc, h (and llama's up)
+  bytes += 4 * 4 * N;                                                       // mean and rstd of both norms
+  if (cp > 1) bytes += 2 * 2 * b * s * kv;  // the keys and values seen (the last member sees all s)
   // The attention core is flash attention (backend/cuda/flash_attention.cuh; Dao 2023): it
-  // keeps its softmax's log-sum-exp, [b, a, s] fp32, in place of Korthikanti's 5as²b
+  // keeps its softmax's log-sum-exp, [b, a/tp, s/cp] fp32, in place of Korthikanti's 5as²b
   // (softmax, dropout mask, attention over values), and recomputes the rest in the backward.
-  if (r == Recompute::none) bytes += 4 * a * N;
-  return bytes / (tp * cp);
+  if (r == Recompute::none) bytes += 4 * N * a / tp;
+  return bytes;
 }
 
 StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
@@ -60,10 +64,10 @@ StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
   mem.optimizer = params * 8 / (z >= 1 ? dp : 1) + (cpu ? 0 : params * 4);
   mem.activations = st.in_flight * st.layers * layer_activation_bytes(m, st.sequences, st.tp, st.cp, st.recompute);
   if (!cpu) {
-    // The head (backend/cuda/stage.cpp Acts): per micro-batch in flight its input and norm output
-    // and the bf16 logits.
-    const double N = st.sequences * m.seq_length / st.cp, h = m.hidden_size, V = double(m.vocab_size) / st.tp;
-    if (st.has_head) mem.stage_buffers = st.in_flight * (2 * N * V + 4 * N * h);
+    // The head (backend/cuda/stage.cpp Acts): per micro-batch in flight its input and norm output,
+    // the norm's statistics and the bf16 logits, of the whole vocabulary on every TP shard.
+    const double N = st.sequences * m.seq_length / st.cp, h = m.hidden_size, V = double(m.vocab_size);
+    if (st.has_head) mem.stage_buffers = st.in_flight * (2 * N * V + 4 * N * h + 8 * N);
     // The backward's temporaries (CudaStage::backward), the larger of the head's — the logits'
     // gradient, the losses, the gradients of the norm's output and input — and a layer's
     // (layer_backward): the bf16 gradients of x2, h, fc, ln2, att_out, q, k, v and ln1 (llama's
@@ -76,7 +80,8 @@ StageMemory stage_memory(const ModelSpec& m, const StageShape& st) {
       const double q = h / st.tp, kv = h * g / a / st.tp, f = double(m.ffn_hidden_size) / st.tp;
       layer = N * (2 * (3 * h + 2 * f + 2 * q + 2 * kv) + 4 * (q + 2 * kv) + 2 * h);
       if (st.recompute == Recompute::full)  // the set again, but its input x, which is the kept one moved
-        layer += layer_activation_bytes(m, st.sequences, st.tp, st.cp, Recompute::none) - 2 * N * h / (st.tp * st.cp);
+        layer += layer_activation_bytes(m, st.sequences, st.tp, st.cp, Recompute::none) -
+                 layer_activation_bytes(m, st.sequences, st.tp, st.cp, Recompute::full);
     }
     mem.workspace = std::max(head, layer);
     return mem;

@@ -14,19 +14,23 @@
 //   2 + 4 + 4 + 8/dp), 2 also the gradients, 3 also the weights.
 // Activations per layer and micro-batch: what the CUDA backend keeps (backend/cuda/stage.cpp
 // LayerActs; Korthikanti et al.'s "Reducing Activation Recomputation" layout without dropout
-// masks, and with sequence parallelism so everything divides by tp; and by cp), N = b·s:
-//   none       bf16 x, ln1, x2, ln2 (N·h each), q, att_out (N·h), k, v (N·h·g/a), fc, h (and
-//              llama's up) N·f; fp32 mean and rstd of both norms (N each) and attention's
-//              log-sum-exp (a·N): flash attention (Dao 2023) keeps it in place of Korthikanti's
-//              5as²b. For a gpt layer with f = 4h: sbh(32 + 4a/h) + 16sb bytes.
+// masks), N = b·s/cp tokens of the context member. Neither backend has sequence parallelism or a
+// vocabulary-parallel head yet (DESIGN.md §6 assumes both), so what lies outside the TP-split
+// products is whole on every TP shard:
+//   none       bf16 x, ln1, x2, ln2 (N·h each, whole), q, att_out (N·h/tp), k, v (N·h·g/(a·tp)), fc,
+//              h (and llama's up) N·f/tp; fp32 mean and rstd of both norms (N each, whole) and
+//              attention's log-sum-exp (a·N/tp): flash attention (Dao 2023) keeps it in place of
+//              Korthikanti's 5as²b; with cp the keys and values seen, b·s·h·g/(a·tp) each (bf16)
+//              for the last member.
 //   selective  the same without the log-sum-exp (the core recomputed in backward)
-//   full       2sbh (the layer's input only)
+//   full       2Nh (the layer's input only)
 // times the micro-batches the stage holds in flight (its warm-up count). The head keeps, per
-// micro-batch in flight, its input and norm output (N·h each) and bf16 logits N·V/tp. The
-// backward's temporaries, once: the larger of the head's (the logits' gradient N·V/tp, its
-// input's and norm's gradients) and a layer's (its activations' gradients, bf16, attention's
-// dq, dk, dv in fp32, the incoming gradient: N·(8h + 4f + 8q + 12kv) bytes, q = h/tp, kv = h·g/(a·tp); with
-// full recomputation plus the layer's whole set, recomputed).
+// micro-batch in flight, its input and norm output (N·h each), the norm's statistics and bf16
+// logits N·V of the whole vocabulary. The backward's temporaries, once: the larger of the
+// head's (the logits' gradient N·V, its input's and norm's gradients) and a layer's (its
+// activations' gradients, bf16, attention's dq, dk, dv in fp32, the incoming gradient:
+// N·(8h + 4f + 8q + 12kv) bytes, q = h/tp, kv = h·g/(a·tp), f = ffn/tp; with full recomputation
+// plus the layer's whole set, recomputed).
 //
 // fp32 models are trained by the CPU backend (libexec/model; the CUDA backend trains bf16), and
 // for them the model is what that backend allocates (issue 17), not Megatron's layout:
