@@ -285,8 +285,8 @@ TEST_CASE("a sequence-length distribution changes the plan a search picks, and t
   // whose micro-batch divides every bucket's sequences (its very best may not: a micro-batch of
   // 2 cannot carry an odd bucket).
   std::optional<Plan> runs_mix;
-  for (const auto& o : as_longest->plans) {
-    Plan p = o.plan;
+  for (const auto& outcome : as_longest->plans) {
+    Plan p = outcome.plan;
     p.model = *m;
     for (auto& q : p.pipelines)
       for (auto& s : q.stages) s.warmup.reset(), s.resharding.reset();
