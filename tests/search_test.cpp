@@ -456,9 +456,7 @@ TEST_CASE("the refinement expands a seed whose layout it has seen when the seed 
   search::Options o;
   search::Work w(eval, o, std::chrono::steady_clock::now() + std::chrono::seconds(60), "refine");
   search::Refinement r;
-  std::vector<int> key = {seed->layout.pipelines};  // refine.cpp's key of a layout
-  for (const auto& st : seed->layout.stages) key.insert(key.end(), {st.sub, st.dp, st.cp, st.tp});
-  r.seen.insert(key);
+  r.seen.insert(search::Refinement::key(seed->layout));
   search::run_refine(w, r, {*seed});
   CHECK(w.layouts() > 0);
   CHECK(r.seen.size() > 1);

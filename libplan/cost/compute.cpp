@@ -70,16 +70,12 @@ UnitCost ComputeModel::analytic(UnitKind kind, const DeviceSpec& d, int tp, int 
   // head's over the context members only: every TP shard of both backends computes them whole
   // (model/stage.cpp, backend/cuda/stage.cpp: no vocabulary-parallel head yet).
   const double s = seq, shard = double(tp) * cp;
-  double fwd_flops = 0;
+  double fwd_flops = 0, split = shard;
   switch (kind) {
     case UnitKind::layer: fwd_flops = layer_forward_flops(model_, b, s); break;
     case UnitKind::attn: fwd_flops = attn_forward_flops(model_, b, s); break;
     case UnitKind::mlp: fwd_flops = mlp_forward_flops(model_, b, s); break;
-    case UnitKind::head:
-      c.forward_s = head_forward_flops(model_, b, s) / cp / rate;
-      c.backward_s = 2 * c.forward_s;
-      c.recompute_full_s = c.forward_s;
-      return c;
+    case UnitKind::head: fwd_flops = head_forward_flops(model_, b, s), split = cp; break;
     case UnitKind::embedding: {
       const double bytes = 2 * b * s * model_.hidden_size * dtype_bytes(model_.dtype) / cp;
       c.forward_s = bytes / d.mem_bandwidth;
@@ -88,7 +84,7 @@ UnitCost ComputeModel::analytic(UnitKind kind, const DeviceSpec& d, int tp, int 
       return c;
     }
   }
-  c.forward_s = fwd_flops / shard / rate;
+  c.forward_s = fwd_flops / split / rate;
   c.backward_s = 2 * c.forward_s;
   c.recompute_full_s = c.forward_s;
   if (kind == UnitKind::layer || kind == UnitKind::attn)

@@ -110,6 +110,8 @@ void run_hexiscale(Work& w);
 // that a later call goes on from where an earlier one stopped instead of expanding the same
 // layouts again.
 struct Refinement {
+  // A layout's key in `seen`: its pipelines and each stage's shape (not its micro-batch or schedule).
+  static std::vector<int> key(const Layout& l);
   std::set<std::vector<int>> seen;
   std::vector<Candidate> frontier;
   std::vector<Candidate> basins;  // seeds in other basins, not yet descended from (refine.cpp kExplore)

@@ -22,12 +22,6 @@ namespace {
 
 using Key = std::vector<int>;
 
-Key key_of(const Layout& l) {
-  Key k = {l.pipelines};
-  for (const auto& s : l.stages) k.insert(k.end(), {s.sub, s.dp, s.cp, s.tp});
-  return k;
-}
-
 std::vector<Layout> neighbours(const Evaluator& eval, const Layout& l) {
   std::vector<Layout> out;
   const int S = static_cast<int>(l.stages.size());
@@ -187,7 +181,7 @@ std::pair<std::vector<Candidate>, bool> expand(Work& w, std::set<Key>& seen, con
   constexpr std::size_t kChunk = 256;
   std::vector<Layout> fresh;
   for (const Layout& n : neighbours(w.eval, at.layout))
-    if (seen.insert(key_of(n)).second) fresh.push_back(n);
+    if (seen.insert(Refinement::key(n)).second) fresh.push_back(n);
   std::vector<Layout> tries;
   std::vector<std::size_t> of;  // the neighbour of each try
   for (std::size_t i = 0; i < fresh.size(); ++i)
@@ -215,7 +209,7 @@ std::pair<std::vector<Candidate>, bool> expand(Work& w, std::set<Key>& seen, con
   // A neighbour whose tries were not all evaluated is unseen again.
   std::size_t whole = done;  // tries of the neighbours evaluated whole
   while (whole > 0 && whole < tries.size() && of[whole] == of[whole - 1]) --whole;
-  for (std::size_t i = whole < tries.size() ? of[whole] : fresh.size(); i < fresh.size(); ++i) seen.erase(key_of(fresh[i]));
+  for (std::size_t i = whole < tries.size() ? of[whole] : fresh.size(); i < fresh.size(); ++i) seen.erase(Refinement::key(fresh[i]));
   w.count(static_cast<std::int64_t>(whole * w.schedules.size()));
   std::vector<Candidate> best;
   for (std::size_t i = 0, j = 0; j < whole; ++i) {
@@ -264,6 +258,12 @@ Candidate take_best(std::vector<Candidate>& frontier) {
 
 }  // namespace
 
+std::vector<int> Refinement::key(const Layout& l) {
+  std::vector<int> k = {l.pipelines};
+  for (const auto& s : l.stages) k.insert(k.end(), {s.sub, s.dp, s.cp, s.tp});
+  return k;
+}
+
 std::vector<Candidate> Refinement::close_routes(double slack) const {
   double top = 1e300;
   for (const auto& [route, kept] : routes) top = std::min(top, kept.front().estimate_s);
@@ -311,9 +311,9 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
     if (better) steps = stale = 0;
     // A seed in another basin is descended from even if the refinement has seen its layout:
     // it saw it under its own best's slack.
-    const bool fresh = r.seen.insert(key_of(c.layout)).second;
+    const bool fresh = r.seen.insert(Refinement::key(c.layout)).second;
     if (c.estimate_s > r.best * (1 + kRefineSlack) && c.estimate_s <= r.best * (1 + kExplore)) {
-      if (r.descended.insert(key_of(c.layout)).second) r.basins.push_back(c);
+      if (r.descended.insert(Refinement::key(c.layout)).second) r.basins.push_back(c);
     } else if (fresh || better) {
       // A seen layout that is now the best: seen at another micro-batch size or schedule
       // (the key is the layout's shapes alone), it waits in the frontier under its worse
@@ -337,13 +337,13 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
   // A descent from `seed` (see kExplore).
   auto descend = [&](const Candidate& seed) {
     // Its own layouts seen: the refinement's were cut by its best's slack.
-    std::set<Key> seen = {key_of(seed.layout)};
+    std::set<Key> seen = {Refinement::key(seed.layout)};
     std::vector<Candidate> frontier = {seed};
     double best = seed.estimate_s;
     for (int idle = 0; idle < kPatience && !frontier.empty() && !w.expired();) {
       if (best <= r.best * (1 + kRefineSlack)) {  // it joined the best's basin
         for (const auto& c : frontier)
-          if (r.seen.insert(key_of(c.layout)).second) r.frontier.push_back(c);
+          if (r.seen.insert(Refinement::key(c.layout)).second) r.frontier.push_back(c);
         return;
       }
       const Candidate at = take_best(frontier);
