@@ -288,3 +288,29 @@ TEST_CASE("HAPT's case study (§2.2.2, Table 1): the 128-unit plan is ~40% faste
   CHECK(speedup < 1.50);
   CHECK(fine.load_balance_eta > coarse.load_balance_eta);
 }
+
+TEST_CASE("place_block places a block of consecutive devices as place does from its device list") {
+  for (int M : {1, 2, 4, 8}) {
+    SubclusterSpec sub;
+    sub.name = "s";
+    sub.devices_per_node = M;
+    sub.nodes = 64;
+    ClusterSpec cluster;
+    cluster.subclusters = {sub};
+    for (int offset = 0; offset < 3 * M + 2; ++offset)
+      for (int count = 1; count <= 4 * M + 3; ++count)
+        for (int tp = 1; tp <= count; tp *= 2) {
+          if (count % tp) continue;
+          Stage st;
+          st.subcluster = "s";
+          st.tp = tp, st.dp = count / tp;
+          for (int k = offset; k < offset + count; ++k) st.devices.push_back({k / M, k % M});
+          const predict::Placement a = predict::place(st, cluster), b = predict::place_block(cluster.subclusters[0], offset, count, tp);
+          INFO("M " << M << " offset " << offset << " count " << count << " tp " << tp);
+          CHECK(a.sub == b.sub);
+          CHECK(a.nodes == b.nodes);
+          CHECK(a.per_node == b.per_node);
+          CHECK(a.tp_in_node == b.tp_in_node);
+        }
+  }
+}

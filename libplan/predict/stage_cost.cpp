@@ -22,6 +22,19 @@ Placement place(const Stage& s, const ClusterSpec& cluster) {
   return p;
 }
 
+Placement place_block(const SubclusterSpec& sub, int offset, int count, int tp) {
+  Placement p;
+  p.sub = &sub;
+  if (count < 1) return p;
+  const int M = sub.devices_per_node, last = offset + count - 1;
+  p.nodes = last / M - offset / M + 1;
+  // The first and the last node hold a part of theirs, every node between them all M.
+  p.per_node = p.nodes == 1 ? count : p.nodes > 2 ? M : std::max(M - offset % M, last % M + 1);
+  for (int g = 0; g + tp <= count; g += tp)
+    if ((offset + g) / M != (offset + g + tp - 1) / M) p.tp_in_node = false;
+  return p;
+}
+
 LinkSpec group_link(const Placement& p, bool within_node) {
   if (within_node || !p.sub->inter_node) return p.sub->intra_node;
   return cost::shared(*p.sub->inter_node, p.per_node);

@@ -18,6 +18,10 @@ struct Placement {
   bool tp_in_node = true;  // every TP group lies inside one node
 };
 Placement place(const Stage& s, const ClusterSpec& cluster);
+// The same for `count` consecutive devices from device `offset` of `sub` in node-major order
+// (device k on node k / devices_per_node), in O(count / tp) and without the device list: the
+// searches place thousands of such blocks a second (issue 20).
+Placement place_block(const SubclusterSpec& sub, int offset, int count, int tp);
 
 // The link of a collective among a stage's devices: intra-node when it stays in a node,
 // else the node NIC shared by the stage's devices on that node.

@@ -81,18 +81,11 @@ std::vector<DeviceRef> block(const SubclusterSpec& sub, int offset, int count) {
 const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Recompute r) const {
   const StageShape& sh = l.stages[i];
   const SubclusterSpec& sub = cluster_.subclusters[sh.sub];
-  Stage st;
-  st.subcluster = sub.name;
-  st.tp = sh.tp, st.cp = sh.cp, st.dp = sh.dp;
-  st.recompute = r;
-  st.devices = block(sub, offset, sh.devices());
-  const predict::Placement pl = predict::place(st, cluster_);
+  const predict::Placement pl = predict::place_block(sub, offset, sh.devices(), sh.tp);
   const int replicas = l.pipelines * sh.dp * sh.cp;
-  std::vector<double> key = {double(sh.sub), double(sh.dp), double(sh.cp), double(sh.tp), double(int(r)),
-                             double(l.micro_batch_size), double(pl.nodes), double(pl.per_node),
-                             double(pl.tp_in_node), double(replicas)};
+  const Key<10> key = {sh.sub, sh.dp, sh.cp, sh.tp, int(r), l.micro_batch_size, pl.nodes, pl.per_node, int(pl.tp_in_node), replicas};
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_lock lock(mutex_);
     if (auto it = tables_.find(key); it != tables_.end()) return *it->second;
   }
   auto t = std::make_unique<Table>();
@@ -151,8 +144,8 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   t->tied = predict::tied_head_parameters(model_);
   t->capacity = sub.device.usable_memory() * (1 - predict_.memory_headroom);  // predict's StageDetail::limit
   t->device = &sub.device;
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto [it, fresh] = tables_.emplace(std::move(key), std::move(t));
+  std::unique_lock lock(mutex_);
+  auto [it, fresh] = tables_.emplace(key, std::move(t));
   return *it->second;
 }
 
@@ -162,10 +155,10 @@ double Evaluator::hop(const StageShape& a, int offset_a, const StageShape& b, in
   // Two blocks of whole nodes share none wherever they are.
   const int ma = cluster_.subclusters[a.sub].devices_per_node, mb = cluster_.subclusters[b.sub].devices_per_node;
   const bool whole_nodes = offset_a % ma == 0 && a.devices() % ma == 0 && offset_b % mb == 0 && b.devices() % mb == 0;
-  const std::vector<int> key = {a.sub, a.dp, a.cp, a.tp, offset_a % ma, b.sub, b.dp, b.cp, b.tp, offset_b % mb,
-                                a.sub == b.sub && !whole_nodes ? offset_b - offset_a : 0, mbs, sharers};
+  const Key<13> key = {a.sub, a.dp, a.cp, a.tp, offset_a % ma, b.sub, b.dp, b.cp, b.tp, offset_b % mb,
+                       a.sub == b.sub && !whole_nodes ? offset_b - offset_a : 0, mbs, sharers};
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_lock lock(mutex_);
     if (auto it = hops_.find(key); it != hops_.end()) return it->second;
   }
   auto stage = [&](const StageShape& sh, int offset) {
@@ -181,7 +174,7 @@ double Evaluator::hop(const StageShape& a, int offset_a, const StageShape& b, in
     const predict::Hop h = predict::hop(from, to, x.model, mbs, cluster_, predict_, sharers);
     c += x.share * (h.forward_s + h.backward_s) / 2;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock lock(mutex_);
   hops_.emplace(key, c);
   return c;
 }
@@ -195,7 +188,12 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
   // Stage-major allocation: stage i of every pipeline side by side, so a stage's replicas
   // (its gradient sync group) are neighbours.
   std::vector<int> cursor(cluster_.subclusters.size(), 0);
-  std::vector<Stage> ends;  // every pipeline's first and last stage
+  // gpt ties the token embedding to the head: the first and last stages of every pipeline sync
+  // it in one ring (the estimate charges it for gpt only). Its link depends on where both
+  // stages' blocks lie: memoised by their shapes and first devices.
+  const bool tied = model_.architecture == Architecture::gpt && S > 1;
+  Key<11> tied_key{};
+  tied_key[0] = l.pipelines;
   for (int i = 0; i < S; ++i) {
     const StageShape& sh = l.stages[i];
     const SubclusterSpec& sub = cluster_.subclusters[sh.sub];
@@ -209,51 +207,66 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
       all.devices = block(sub, cursor[sh.sub], l.pipelines * sh.devices());
       return all;
     };
-    const std::vector<int> key = {sh.sub, sh.dp, sh.cp, sh.tp, l.pipelines, cursor[sh.sub] % sub.devices_per_node};
+    const Key<6> key = {sh.sub, sh.dp, sh.cp, sh.tp, l.pipelines, cursor[sh.sub] % sub.devices_per_node};
     std::optional<std::pair<LinkSpec, LinkSpec>> links;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::shared_lock lock(mutex_);
       if (auto it = sync_links_.find(key); it != sync_links_.end()) links = it->second;
     }
     if (!links) {
       const Stage all = stage_of_all();
       links.emplace(predict::sync_link(cluster_, {&all}, predict::Rings::per_shard), predict::sync_link(cluster_, {&all}, predict::Rings::one));
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::unique_lock lock(mutex_);
       sync_links_.emplace(key, *links);
     }
     p.sync_link.push_back(links->first);
     p.whole_link.push_back(links->second);
-    if (S > 1 && (i == 0 || i == S - 1)) ends.push_back(stage_of_all()), p.tied_ring += l.pipelines * sh.devices();
+    if (tied && (i == 0 || i == S - 1)) {
+      const std::array<int, 5> end = {sh.sub, sh.dp, sh.cp, sh.tp, cursor[sh.sub]};
+      std::copy(end.begin(), end.end(), tied_key.begin() + (i == 0 ? 1 : 6));
+      p.tied_ring += l.pipelines * sh.devices();
+    }
     cursor[sh.sub] += l.pipelines * sh.devices();
     std::vector<const Table*> by_r;
     for (Recompute r : recompute_) by_r.push_back(&table(l, i, p.offset[i], r));
     p.tables.push_back(std::move(by_r));
   }
-  if (ends.size() == 2) {
-    // The tied ring in rank order: each pipeline's first stage, then its last.
-    std::vector<Stage> ring;
-    for (int k = 0; k < l.pipelines; ++k)
-      for (const Stage& end : ends) {
-        Stage copy = end;
-        const std::size_t g = end.devices.size() / std::size_t(l.pipelines);
-        copy.devices.assign(end.devices.begin() + std::ptrdiff_t(k * g), end.devices.begin() + std::ptrdiff_t((k + 1) * g));
-        ring.push_back(std::move(copy));
-      }
-    std::vector<const Stage*> members;
-    for (const Stage& st : ring) members.push_back(&st);
-    p.tied_link = predict::sync_link(cluster_, members, predict::Rings::one);
+  if (tied) {
+    std::optional<LinkSpec> link;
+    {
+      std::shared_lock lock(mutex_);
+      if (auto it = tied_links_.find(tied_key); it != tied_links_.end()) link = it->second;
+    }
+    if (!link) {
+      // The tied ring in rank order: each pipeline's first stage, then its last.
+      std::vector<Stage> ring;
+      for (int k = 0; k < l.pipelines; ++k)
+        for (int i : {0, S - 1}) {
+          const StageShape& sh = l.stages[i];
+          Stage st;
+          st.subcluster = cluster_.subclusters[sh.sub].name;
+          st.tp = sh.tp, st.cp = sh.cp, st.dp = sh.dp;
+          st.devices = block(cluster_.subclusters[sh.sub], p.offset[i] + k * sh.devices(), sh.devices());
+          ring.push_back(std::move(st));
+        }
+      std::vector<const Stage*> members;
+      for (const Stage& st : ring) members.push_back(&st);
+      link = predict::sync_link(cluster_, members, predict::Rings::one);
+      std::unique_lock lock(mutex_);
+      tied_links_.emplace(tied_key, *link);
+    }
+    p.tied_link = *link;
   }
   for (int i = 0; i + 1 < S; ++i) {
-    // The k pipelines' copies of stage i lie side by side: those on one node share its NIC.
-    const int M = cluster_.subclusters[l.stages[i].sub].devices_per_node, g = l.stages[i].devices();
-    std::map<int, int> per_node;
-    for (int k = 0; k < l.pipelines; ++k) {
-      std::set<int> nodes;
-      for (int d = p.offset[i] + k * g; d < p.offset[i] + (k + 1) * g; ++d) nodes.insert(d / M);
-      for (int n : nodes) ++per_node[n];
-    }
+    // The k pipelines' copies of stage i lie side by side, from device offset[i] on, g devices
+    // each: those on one node share its NIC. Copy k reaches node n when its first device lies
+    // before the node's end and its last at or after the node's start.
+    const int M = cluster_.subclusters[l.stages[i].sub].devices_per_node, g = l.stages[i].devices(), off = p.offset[i];
     int sharers = 1;
-    for (auto [n, c] : per_node) sharers = std::max(sharers, c);
+    for (int n = off / M; n <= (off + l.pipelines * g - 1) / M; ++n) {
+      const int first = n * M <= off ? 0 : (n * M - off) / g, last = std::min(l.pipelines - 1, ((n + 1) * M - 1 - off) / g);
+      sharers = std::max(sharers, last - first + 1);
+    }
     p.hop.push_back(hop(l.stages[i], p.offset[i], l.stages[i + 1], p.offset[i + 1], l.micro_batch_size, sharers));
     p.cross.push_back(l.stages[i].sub != l.stages[i + 1].sub);
   }
@@ -427,19 +440,22 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // on any stage (Σ_i t_i) and the hops there and back (Σ_i 2c_i, fixed by the layout). The
   // step after the last backward may hide behind the drain of the stages before it: it adds
   // nothing certain.
+  // Over the stages' distinct tables: like stages share one.
+  std::vector<const Table*> distinct;
+  for (const auto& by_r : p.tables)
+    for (const Table* t : by_r)
+      if (std::find(distinct.begin(), distinct.end(), t) == distinct.end()) distinct.push_back(t);
   double fastest = 0;
   for (int u = 0; u < U; ++u) {
     double t = kInf;
-    for (int i = 0; i < S; ++i)
-      for (int r = 0; r < R; ++r) t = std::min(t, p.tables[i][r]->sum(p.tables[i][r]->time, u, u));
+    for (const Table* x : distinct) t = std::min(t, x->sum(x->time, u, u));
     fastest += t;
   }
   double fixed_cost = fastest, slowest_hop = 0;
   for (double c : p.hop) fixed_cost += 2 * c, slowest_hop = std::max(slowest_hop, c);
   // Bounds of t_max: no stage is faster than its fastest unit set, none slower than all units.
   double top = 0;
-  for (int i = 0; i < S; ++i)
-    for (int r = 0; r < R; ++r) top = std::max(top, p.tables[i][r]->time[U]);
+  for (const Table* x : distinct) top = std::max(top, x->time[U]);
   top *= 1.0000001;
   // With a cutoff, only splits with (m − 1)·t_max + fixed_cost below it matter (HAPT §5.2's
   // pruning, from above): when none has t_max that small — one feasibility test, the only
@@ -517,10 +533,16 @@ std::optional<double> Evaluator::bound(const Layout& layout) const {
 
 double Evaluator::lower_bound(const Prepared& p) const {
   double rate = 0;  // layers per second of all stages together
+  std::vector<std::pair<const Table*, double>> seen;  // like stages share a table
   for (const auto& by_r : p.tables) {
-    const Table& t = *by_r[0];  // the cheapest recomputation option
-    double layer = kInf;
-    for (int u = 1; u + 1 < units_; ++u) layer = std::min(layer, t.sum(t.time, u, u));
+    const Table* t = by_r[0];  // the cheapest recomputation option
+    auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first == t; });
+    if (it == seen.end()) {
+      double layer = kInf;
+      for (int u = 1; u + 1 < units_; ++u) layer = std::min(layer, t->sum(t->time, u, u));
+      it = seen.insert(seen.end(), {t, layer});
+    }
+    const double layer = it->second;
     if (layer > 0 && layer < kInf) rate += 1 / layer;
   }
   const double layers = units_ - 2;
