@@ -22,6 +22,7 @@ struct Evaluator::Prepared {
   int microbatches = 0;
   std::vector<int> offset;                            // first device of each stage's block in its subcluster
   std::vector<std::vector<const Table*>> tables;      // [stage][recompute option]
+  std::vector<const Table*> distinct;                 // the tables above, each once (like stages share one)
   std::vector<double> hop;                            // c_i to the next stage
   std::vector<bool> cross;                            // hop leaves the subcluster
   std::vector<LinkSpec> sync_link, whole_link;        // link of each stage's gradient all-reduce: split, whole parameters
@@ -75,6 +76,16 @@ std::vector<DeviceRef> block(const SubclusterSpec& sub, int offset, int count) {
   std::vector<DeviceRef> out;
   for (int k = offset; k < offset + count; ++k) out.push_back({k / sub.devices_per_node, k % sub.devices_per_node});
   return out;
+}
+
+// A stage of shape `sh` on `count` devices of its subcluster from `offset` (one pipeline's
+// copy: sh.devices(); every pipeline's side by side: pipelines × that), as predict's links see it.
+Stage stage_on(const ClusterSpec& cluster, const StageShape& sh, int offset, int count) {
+  Stage st;
+  st.subcluster = cluster.subclusters[sh.sub].name;
+  st.tp = sh.tp, st.cp = sh.cp, st.dp = sh.dp;
+  st.devices = block(cluster.subclusters[sh.sub], offset, count);
+  return st;
 }
 }  // namespace
 
@@ -144,6 +155,8 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   t->tied = predict::tied_head_parameters(model_);
   t->capacity = sub.device.usable_memory() * (1 - predict_.memory_headroom);  // predict's StageDetail::limit
   t->device = &sub.device;
+  t->fastest_layer = kInf;
+  for (int u = 1; u + 1 < units_; ++u) t->fastest_layer = std::min(t->fastest_layer, t->sum(t->time, u, u));
   std::unique_lock lock(mutex_);
   auto [it, fresh] = tables_.emplace(key, std::move(t));
   return *it->second;
@@ -161,14 +174,7 @@ double Evaluator::hop(const StageShape& a, int offset_a, const StageShape& b, in
     std::shared_lock lock(mutex_);
     if (auto it = hops_.find(key); it != hops_.end()) return it->second;
   }
-  auto stage = [&](const StageShape& sh, int offset) {
-    Stage st;
-    st.subcluster = cluster_.subclusters[sh.sub].name;
-    st.tp = sh.tp, st.cp = sh.cp, st.dp = sh.dp;
-    st.devices = block(cluster_.subclusters[sh.sub], offset, sh.devices());
-    return st;
-  };
-  const Stage from = stage(a, offset_a), to = stage(b, offset_b);
+  const Stage from = stage_on(cluster_, a, offset_a, a.devices()), to = stage_on(cluster_, b, offset_b, b.devices());
   double c = 0;  // the estimate charges each direction c_i: the mean of both, over the buckets
   for (const Length& x : lengths_) {
     const predict::Hop h = predict::hop(from, to, x.model, mbs, cluster_, predict_, sharers);
@@ -200,13 +206,6 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
     p.offset.push_back(cursor[sh.sub]);
     // The stage of every pipeline: its gradient-sync rings, whose links depend on the shape and
     // on where its block starts within a node (memoised: every layout's stages ask).
-    auto stage_of_all = [&] {
-      Stage all;
-      all.subcluster = sub.name;
-      all.tp = sh.tp, all.cp = sh.cp, all.dp = sh.dp;
-      all.devices = block(sub, cursor[sh.sub], l.pipelines * sh.devices());
-      return all;
-    };
     const Key<6> key = {sh.sub, sh.dp, sh.cp, sh.tp, l.pipelines, cursor[sh.sub] % sub.devices_per_node};
     std::optional<std::pair<LinkSpec, LinkSpec>> links;
     {
@@ -214,7 +213,7 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
       if (auto it = sync_links_.find(key); it != sync_links_.end()) links = it->second;
     }
     if (!links) {
-      const Stage all = stage_of_all();
+      const Stage all = stage_on(cluster_, sh, cursor[sh.sub], l.pipelines * sh.devices());
       links.emplace(predict::sync_link(cluster_, {&all}, predict::Rings::per_shard), predict::sync_link(cluster_, {&all}, predict::Rings::one));
       std::unique_lock lock(mutex_);
       sync_links_.emplace(key, *links);
@@ -229,6 +228,8 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
     cursor[sh.sub] += l.pipelines * sh.devices();
     std::vector<const Table*> by_r;
     for (Recompute r : recompute_) by_r.push_back(&table(l, i, p.offset[i], r));
+    for (const Table* t : by_r)
+      if (std::find(p.distinct.begin(), p.distinct.end(), t) == p.distinct.end()) p.distinct.push_back(t);
     p.tables.push_back(std::move(by_r));
   }
   if (tied) {
@@ -243,11 +244,7 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
       for (int k = 0; k < l.pipelines; ++k)
         for (int i : {0, S - 1}) {
           const StageShape& sh = l.stages[i];
-          Stage st;
-          st.subcluster = cluster_.subclusters[sh.sub].name;
-          st.tp = sh.tp, st.cp = sh.cp, st.dp = sh.dp;
-          st.devices = block(cluster_.subclusters[sh.sub], p.offset[i] + k * sh.devices(), sh.devices());
-          ring.push_back(std::move(st));
+          ring.push_back(stage_on(cluster_, sh, p.offset[i] + k * sh.devices(), sh.devices()));
         }
       std::vector<const Stage*> members;
       for (const Stage& st : ring) members.push_back(&st);
@@ -440,22 +437,17 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // on any stage (Σ_i t_i) and the hops there and back (Σ_i 2c_i, fixed by the layout). The
   // step after the last backward may hide behind the drain of the stages before it: it adds
   // nothing certain.
-  // Over the stages' distinct tables: like stages share one.
-  std::vector<const Table*> distinct;
-  for (const auto& by_r : p.tables)
-    for (const Table* t : by_r)
-      if (std::find(distinct.begin(), distinct.end(), t) == distinct.end()) distinct.push_back(t);
   double fastest = 0;
   for (int u = 0; u < U; ++u) {
     double t = kInf;
-    for (const Table* x : distinct) t = std::min(t, x->sum(x->time, u, u));
+    for (const Table* x : p.distinct) t = std::min(t, x->sum(x->time, u, u));
     fastest += t;
   }
   double fixed_cost = fastest, slowest_hop = 0;
   for (double c : p.hop) fixed_cost += 2 * c, slowest_hop = std::max(slowest_hop, c);
   // Bounds of t_max: no stage is faster than its fastest unit set, none slower than all units.
   double top = 0;
-  for (const Table* x : distinct) top = std::max(top, x->time[U]);
+  for (const Table* x : p.distinct) top = std::max(top, x->time[U]);
   top *= 1.0000001;
   // With a cutoff, only splits with (m − 1)·t_max + fixed_cost below it matter (HAPT §5.2's
   // pruning, from above): when none has t_max that small — one feasibility test, the only
@@ -533,16 +525,8 @@ std::optional<double> Evaluator::bound(const Layout& layout) const {
 
 double Evaluator::lower_bound(const Prepared& p) const {
   double rate = 0;  // layers per second of all stages together
-  std::vector<std::pair<const Table*, double>> seen;  // like stages share a table
   for (const auto& by_r : p.tables) {
-    const Table* t = by_r[0];  // the cheapest recomputation option
-    auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first == t; });
-    if (it == seen.end()) {
-      double layer = kInf;
-      for (int u = 1; u + 1 < units_; ++u) layer = std::min(layer, t->sum(t->time, u, u));
-      it = seen.insert(seen.end(), {t, layer});
-    }
-    const double layer = it->second;
+    const double layer = by_r[0]->fastest_layer;  // the cheapest recomputation option
     if (layer > 0 && layer < kInf) rate += 1 / layer;
   }
   const double layers = units_ - 2;

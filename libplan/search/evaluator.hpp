@@ -58,6 +58,7 @@ struct StageTable {
   double logits = 0;           // the head's logits buffer
   double tied = 0;             // predict::tied_head_parameters: held by a head without the embedding
   double capacity = 0;         // what a stage may use: (memory − reserve) × (1 − memory headroom)
+  double fastest_layer = 0;    // the least time of one unit between the embedding and the head
   const DeviceSpec* device = nullptr;  // the subcluster's, in the evaluator's cluster
   double sum(const std::vector<double>& v, int a, int e) const { return v[e + 1] - v[a]; }
   // Memory of units a..e holding `in_flight` micro-batches (tp: the stage's TP degree).

@@ -411,8 +411,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   // The simulator ranks the candidates whose estimate is within kRankWindow of the best
   // estimate, and each algorithm's best estimate (its row of the report). The estimate errs by a
   // few percent either way near the best (HAPT eq. 13 against the simulator); the most it
-  // overestimated any candidate of the 16 seed setups was 14% (hexiscale-llama2-7b, a plan
-  // estimated 2.2x the best), so a candidate estimated 25% worse than the best cannot simulate
+  // overestimated any candidate of four seed setups (exp3, HAPT GPT-15B, H2 A, HexiScale
+  // setting 1) was 14% (a HexiScale plan estimated 2.2x the best), so a candidate estimated 25% worse than the best cannot simulate
   // better than it. On 10,000 devices simulating every kept candidate took 2 of 11 s (issue 20).
   constexpr double kRankWindow = 0.25;
   for (std::size_t i = 0; i < works.size(); ++i) {
