@@ -200,6 +200,19 @@ TEST_CASE("node: one core's GEMM and memcpy rates and the loopback link are meas
   CHECK(fitted == Approx(link->one_way.back().second.value).epsilon(0.5));
 }
 
+TEST_CASE("node: the loopback link under a shaped latency reports what the transport adds to it") {
+  // 4 ms of shaping each way: a round trip takes more than 8 ms, and what is reported is the rest
+  // (positive: a message is written after its latency), which a busy machine keeps well under 4 ms.
+  constexpr double kShaped = 4e-3;
+  auto link = node::measure_loopback(0.05, kShaped);
+  REQUIRE(link.ok());
+  REQUIRE(link->one_way.size() == 4);
+  CHECK(link->one_way.front().second.value > 0);
+  CHECK(link->one_way.front().second.value < kShaped);
+  CHECK(link->latency.value == link->one_way.front().second.value);
+  CHECK(link->bandwidth.value > 0);
+}
+
 namespace {
 
 node::MachineFacts cpu_machine() {

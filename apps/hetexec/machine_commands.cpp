@@ -224,11 +224,18 @@ int MachineCommands::run_profile() {
   Result<profiler::Profile> p = Diagnostic{"", 0, 0, "backend", "not run"};
   try {
     p = profiler::profile(**be, *m, options_, on_row);
-    if (p && backend_ == "cpu") {  // what emulated links add on this machine
-      auto link = node::measure_loopback();
+    if (p && backend_ == "cpu") {  // what the transport adds to an emulated link on this machine
+      // Under --time-dilation the messages are shaped as a dilated run's links shape them, so
+      // that the threads wait as long as there (node/measure.hpp): the run's dilation is the
+      // profile's over its slowdown (a device --emulate-devices slows s times is profiled at
+      // X * s), applied to 30 us, the intra-node latency of bench/fidelity/cluster.yaml.
+      const double run_dilation = std::max(1.0, options_.time_dilation / options_.slowdown);
+      const double shaped = options_.time_dilation > 1 ? 30e-6 * run_dilation : 0;
+      auto link = node::measure_loopback(shaped > 0 ? 0.5 : 0.15, shaped);
       if (!link) return report(link.errors());
       p->spec.transport = LinkSpec{link->bandwidth.value, link->latency.value};
-      std::cout << " transport (loopback, two ranks): " << link->latency.value * 1e6 << " us, " << link->bandwidth.value / 1e9 << " GB/s\n";
+      std::cout << " transport (loopback, two ranks" << (shaped > 0 ? ", under a shaped latency of " + std::to_string(int(shaped * 1e6)) + " us" : "")
+                << "): " << link->latency.value * 1e6 << " us, " << link->bandwidth.value / 1e9 << " GB/s\n";
     }
   } catch (const std::exception& e) {  // a device backend's Stage throws what it cannot do
     std::cerr << "error: " << backend_ << " backend: " << e.what() << "\n";

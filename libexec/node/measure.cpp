@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <thread>
 #include <vector>
 
+#include "clock/clock.hpp"
 #include "model/ops.hpp"
 #include "profiler/sampling.hpp"
 #include "rendezvous/directory.hpp"
@@ -58,7 +60,7 @@ CoreRates measure_core(double seconds_each) {
   return rates;
 }
 
-Result<LoopbackLink> measure_loopback(double seconds_each) {
+Result<LoopbackLink> measure_loopback(double seconds_each, double shaped_latency) {
   auto fail = [](const std::string& why) { return Diagnostic{"", 0, 0, "loopback", why}; };
   std::error_code ec;
   const std::string dir = (std::filesystem::temp_directory_path(ec) / "hetexec-loopback-XXXXXX").string();
@@ -85,6 +87,7 @@ Result<LoopbackLink> measure_loopback(double seconds_each) {
       echo_error = to_string(peers.errors());
       return;
     }
+    if (shaped_latency > 0) (*peers)->shape(0, std::numeric_limits<double>::infinity(), shaped_latency);
     std::vector<char> buffer;
     for (;;) {
       std::uint64_t batch[2] = {0, 0};
@@ -109,6 +112,7 @@ Result<LoopbackLink> measure_loopback(double seconds_each) {
     echo.join();
     return fail("cannot connect two ranks over 127.0.0.1: " + to_string(peers.errors()));
   }
+  if (shaped_latency > 0) (*peers)->shape(1, std::numeric_limits<double>::infinity(), shaped_latency);
   std::string error;
   // One batch: `count` round trips of `bytes`; their one-way times (half the round trip).
   auto batch = [&](std::size_t bytes, int count) {
@@ -117,10 +121,11 @@ Result<LoopbackLink> measure_loopback(double seconds_each) {
     (*peers)->send(1, kBatch, header, sizeof header);
     std::vector<char> out(bytes, 'x'), back(bytes);
     for (int i = 0; i < count && error.empty(); ++i) {
+      if (shaped_latency > 0) clock::sleep_until(clock::Clock::now() + std::chrono::milliseconds(1));  // as a rank computes between messages
       const std::int64_t t0 = profiler::nanoseconds_now(profiler::Clock::wall);
       (*peers)->send(1, kPayload, out.data(), out.size());
       if (auto got = (*peers)->recv(1, kPayload, back.data(), back.size()); !got) error = got.errors().front().message;
-      one_way.push_back(0.5 * profiler::seconds_since(t0, profiler::Clock::wall));
+      one_way.push_back(0.5 * profiler::seconds_since(t0, profiler::Clock::wall) - shaped_latency);
     }
     return one_way;
   };

@@ -44,6 +44,14 @@ struct LoopbackLink {
 // 127.0.0.1 through a directory rendezvous in a fresh temporary directory, bounce messages of
 // each size; about seconds_each of wall time per size at most. Errors: the connection or a
 // message failed (why, in words).
-Result<LoopbackLink> measure_loopback(double seconds_each = 0.15);
+//
+// With shaped_latency > 0 both directions are shaped links of that latency (and no bandwidth
+// limit: Peers::shape), as an emulated link of a dilated run is, each round trip follows a pause
+// of 1 ms (a rank computing between messages), and the times reported are what the transport
+// adds to the link: half the round trip less shaped_latency. A dilated run's threads wait that
+// long for every message, and on a VM a thread woken after such a wait starts late: on the 2-core
+// VM of docs/executor.md the transport added 36-58 us one way hot and unshaped, 67 us under
+// 240 us of shaping (bench/bench_link.cpp).
+Result<LoopbackLink> measure_loopback(double seconds_each = 0.15, double shaped_latency = 0);
 
 }  // namespace het::node
