@@ -194,3 +194,43 @@ TEST_CASE("emulated links: a rank's two connections shaped on one link send one 
     if (shared) CHECK(std::max(arrived[1], arrived[2]) >= 2 * one);  // (each on its own link: both after ~one)
   }
 }
+
+TEST_CASE("emulated links: a shaped frame is written at once and delivered when the link would deliver it") {
+  // Three frames of 100 kB queued at once on a link of 1 MB/s and 0.2 s: frame k leaves the link
+  // after (k + 1) x 0.1 s and arrives 0.2 s later. The sender writes them at once (the receiver
+  // has their bytes within milliseconds), so delivering any earlier is the hold missing.
+  het::test::TempDir dir;
+  const double bandwidth = 1e6, latency = 0.2;
+  const std::size_t bytes = 100000;
+  std::vector<double> arrived(3, 0);
+  std::vector<std::string> errors(2);
+  std::atomic<std::int64_t> sent{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      het::rendezvous::DirectoryRendezvous rdv(dir.path());
+      auto peers = het::transport::Peers::connect(r, 2, rdv, 30);
+      if (!peers) return void(errors[std::size_t(r)] = het::to_string(peers.errors()));
+      std::vector<char> data(bytes, char(r));
+      if (r == 0) {
+        (*peers)->shape(1, bandwidth, latency);
+        sent = std::chrono::steady_clock::now().time_since_epoch().count();
+        for (int k = 0; k < 3; ++k) (*peers)->send(1, 7, data.data(), bytes);
+        if (auto done = (*peers)->flush(); !done) errors[0] = het::test::error_text(done);
+      } else {
+        for (int k = 0; k < 3; ++k) {
+          if (auto got = (*peers)->recv(0, 7, data.data(), bytes); !got) return void(errors[1] = het::test::error_text(got));
+          const std::chrono::steady_clock::time_point at{std::chrono::steady_clock::duration(sent.load())};
+          arrived[std::size_t(k)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count();
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "");
+  const double one = double(bytes + 32) / bandwidth;  // the frame: payload and header
+  for (int k = 0; k < 3; ++k) {
+    INFO("frame " << k << " arrived after " << arrived[std::size_t(k)] << " s");
+    CHECK(arrived[std::size_t(k)] >= (k + 1) * one + latency - 1e-3);
+  }
+}

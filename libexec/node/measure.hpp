@@ -48,10 +48,11 @@ struct LoopbackLink {
 // With shaped_latency > 0 both directions are shaped links of that latency (and no bandwidth
 // limit: Peers::shape), as an emulated link of a dilated run is, each round trip follows a pause
 // of 1 ms (a rank computing between messages), and the times reported are what the transport
-// adds to the link: half the round trip less shaped_latency. A dilated run's threads wait that
-// long for every message, and on a VM a thread woken after such a wait starts late: on the 2-core
-// VM of docs/executor.md the transport added 36-58 us one way hot and unshaped, 67 us under
-// 240 us of shaping (bench/bench_link.cpp).
+// adds to the link: half the round trip less shaped_latency, which is how late the transport
+// delivers a shaped message (transport/tcp.hpp: a frame is due when the link would deliver it;
+// the threads that carry it wake within that time, or late). On the 2-core VM of
+// docs/executor.md: 36-58 us one way hot and unshaped, under 1 us beyond 120-480 us of shaping,
+// 41-71 us beyond 30-60 us (bench/bench_link.cpp).
 Result<LoopbackLink> measure_loopback(double seconds_each = 0.15, double shaped_latency = 0);
 
 }  // namespace het::node

@@ -16,8 +16,10 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
+#include <limits>
 
 namespace het::transport {
 
@@ -27,9 +29,15 @@ constexpr std::uint32_t kMagic = 0x48455458;  // "HETX"
 struct Header {
   std::uint32_t magic, tag;
   std::uint64_t length;
-  std::uint32_t crc, pad;
+  std::uint32_t crc;
+  // A shaped frame: when the emulated link delivers it, as the sender's steady clock reads
+  // (nanoseconds; for a receiver on the same machine, whose clock that is), and how long after
+  // the write that is (microseconds; for one on another machine, which holds it that long after
+  // reading it). 0 and 0: unshaped.
+  std::uint32_t hold_us;
+  std::uint64_t due_ns;
 };
-static_assert(sizeof(Header) == 24);
+static_assert(sizeof(Header) == 32);
 
 std::string sys(const std::string& what) { return what + ": " + std::strerror(errno); }
 Diagnostic lost(std::string what) { return failure(ErrorKind::peer_lost, std::move(what)); }
@@ -182,6 +190,8 @@ struct Peers::Link {
   double bandwidth = 0, latency = 0;    // shaping; 0: none
   std::shared_ptr<SharedLink> shared;   // the link it shares with other connections, or null
   std::thread thread;
+  // Both ends have one IPv4 address: one machine, one steady clock (shaped frames' due times).
+  bool same_clock = false;
   // Receiving: frames read ahead by `reader` as they arrive, taken by recv(); after the last
   // frame, why no more come (closed, corrupt); both under in_mutex.
   std::mutex in_mutex;
@@ -189,6 +199,7 @@ struct Peers::Link {
   struct Frame {
     std::uint32_t tag;
     std::vector<char> payload;
+    std::chrono::steady_clock::time_point due;  // when the emulated link delivers it
   };
   std::deque<Frame> inbox;
   std::optional<Diagnostic> in_error;
@@ -203,6 +214,10 @@ Peers::Peers(int rank, int world, std::vector<int> fds, double timeout_s)
     links_[p] = std::make_unique<Link>();
     Link& l = *links_[p];
     l.peer = int(p), l.fd = fds[p];
+    sockaddr_in self{}, other{};
+    socklen_t a = sizeof self, b = sizeof other;
+    l.same_clock = ::getsockname(l.fd, reinterpret_cast<sockaddr*>(&self), &a) == 0 &&
+                   ::getpeername(l.fd, reinterpret_cast<sockaddr*>(&other), &b) == 0 && self.sin_addr.s_addr == other.sin_addr.s_addr;
     l.thread = std::thread([this, &l] { sender_loop(l); });
     l.reader = std::thread([&l] { reader_loop(l); });
   }
@@ -244,8 +259,12 @@ void Peers::reader_loop(Link& l) {
     if (h.magic != kMagic) return fail(ours("garbage from rank " + std::to_string(l.peer) + " (not a hetexec frame)"));
     if (h.length > (std::uint64_t(1) << 40))
       return fail(ours("rank " + std::to_string(l.peer) + " announced a frame of " + std::to_string(h.length) + " bytes"));
-    Link::Frame f{h.tag, std::vector<char>(h.length)};
+    Link::Frame f{h.tag, std::vector<char>(h.length), {}};
     if (auto read = read_all(l.fd, f.payload.data(), f.payload.size(), 3600, l.peer); !read) return fail(read.errors().front());
+    if (h.due_ns != 0)
+      f.due = l.same_clock ? std::chrono::steady_clock::time_point(
+                                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::nanoseconds(h.due_ns)))
+                           : std::chrono::steady_clock::now() + std::chrono::microseconds(h.hold_us);
     if (crc32(f.payload.data(), f.payload.size()) != h.crc)
       return fail(ours("corrupt message from rank " + std::to_string(l.peer) + " (CRC-32 mismatch)"));
     std::lock_guard<std::mutex> lock(l.in_mutex);
@@ -263,7 +282,7 @@ void Peers::shape(int peer, double bandwidth, double latency, std::shared_ptr<Sh
 void Peers::send(int peer, std::uint32_t tag, const void* data, std::size_t bytes) {
   // The frame's CRC is taken by the sender thread (the caller only copies the payload).
   std::vector<char> f(sizeof(Header) + bytes);
-  Header h{kMagic, tag, bytes, 0, 0};
+  Header h{kMagic, tag, bytes, 0, 0, 0};
   std::memcpy(f.data(), &h, sizeof h);
   if (bytes) std::memcpy(f.data() + sizeof h, data, bytes);
   Link& l = *links_[std::size_t(peer)];
@@ -306,10 +325,16 @@ void Peers::sender_loop(Link& l) {
       // The frame enters the link when it was queued or when the link has carried the frames
       // before it (this connection's, or every connection's sharing the link), occupies it for
       // bytes/bandwidth, and arrives `latency` later; frames in flight overlap their latencies
-      // as on a wire.
+      // as on a wire. It is written now; the receiver holds it for what is left of that.
       const auto busy = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(double(f.size()) / bandwidth));
       link_free = shared != nullptr ? shared->reserve(queued, busy) : std::max(queued, link_free) + busy;
-      clock::sleep_until(link_free + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(latency)));
+      const auto due = link_free + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(latency));
+      const double hold_us = std::chrono::duration<double, std::micro>(due - Clock::now()).count();
+      Header h;
+      std::memcpy(&h, f.data(), sizeof h);
+      h.hold_us = hold_us <= 0 ? 0 : hold_us >= 4e9 ? std::numeric_limits<std::uint32_t>::max() : std::uint32_t(std::lround(hold_us));
+      h.due_ns = std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(due.time_since_epoch()).count());
+      std::memcpy(f.data(), &h, sizeof h);
     }
     const bool ok = write_all(l.fd, f.data(), f.size());
     lock.lock();
@@ -341,6 +366,7 @@ Result<Done> Peers::recv(int peer, std::uint32_t tag, void* data, std::size_t by
   Link::Frame f = std::move(l.inbox.front());
   l.inbox.pop_front();
   lock.unlock();
+  clock::sleep_until(f.due);  // a shaped frame: until the emulated link delivers it
   if (f.payload.size() != bytes || f.tag != tag)
     return ours("rank " + std::to_string(peer) + " sent tag " + std::to_string(f.tag) + " of " + std::to_string(f.payload.size()) +
                 " bytes; expected tag " + std::to_string(tag) + " of " + std::to_string(bytes));

@@ -10,7 +10,14 @@
 // rank's failure); a frame out of order or corrupt is ErrorKind::internal.
 // Link emulation: a connection can be shaped to a bandwidth and latency (a token bucket: a
 // frame leaves when the link has carried the previous ones, and arrives `latency` later), so
-// a heterogeneous cluster's slow links can be reproduced on one machine.
+// a heterogeneous cluster's slow links can be reproduced on one machine. The sender writes a
+// shaped frame at once, stamped with when the emulated link delivers it; a receiver on the same
+// machine (both ends of the connection on one IPv4 address: one steady clock) delivers it then
+// or, if the machine's own transport took longer, as soon as it has it; one on another machine
+// holds it as long after reading it as the sender wrote it before it was due (the emulated link
+// and the real network in series). So the threads waking to send and to receive a frame (late
+// by up to hundreds of microseconds on a VM whose cores idle: docs/executor.md, 2026-11-29) do
+// so within the emulated time instead of after it.
 // Rendezvous: each rank listens on an ephemeral port and publishes "host:port" under the key
 // rank-<r>.endpoint of the job's rendezvous (a directory: the file DIR/rank-<r>.endpoint; or a
 // gRPC rendezvous service); ranks connect to lower ranks and accept higher ones.
