@@ -229,7 +229,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       if (auto it = first_chunk.find({pi, si}); it != first_chunk.end()) shape.read_ahead += it->second * grad_bytes;
       d.memory = cost::stage_memory(bucket_model(longest[pi]), shape);
       const double shard = m.training.zero_stage >= 1 ? replicas : 1;
-      d.optimizer_s = optimizer_s(compute, m, pl.sub->device, s.tp, params, shard);
+      d.optimizer_s = optimizer_s(compute, m, pl.sub->device, s.tp, shape.parameters, shape.whole_parameters, shard);
       sin.pipelines[pi].stages[si].optimizer_s = d.optimizer_s;
       if (d.memory.total() > d.limit)
         out.notes.push_back("pipelines[" + std::to_string(pi) + "].stages[" + std::to_string(si) + "] on " + s.subcluster +

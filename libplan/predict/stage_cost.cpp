@@ -226,10 +226,11 @@ double bucket_sync_s(const ModelSpec& m, const SyncBucket& b) {
 }
 
 double optimizer_s(const cost::ComputeModel& compute, const ModelSpec& m, const DeviceSpec& device, int tp, double params,
-                   double shard) {
+                   double whole, double shard) {
+  const double per_device = (params - whole) / tp + whole;
   if (auto per_layer = compute.optimizer_step(device.type, tp))  // per parameter: the layer's over its parameters
-    return *per_layer / (unit_parameters(m, UnitKind::layer) / tp) * params / shard;
-  return params / shard * kAdamBytesPerParameter / device.mem_bandwidth;
+    return *per_layer / (unit_parameters(m, UnitKind::layer) / tp) * per_device / shard;
+  return per_device / shard * kAdamBytesPerParameter / device.mem_bandwidth;
 }
 
 cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, int zero_dp, int in_flight) {

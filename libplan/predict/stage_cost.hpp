@@ -97,13 +97,15 @@ double bucket_sync_s(const ModelSpec& m, const SyncBucket& b);
 // fp32 moments and the 16-bit gradient (14 bytes) and writes the master weight, the moments
 // and the 16-bit weight (14 bytes).
 inline constexpr double kAdamBytesPerParameter = 28;
-// Seconds of the optimizer step of a stage of TP degree `tp` on `device` holding `params` parameters per device
-// (a stage's over its tp), sharded `shard` ways by ZeRO: the profile's measured step of a layer's
-// parameters at that tp, per parameter (the step is elementwise: the embedding's and head's
-// parameters cost as much each as a layer's), where it has one; else kAdamBytesPerParameter at
-// the device's memory bandwidth.
+// Seconds of the optimizer step of a stage of TP degree `tp` on `device`, of `params` parameters
+// of which `whole` every TP shard holds whole (whole_parameters: norms, the embedding, the head;
+// the rest is split over the tp shards), sharded `shard` ways by ZeRO: the profile's measured
+// step of a layer's parameters at that tp, per parameter (the step is elementwise: the
+// embedding's and head's parameters cost as much each as a layer's), where it has one; else
+// kAdamBytesPerParameter at the device's memory bandwidth; times the parameters one device holds,
+// (params - whole) / tp + whole, over shard.
 double optimizer_s(const cost::ComputeModel& compute, const ModelSpec& m, const DeviceSpec& device, int tp, double params,
-                   double shard);
+                   double whole, double shard);
 
 // The memory model's view of a stage.
 cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, int zero_dp, int in_flight);

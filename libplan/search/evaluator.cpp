@@ -353,7 +353,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       t_max = std::max(t_max, t[i]);
       sum += t[i] + (i + 1 < S ? 2 * p.hop[i] : 0);
       const int replicas = l.pipelines * l.stages[i].dp * l.stages[i].cp;
-      const double params = (tb.sum(tb.params, k, e) + (e == U - 1 && k > 0 ? tb.tied : 0)) / l.stages[i].tp;
+      const double tied_head = e == U - 1 && k > 0 ? tb.tied : 0;  // gpt's head weights, held by the last stage too
       // gpt ties the token embedding to the head: a stage with one of them syncs it with the other's.
       const bool tied = model_.architecture == Architecture::gpt && S > 1 && (i == 0 || i == S - 1);
       const double wte = tied ? double(model_.vocab_size) * model_.hidden_size : 0, own_wte = k == 0 ? wte : 0;
@@ -361,8 +361,8 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
                                                 l.stages[i].tp, replicas, p.sync_link[i], p.whole_link[i], wte, p.tied_ring,
                                                 p.tied_link);
       const double last_b = tb.sum(tb.backward, k, e);
-      const double opt = predict::optimizer_s(compute_, model_, *tb.device, l.stages[i].tp, params,
-                                              model_.training.zero_stage >= 1 ? replicas : 1);
+      const double opt = predict::optimizer_s(compute_, model_, *tb.device, l.stages[i].tp, tb.sum(tb.params, k, e) + tied_head,
+                                              tb.sum(tb.whole, k, e) + tied_head, model_.training.zero_stage >= 1 ? replicas : 1);
       tail = std::max(tail, std::max(0.0, sync - (predict_.overlap_sync ? last_b : 0)) + opt - slack);
       slack += last_b + (i + 1 < S ? p.hop[i] : 0);
       k = e + 1;
