@@ -314,3 +314,25 @@ TEST_CASE("place_block places a block of consecutive devices as place does from 
         }
   }
 }
+
+TEST_CASE("a TP stage's optimizer step covers what one device holds: its share of the split parameters and every whole one") {
+  // One stage holding the whole 1-layer gpt (embedding, layer, head), at tp 1 and tp 2. Each TP
+  // shard keeps the embedding, the head and the layer's norms and biases whole (both backends),
+  // and steps them: the step at tp 2 is not half the one at tp 1.
+  Plan plan = homogeneous(1, 4, ScheduleKind::one_f_one_b);
+  cost::ComputeModel cm(plan.model, {});
+  auto one = predict::predict(plan, cm, {});
+  REQUIRE(one.ok());
+  plan.pipelines[0].stages[0].tp = 2;
+  plan.pipelines[0].stages[0].devices = {{0, 0}, {0, 1}};
+  plan.cluster.subclusters[0].devices_per_node = 2;
+  REQUIRE(validate_plan(plan, "test").empty());
+  auto two = predict::predict(plan, cm, {});
+  REQUIRE(two.ok());
+  const auto units = predict::count_units(plan, plan.pipelines[0].stages[0]);
+  const double all = predict::stage_parameters(plan.model, units);
+  const double whole = predict::whole_parameters(plan.model, UnitKind::layer) + predict::whole_parameters(plan.model, UnitKind::embedding) +
+                       predict::whole_parameters(plan.model, UnitKind::head);
+  REQUIRE(whole > 0.05 * all);  // what makes the difference visible
+  CHECK(two->stages[0][0].optimizer_s / one->stages[0][0].optimizer_s == Approx(((all - whole) / 2 + whole) / all).epsilon(1e-9));
+}
