@@ -446,7 +446,7 @@ struct Agent::State final : public pb::Agent::Service {
 
   // The job's supervisor thread: runs its workers until all have ended.
   void supervise(std::shared_ptr<Job> j) {
-    std::map<int, std::string> last_err;  // last stderr line per rank
+    std::map<int, std::string> last_err;  // last stderr line per rank that says something (a blank line after a message does not)
     bool failed = false;
     auto result = j->workers.run(commands(*j), [&](const launch::WorkerEvent& e) {
       std::lock_guard lock(mu);
@@ -456,7 +456,10 @@ struct Agent::State final : public pb::Agent::Service {
       }
       pb::Event out;
       if (e.kind == launch::WorkerEvent::Kind::line) {
-        if (e.from_stderr) last_err[e.rank] = e.text, log->info("job={} rank={} stderr=\"{}\"", j->id, e.rank, e.text);
+        if (e.from_stderr) {
+          if (e.text.find_first_not_of(" \t\r") != std::string::npos) last_err[e.rank] = e.text;
+          log->info("job={} rank={} stderr=\"{}\"", j->id, e.rank, e.text);
+        }
         if (!e.from_stderr && !e.text.empty()) j->detail = launch::valid_utf8(std::string_view(e.text).substr(0, kMaxDetail));
         auto* l = out.mutable_line();
         l->set_rank(std::uint32_t(e.rank)), l->set_from_stderr(e.from_stderr), l->set_text(e.text);
