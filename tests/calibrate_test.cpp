@@ -5,10 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <fstream>
 
 #include "cost/compute.hpp"
 #include "fidelity/calibrate.hpp"
+#include "fidelity/fidelity.hpp"
 #include "predict/predict.hpp"
+#include "process.hpp"
 #include "test_util.hpp"
 #include "validation/inputs.hpp"
 
@@ -165,4 +168,33 @@ TEST_CASE("calibrate fits a device type's stages together, weighted by their uni
     CHECK_THAT(h, Catch::Contains("run.json") && Catch::Contains("p.json") && Catch::Contains("wrong.yaml") &&
                       Catch::Contains("time dilation 4") && Catch::Contains("forward rows x0.5 "));
   }
+}
+
+TEST_CASE("compare sets the run's own compute beside the profile's, and a Chrome trace keeps it") {
+  const Plan plan = load("tiny-cpu-pipeline.plan.json");
+  const std::vector<ProfileSpec> truth = {profile(plan, "cpu-fast", 1), profile(plan, "cpu-slow", 4)};
+  const predict::Outcome o = predict_run(plan, truth, 1);
+  // The machine computed 1.25x slower than profiled: every forward and backward's own compute
+  // 1.25x its predicted duration (tp 1: no collectives inside them).
+  auto measured = as_measured(o, 3);
+  for (auto& e : measured)
+    if (e.name[0] == 'F' || e.name[0] == 'B') e.compute_s = 1.25 * e.duration_s;
+  // Through the file hetexec writes and read back.
+  het::test::TempDir dir;
+  const std::string file = dir.path() + "/t.json";
+  std::ofstream(file) << sim::chrome_trace(measured);
+  auto read = fidelity::read_chrome_trace(file);
+  REQUIRE(read);
+  REQUIRE(read->size() == measured.size());
+  for (std::size_t i = 0; i < measured.size(); ++i) CHECK((*read)[i].compute_s == Approx(measured[i].compute_s).margin(1e-12));
+  auto c = fidelity::compare(o, *read);
+  REQUIRE(c);
+  CHECK(c->ratio() == Approx(1).epsilon(1e-6));
+  CHECK(c->compute_ratio() == Approx(1.25).epsilon(1e-6));
+  for (const auto& row : c->stages) CHECK(row.measured.own_compute_s == Approx(1.25 * row.predicted.own_compute_s).epsilon(1e-6));
+  CHECK_THAT(fidelity::table(*c), Catch::Contains("own compute: measured ÷ profiled 1.250"));
+  // A trace without compute (a predicted one, an older run): no ratio.
+  auto plain = fidelity::compare(o, as_measured(o, 3));
+  REQUIRE(plain);
+  CHECK(plain->compute_ratio() == 0);
 }

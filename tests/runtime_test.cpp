@@ -634,6 +634,57 @@ TEST_CASE("run-local names a stopped rank as hung and stops every rank") {
   CHECK(gone);
 }
 
+TEST_CASE("a traced run gives each compute event its own compute, stretched, the collectives inside left out") {
+  het::test::TempDir dir;
+  const std::string trace = dir.path() + "/t.json";
+  auto r = run_process({HETEXEC_BIN, "run-local", kSrc + "/tests/data/plans/tensor.plan.json", "--model",
+                        kSrc + "/configs/models/tiny-gpt.yaml", "--cluster", kCluster, "--steps", "2", "--time-dilation", "4",
+                        "--trace", trace},
+                       120);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream in(trace);
+  auto j = nlohmann::json::parse(in);
+  // Per track: the compute events, and the TP all-reduces each holds.
+  struct Ev {
+    double start, dur, compute;
+  };
+  std::map<long, std::vector<Ev>> compute, allreduce;
+  int waits = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::string name = e["name"];
+    const bool own = (name[0] == 'F' || name[0] == 'B') && std::isdigit(name[1]);
+    const bool has = e.contains("args") && e["args"].contains("compute_us");
+    if (own || name == "optimizer" || name == "zero_grad") {
+      REQUIRE(has);
+      compute[e["tid"]].push_back({e["ts"], e["dur"], e["args"]["compute_us"]});
+    } else {
+      CHECK_FALSE(has);  // waits and collectives compute nothing
+      waits += name == "tp all-reduce";
+    }
+    if (name == "tp all-reduce") allreduce[e["tid"]].push_back({e["ts"], e["dur"], 0});
+  }
+  REQUIRE(compute.size() == 2);  // both TP shards
+  CHECK(waits > 0);
+  for (const auto& [tid, events] : compute) {
+    double computed = 0, rest = 0;  // Σ compute, Σ the events' time less their all-reduces
+    for (const auto& e : events) {
+      CHECK(e.compute > 0);
+      // The compute fits in the event beside the all-reduces inside it (which are not compute),
+      // but for reading the clocks: 4 x 2.5 us per stretch of compute.
+      double inside = 0;
+      int stretches = 1;
+      for (const auto& a : allreduce[tid])
+        if (a.start >= e.start && a.start + a.dur <= e.start + e.dur + 1) inside += a.dur, ++stretches;
+      CHECK(e.compute + inside <= e.dur + 10 * stretches);
+      computed += e.compute, rest += e.dur - inside;
+    }
+    // Stretched 4x, it is most of the rest (the CPU time alone: at most a quarter of it).
+    CHECK(computed > 0.5 * rest);
+  }
+}
+
 TEST_CASE("run-local --trace writes every rank's timeline with the simulator's event names") {
   het::test::TempDir dir;
   const std::string trace = dir.path() + "/t.json";

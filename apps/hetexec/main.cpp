@@ -303,7 +303,7 @@ int run_worker(const het::launch::WorkerJob& a, int rank, int device, const std:
   if (traffic_file) std::ofstream(*traffic_file) << het::runtime::traffic_report(job->plan, **peers, a.steps, device_report.steps ? &device_report : nullptr).dump();
   if (trace_file) {  // this rank's events, for run-local to merge
     nlohmann::json j = nlohmann::json::array();
-    for (const auto& e : events) j.push_back({e.track, e.name, e.start_s, e.duration_s});
+    for (const auto& e : events) j.push_back({e.track, e.name, e.start_s, e.duration_s, e.compute_s});
     std::ofstream(*trace_file) << j.dump();
   }
   return 0;
@@ -433,7 +433,7 @@ int run_local(const JobArgs& a) {
         continue;
       }
       for (const auto& e : nlohmann::json::parse(*in))
-        all.push_back({e[0].get<std::string>(), e[1].get<std::string>(), e[2].get<double>(), e[3].get<double>()});
+        all.push_back({e[0].get<std::string>(), e[1].get<std::string>(), e[2].get<double>(), e[3].get<double>(), e[4].get<double>()});
     }
     double t0 = all.empty() ? 0 : all.front().start_s;
     for (const auto& e : all) t0 = std::min(t0, e.start_s);

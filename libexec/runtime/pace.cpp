@@ -25,8 +25,9 @@ void Pace::mark() {
 }
 
 void Pace::settle() {
+  const double compute = (cpu_clock_ ? seconds(CLOCK_THREAD_CPUTIME_ID) : seconds(CLOCK_MONOTONIC)) - mark_compute_;
+  computed_s_ += factor_ * compute;
   if (factor_ > 1) {
-    const double compute = (cpu_clock_ ? seconds(CLOCK_THREAD_CPUTIME_ID) : seconds(CLOCK_MONOTONIC)) - mark_compute_;
     const double until = mark_wall_ + factor_ * compute;
     clock::sleep_until(clock::Clock::time_point(std::chrono::duration_cast<clock::Clock::duration>(std::chrono::duration<double>(until))));
   }

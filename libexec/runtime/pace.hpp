@@ -21,6 +21,9 @@ class Pace {
   // Stretches the compute since the last mark to `factor` times its duration (sleeps until
   // mark + factor × compute), then marks.
   void settle();
+  // Starts the device's compute now: what ran since the last mark is not stretched (the host's
+  // bookkeeping between the device's operations: the next batch, a send's copy, the trace).
+  void restart() { mark(); }
   // Runs a blocking call: settles the compute before it, and marks after it (the wait itself
   // is not stretched).
   template <class F>
@@ -34,12 +37,16 @@ class Pace {
   }
 
   double factor() const { return factor_; }
+  // The compute settled so far, stretched: the emulated device's own compute time (factor ×
+  // the compute measured), the waits left out. The difference over an operation is its compute.
+  double computed_s() const { return computed_s_; }
 
  private:
   void mark();
   double factor_;
   bool cpu_clock_;
   double mark_wall_ = 0, mark_compute_ = 0;
+  double computed_s_ = 0;
 };
 
 }  // namespace het::runtime

@@ -193,7 +193,7 @@ std::vector<int> boundary_ranks(const program::Topology& topo, const Pipeline& p
 
 // After the step's last backward: every bucket's gradients summed over its group (buckets.hpp),
 // AdamW on the owned part of every bucket, and with ZeRO the updated parts all-gathered.
-// `record(name, start)` traces the three phases.
+// `record(name, start[, computed])` traces the three phases (the optimizer's with its compute).
 // `at(activity, what)` tells the watchdog where the rank is.
 template <class Record, class At>
 void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW& adamw, int step, Pace& pace, Record&& record, At&& at) {
@@ -205,10 +205,12 @@ void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW
   }
   record("sync", start);
   at(progress::Activity::computing, "optimizer");
+  pace.restart();
   start = now_s();
+  const double computed = pace.computed_s();
   for (auto& b : buckets) update(b, adamw, step + 1, zero);
   pace.settle();
-  record("optimizer", start);
+  record("optimizer", start, computed);
   if (!zero) return;
   at(progress::Activity::collective, "gather");
   start = now_s();
@@ -515,8 +517,10 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   const double factor = std::max(1.0, opt.slowdown) * opt.time_dilation * (opt.emulate_devices ? device_slowdown(plan, st) : 1.0);
   Pace pace(factor, opt.compute_on_this_thread);
   const std::string track = track_of(here, st);
-  auto record = [&](const std::string& name, double start) {
-    if (opt.trace) opt.trace->push_back({track, name, start, now_s() - start});
+  // An event from `start` to now; a compute event also with the compute the pace settled in it
+  // (`computed`: pace.computed_s() at its start).
+  auto record = [&](const std::string& name, double start, double computed = -1) {
+    if (opt.trace) opt.trace->push_back({track, name, start, now_s() - start, computed < 0 ? -1 : pace.computed_s() - computed});
   };
   // The TP and CP collectives inside a forward or backward: the compute before one stretched,
   // then the collective, recorded as an event within F or B (at tp 1 the block's all-reduce
@@ -530,8 +534,9 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     at(progress::Activity::collective, name);
     pace.settle();
     const double start = now_s();
-    check(pace.wait(blocking));
+    check(blocking());
     record(name, start);
+    pace.restart();  // the compute after it from here: recording it is not the device's
     at(progress::Activity::computing, name);
   };
   if (st.tp > 1) spec.comm.tp_all_reduce = [&, tp = *tp_comm](float* data, std::size_t n) {
@@ -642,10 +647,11 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   // Runs a compute step, stretched to the emulated device's speed, and records it.
   auto emulate = [&](const std::string& name, auto&& compute) {
     at(progress::Activity::computing, name);
-    const double start = now_s();
+    pace.restart();
+    const double start = now_s(), computed = pace.computed_s();
     compute();
     pace.settle();
-    record(name, start);
+    record(name, start, computed);
   };
   // A hop: what this rank sends of `y` (its block) and receives; its block when it receives.
   // The time it waits for the data is recorded as "wait F<j>" / "wait B<j>".
@@ -702,10 +708,11 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     std::vector<int> in(std::size_t(b) * Tl), tg(in.size()), seq_in(static_cast<std::size_t>(Tn)), seq_tg(seq_in.size());
     for (step = first_step; step < opt.steps; ++step) {
       at(progress::Activity::computing, "zero_grad");
-      const double step_start = now_s();
+      pace.restart();
+      const double step_start = now_s(), computed = pace.computed_s();
       model->zero_grad();
       pace.settle();
-      record("zero_grad", step_start);
+      record("zero_grad", step_start, computed);
       double loss_sum = 0;
       const double scale = 1.0 / (double(G) * Tn);
       for (const auto& op : ops) {

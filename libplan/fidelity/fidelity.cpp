@@ -61,8 +61,11 @@ Result<std::vector<sim::TraceEvent>> read_chrome_trace(const std::string& file) 
     const auto it = names.find(key);
     if (!e.contains("ts") || !e.contains("dur") || !e["ts"].is_number() || !e["dur"].is_number())
       return Diagnostic{file, 0, 0, "traceEvents", "an X event without numeric ts and dur"};
+    double compute_s = -1;  // hetexec's compute events: args.compute_us
+    if (e.contains("args") && e["args"].is_object() && e["args"].contains("compute_us") && e["args"]["compute_us"].is_number())
+      compute_s = e["args"]["compute_us"].get<double>() * 1e-6;
     out.push_back({it != names.end() ? it->second : std::to_string(key.second), e.value("name", ""), e["ts"].get<double>() * 1e-6,
-                   e["dur"].get<double>() * 1e-6});
+                   e["dur"].get<double>() * 1e-6, compute_s});
   }
   if (out.empty()) return Diagnostic{file, 0, 0, "", "the trace holds no events"};
   return out;
@@ -108,25 +111,25 @@ std::map<std::string, Steps> by_track(const std::vector<sim::TraceEvent>& events
 
 // The measured times of one track over steps [1, n).
 StageTimes measure(const Steps& s, std::size_t n) {
-  std::vector<double> f, b, compute, wait, sync, opt, step;
+  std::vector<double> f, b, compute, own, wait, sync, opt, step;
   for (std::size_t k = 1; k < n; ++k) {
-    double c = 0, sy = 0, op = 0;
+    double c = 0, sy = 0, op = 0, oc = 0;
     double fs = 0, bs = 0;  // the step's forwards and backwards
     int fn = 0, bn = 0;
     for (const auto& e : s.inside[k]) {
       const bool fwd = starts_with(e.name, "F"), bwd = starts_with(e.name, "B");
       if (fwd) fs += e.duration_s, ++fn;
       if (bwd) bs += e.duration_s, ++bn;
-      if (fwd || bwd) c += e.duration_s;
+      if (fwd || bwd) c += e.duration_s, oc += std::max(0.0, e.compute_s);
       if (e.name == "sync" || e.name == "gather") sy += e.duration_s;
       if (e.name == "optimizer") op += e.duration_s;
     }
     if (fn) f.push_back(fs / fn);
     if (bn) b.push_back(bs / bn);
-    compute.push_back(c), sync.push_back(sy), opt.push_back(op), step.push_back(s.step[k].duration_s);
+    compute.push_back(c), own.push_back(oc), sync.push_back(sy), opt.push_back(op), step.push_back(s.step[k].duration_s);
     wait.push_back(s.step[k].duration_s - c - sy - op);
   }
-  return {median(f), median(b), median(compute), median(wait), median(sync), median(opt), median(step)};
+  return {median(f), median(b), median(compute), median(own), median(wait), median(sync), median(opt), median(step)};
 }
 
 std::string track_of(int p, int s) { return "p" + std::to_string(p) + " s" + std::to_string(s) + " compute"; }
@@ -171,6 +174,7 @@ Result<Comparison> compare(const predict::Outcome& o, const std::vector<sim::Tra
       StageRow row{int(pi), int(si), o.plan.pipelines[pi].stages[si].subcluster, {}, measure(it->second, n)};
       StageTimes& p = row.predicted;
       p.forward_s = d.forward_s, p.backward_s = d.backward_s, p.compute_s = r.compute_s;
+      p.own_compute_s = r.compute_s - o.plan.pipelines[pi].num_microbatches * d.collectives_s;
       p.sync_s = r.sync_end_s - r.last_backward_end_s, p.optimizer_s = r.finish_s - r.sync_end_s;
       p.step_s = o.sim.iteration_s;
       p.wait_s = p.step_s - p.compute_s - p.sync_s - p.optimizer_s;
@@ -179,6 +183,12 @@ Result<Comparison> compare(const predict::Outcome& o, const std::vector<sim::Tra
   // The iteration, measured: per step the slowest rank's, then the median over steps.
   c.measured_step_s = median({run.slowest.begin() + 1, run.slowest.end()});
   return c;
+}
+
+double Comparison::compute_ratio() const {
+  double predicted = 0, measured = 0;
+  for (const auto& r : stages) predicted += r.predicted.own_compute_s, measured += r.measured.own_compute_s;
+  return predicted > 0 && measured > 0 ? measured / predicted : 0;
 }
 
 namespace {
@@ -201,7 +211,7 @@ std::string table(const Comparison& c) {
     double StageTimes::*field;
   };
   const Col cols[] = {{"forward/mb", &StageTimes::forward_s}, {"backward/mb", &StageTimes::backward_s}, {"compute", &StageTimes::compute_s},
-                      {"wait", &StageTimes::wait_s},          {"sync", &StageTimes::sync_s},             {"optimizer", &StageTimes::optimizer_s},
+                      {"own compute", &StageTimes::own_compute_s}, {"wait", &StageTimes::wait_s},          {"sync", &StageTimes::sync_s},             {"optimizer", &StageTimes::optimizer_s},
                       {"step", &StageTimes::step_s}};
   std::ostringstream out;
   out << "times in ms, predicted / measured (error of the prediction); measured: median of " << c.steps_used
@@ -226,13 +236,19 @@ std::string table(const Comparison& c) {
            std::snprintf(buf, sizeof buf, "%.3f", c.ratio());
            return std::string(buf);
          }() << "\n";
+  if (const double k = c.compute_ratio(); k > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "own compute: measured ÷ profiled %.3f (the machine %s during the run than when profiled)\n", k,
+                  k > 1 ? "computed slower" : "computed faster");
+    out << buf;
+  }
   return out.str();
 }
 
 nlohmann::ordered_json to_json(const Comparison& c) {
   auto times = [](const StageTimes& t) {
     return nlohmann::ordered_json{{"forward_s", t.forward_s}, {"backward_s", t.backward_s}, {"compute_s", t.compute_s},
-                                  {"wait_s", t.wait_s},       {"sync_s", t.sync_s},         {"optimizer_s", t.optimizer_s},
+                                  {"own_compute_s", t.own_compute_s}, {"wait_s", t.wait_s},       {"sync_s", t.sync_s},         {"optimizer_s", t.optimizer_s},
                                   {"step_s", t.step_s}};
   };
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
@@ -240,7 +256,8 @@ nlohmann::ordered_json to_json(const Comparison& c) {
     stages.push_back({{"pipeline", r.pipeline}, {"stage", r.stage}, {"subcluster", r.subcluster},
                       {"predicted", times(r.predicted)}, {"measured", times(r.measured)}});
   return {{"predicted_step_s", c.predicted_step_s}, {"measured_step_s", c.measured_step_s},
-          {"predicted_over_measured", c.ratio()},   {"steps_used", c.steps_used},
+          {"predicted_over_measured", c.ratio()},   {"compute_measured_over_profiled", c.compute_ratio()},
+          {"steps_used", c.steps_used},
           {"stages", stages}};
 }
 

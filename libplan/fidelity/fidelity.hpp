@@ -48,6 +48,11 @@ Result<std::vector<sim::TraceEvent>> read_chrome_trace(const std::string& file);
 struct StageTimes {
   double forward_s = 0, backward_s = 0;  // per micro-batch (measured: the step's mean)
   double compute_s = 0;                  // all forwards and backwards of the step
+  // Their device's own compute: compute_s less the TP/CP collectives inside it (measured: the
+  // events' compute_s, the rank's CPU time as the run stretched it; 0 when the trace has none).
+  // Measured over predicted, it is how fast this machine computed during the run against its
+  // profile: a host that slows the machine for a while shows here, not as a model error.
+  double own_compute_s = 0;
   double wait_s = 0;                     // the rest of the step before the sync: blocked on data, idle
   double sync_s = 0, optimizer_s = 0;    // gradient sync (with ZeRO's gather), optimizer step
   double step_s = 0;                     // the whole step on this stage's rank
@@ -64,6 +69,9 @@ struct Comparison {
   double predicted_step_s = 0, measured_step_s = 0;  // the iteration; measured: slowest rank's step, median
   int steps_used = 0;                                // steps measured (the first one left out)
   double ratio() const { return predicted_step_s / measured_step_s; }  // predicted ÷ measured
+  // Σ measured ÷ Σ predicted own compute over the stages (0: the trace has no compute): > 1, the
+  // machine computed slower during the run than when it was profiled.
+  double compute_ratio() const;
 };
 
 // Errors: a trace without the plan's stages or without two complete steps.

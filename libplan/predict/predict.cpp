@@ -139,12 +139,14 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         const std::size_t k = *it;
         sim::StageCosts c;
         c.name = name;
+        double collectives = 0;
         c.cross_to_next = d.crosses_subcluster;
         auto add = [&](UnitKind kind, double n) {
           if (n <= 0) return;
           const UnitTimes u = unit_times(bucket_model(k), bucket_compute(k), kind, pl, s.tp, s.cp, s.recompute, b);
           c.forward_s += n * u.forward_s;
           c.backward_s += n * u.backward_s;
+          collectives += n * u.collectives_s;
           worst = std::max(worst, source_rank(u.source));
         };
         add(UnitKind::embedding, units.embedding);
@@ -163,6 +165,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
         }
         d.forward_s += share(k) * c.forward_s;
         d.backward_s += share(k) * c.backward_s;
+        d.collectives_s += share(k) * collectives;
         d.send_forward_s += share(k) * c.send_forward_s;
         d.send_backward_s += share(k) * c.send_backward_s;
         if (!pin.by_kind.empty()) pin.by_kind[k].push_back(c);

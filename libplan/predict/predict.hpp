@@ -47,6 +47,7 @@ struct Options {
 
 struct StageDetail {
   double forward_s = 0, backward_s = 0;  // per micro-batch, communication inside the stage included
+  double collectives_s = 0;              // per micro-batch: the TP/CP collectives in forward_s + backward_s
   double send_forward_s = 0;             // activations to the next stage, per micro-batch
   double send_backward_s = 0;            // gradients back from the next stage
   double send_bytes = 0;                 // bytes per micro-batch and direction to the next stage

@@ -382,6 +382,7 @@ UnitTimes unit_times(const ModelSpec& m, const cost::ComputeModel& compute, Unit
     const double cp_s = u.includes_cp_comm ? 0 : share * cost::allgather_s(kv, cp, group_link(pl, pl.nodes == 1));
     t.forward_s += tp_s + cp_s;
     t.backward_s += tp_s + cp_s;
+    t.collectives_s = 2 * (tp_s + cp_s);
   }
   return t;
 }

@@ -115,6 +115,7 @@ cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, i
 struct UnitTimes {
   double forward_s = 0, backward_s = 0;
   cost::Source source = cost::Source::analytic;
+  double collectives_s = 0;  // the TP and CP collectives in forward_s and backward_s together
 };
 UnitTimes unit_times(const ModelSpec& m, const cost::ComputeModel& compute, UnitKind kind, const Placement& pl, int tp,
                      int cp, Recompute recompute, double sequences);

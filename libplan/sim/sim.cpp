@@ -258,8 +258,9 @@ std::string chrome_trace(const std::vector<TraceProcess>& processes) {
       auto [it, fresh] = tid.emplace(e.track, static_cast<int>(tid.size()));
       if (fresh)
         list.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", it->second}, {"args", {{"name", e.track}}}});
-      list.push_back({{"ph", "X"}, {"name", e.name}, {"pid", pid}, {"tid", it->second}, {"ts", e.start_s * 1e6},
-                      {"dur", e.duration_s * 1e6}});
+      nlohmann::json x = {{"ph", "X"}, {"name", e.name}, {"pid", pid}, {"tid", it->second}, {"ts", e.start_s * 1e6}, {"dur", e.duration_s * 1e6}};
+      if (e.compute_s >= 0) x["args"] = {{"compute_us", e.compute_s * 1e6}};
+      list.push_back(std::move(x));
     }
   }
   return nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ms"}}.dump() + "\n";

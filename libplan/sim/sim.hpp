@@ -63,6 +63,10 @@ struct TraceEvent {
   std::string track;  // "p0 s1 compute", "p0 s1->s2 send", ...
   std::string name;   // "F3", "B3", "C^F 3", "sync", "optimizer"
   double start_s = 0, duration_s = 0;
+  // A measured compute event (hetexec --trace: F<j>, B<j>, optimizer, zero_grad): the device's
+  // own compute inside it, the collectives it waited on left out (the rank's CPU time stretched
+  // as runtime/pace.hpp stretches it); < 0: not known (a predicted event, a wait).
+  double compute_s = -1;
 };
 
 struct StageReport {
