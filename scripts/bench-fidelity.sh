@@ -16,6 +16,11 @@
 # a run still moves 15-20% either way, so the fastest run is an outlier as often as the slowest.
 #   scripts/bench-fidelity.sh [REPETITIONS] [PLAN-NAME-FILTER]
 #   FIDELITY_RUNS, FIDELITY_QUIET, FIDELITY_WAITS: measure.sh
+#   FIDELITY_COMPUTE (default 0.05), FIDELITY_RETRIES (default 2): a run whose own compute (the
+#   trace's, as simulate --measured sums it) is off its profile by more than FIDELITY_COMPUTE ran
+#   on a machine other than the profiled one (the host slowed it during the run: the probes
+#   around a run miss spells inside it); it is run again up to FIDELITY_RETRIES times, and
+#   counted as disturbed (report.py disturbed).
 #   FIDELITY_REUSE_PROFILES=1: use the profiles an earlier run left in $build/bench-fidelity (saves ~30 min)
 #   FIDELITY_CLUSTER=F: run the plans on another cluster of the same subclusters (bench/fidelity/cluster-slow-link.yaml)
 # Writes $build/bench-fidelity/results.json (and per plan its trace, comparison and side-by-side
@@ -26,6 +31,7 @@ build="${HET_BUILD_DIR:-build}"
 reps="${1:-2}"
 filter="${2:-}"
 runs="${FIDELITY_RUNS:-3}"  # runs of each plan per repetition, the median kept (report.py median)
+retries="${FIDELITY_RETRIES:-2}"  # per run, runs again while the host disturbs it (report.py disturbed)
 out="$build/bench-fidelity"
 mkdir -p "$out"
 hetexec="$build/apps/hetexec/hetexec"
@@ -55,28 +61,33 @@ for plan in bench/fidelity/plans/*.plan.json; do
   name=$(basename "$plan" .plan.json)
   if [[ -z $filter || $name == *$filter* ]]; then plans+=("$plan"); fi
 done
-echo "| plan | ranks | dilation | rep | predicted ms | measured ms | predicted ÷ measured | runs disturbed |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| plan | ranks | dilation | rep | predicted ms | measured ms | predicted ÷ measured | own compute ÷ profile | runs disturbed |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for rep in $(seq 1 "$reps"); do
+  rm -f "$out"/*.*.*.compare.json  # the runs of an earlier repetition
   for k in $(seq 1 "$runs"); do  # round-robin: a plan's runs are a whole round apart
     for plan in "${plans[@]}"; do
       name=$(basename "$plan" .plan.json)
       model=tiny-${name%%-*}
       inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
-      probed_run "$out/$name.$k.probe.json" "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices \
-        --emulate-links --time-dilation "$x" --trace "$out/$name.$k.trace.json" > "$out/$name.$k.log"
-      "$hetplan" simulate "$plan" "${inputs[@]}" --profile "$out/$model-fast.yaml" --profile "$out/$model-slow.yaml" \
-        --time-dilation "$x" --measured "$out/$name.$k.trace.json" --side-by-side "$out/$name.$k.side-by-side.json" \
-        --format json > "$out/$name.$k.compare.json"
-      python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(f'rep $rep run $k/$runs $name: predicted {c[\"predicted_step_s\"]*1e3:.1f} ms, measured {c[\"measured_step_s\"]*1e3:.1f} ms (probes $probe_before, $probe_now)')" \
-        "$out/$name.$k.compare.json" >&2
+      for t in $(seq 1 $((retries + 1))); do  # a run the host disturbed is run again (its files kept, counted as disturbed)
+        run="$out/$name.$k.$t"
+        probed_run "$run.probe.json" "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices \
+          --emulate-links --time-dilation "$x" --trace "$run.trace.json" > "$run.log"
+        "$hetplan" simulate "$plan" "${inputs[@]}" --profile "$out/$model-fast.yaml" --profile "$out/$model-slow.yaml" \
+          --time-dilation "$x" --measured "$run.trace.json" --side-by-side "$run.side-by-side.json" \
+          --format json > "$run.compare.json"
+        verdict=$(python3 bench/fidelity/report.py disturbed "$run.compare.json")
+        python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(f'rep $rep run $k/$runs try $t $name: predicted {c[\"predicted_step_s\"]*1e3:.1f} ms, measured {c[\"measured_step_s\"]*1e3:.1f} ms, own compute ÷ profile {c[\"compute_measured_over_profiled\"]:.3f} (probes $probe_before, $probe_now): $verdict')" \
+          "$run.compare.json" >&2
+        if [[ $verdict == quiet ]]; then break; fi
+      done
     done
   done
   for plan in "${plans[@]}"; do
     name=$(basename "$plan" .plan.json)
     ranks=$(python3 bench/fidelity/report.py ranks "$plan")
-    compares=()
-    for k in $(seq 1 "$runs"); do compares+=("$out/$name.$k.compare.json"); done
+    compares=("$out/$name".*.*.compare.json)
     python3 bench/fidelity/report.py median "$out/$name.compare.json" "${compares[@]}"
     python3 bench/fidelity/report.py row "$name" "$ranks" "$x" "$rep" "$out/$name.compare.json" "$results"
   done

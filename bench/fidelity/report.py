@@ -1,7 +1,33 @@
 """Helpers of scripts/bench-fidelity.sh and bench-ranking.sh: a plan's rank count, result rows, the summaries."""
 import json
+import os
 import statistics
 import sys
+
+# How far a run's own compute may be off its profile (FIDELITY_COMPUTE) and still be the
+# profiled machine: a run's forwards and backwards minus their collectives, as the trace
+# measured them (the rank's CPU time, stretched), against the profile's (simulate --measured).
+COMPUTE_TOLERANCE = float(os.environ.get("FIDELITY_COMPUTE", "0.05"))
+
+
+def compute_off(c):
+    """Whether comparison `c` computed more than COMPUTE_TOLERANCE off its profile (a trace
+    without compute, from before the trace carried it: not off)."""
+    k = c.get("compute_measured_over_profiled", 0)
+    return k > 0 and abs(k - 1) > COMPUTE_TOLERANCE
+
+
+def disturbed(compare):
+    """Prints 'quiet', or why the run does not measure the profiled machine: its probes
+    (NAME.probe.json beside the comparison, measure.sh) or its own compute."""
+    c = json.load(open(compare))
+    p = compare.replace(".compare.json", ".probe.json")
+    why = []
+    if os.path.exists(p) and not json.load(open(p))["quiet"]:
+        why.append("probes not quiet")
+    if compute_off(c):
+        why.append(f"own compute {c['compute_measured_over_profiled']:.3f}x its profile")
+    print("disturbed: " + ", ".join(why) if why else "quiet")
 
 
 def ranks(plan):
@@ -13,11 +39,12 @@ def row(name, n, x, rep, compare, results):
     c = json.load(open(compare))
     r = {"plan": name, "ranks": int(n), "dilation": int(x), "rep": int(rep), "predicted_s": c["predicted_step_s"],
          "measured_s": c["measured_step_s"], "ratio": c["predicted_over_measured"], "runs": c.get("runs", 1),
-         "disturbed_runs": c.get("disturbed_runs", 0)}
+         "disturbed_runs": c.get("disturbed_runs", 0), "compute_ratio": c.get("compute_measured_over_profiled", 0)}
     with open(results, "a") as f:
         f.write(json.dumps(r) + "\n")
-    print("| %s | %d | %d | %d | %.1f | %.1f | %.3f | %d of %d |" % (name, r["ranks"], r["dilation"], r["rep"], r["predicted_s"] * 1e3,
-                                                                 r["measured_s"] * 1e3, r["ratio"], r["disturbed_runs"], r["runs"]))
+    print("| %s | %d | %d | %d | %.1f | %.1f | %.3f | %.3f | %d of %d |" % (
+        name, r["ranks"], r["dilation"], r["rep"], r["predicted_s"] * 1e3, r["measured_s"] * 1e3, r["ratio"], r["compute_ratio"],
+        r["disturbed_runs"], r["runs"]))
 
 
 def faster(a, b, out):
@@ -67,18 +94,18 @@ def probed(out, before, after, quiet):
 
 def median(out, *compares):
     """Copies to `out` the comparison whose measured step is the median (the lower of the two
-    middle ones for an even count) of the runs the probes found undisturbed (NAME.probe.json
-    beside each NAME.compare.json: the machine's slowdown before and after the run, and whether
-    both were quiet; measure.sh), or of all runs when none was. The median, not the fastest: on
+    middle ones for an even count) of the undisturbed runs, or of all runs when none was. A run
+    is undisturbed when the probes found the machine quiet (NAME.probe.json beside each
+    NAME.compare.json: the machine's slowdown before and after the run, and whether both were
+    quiet; measure.sh) and its own compute is within COMPUTE_TOLERANCE of its profile. The median, not the fastest: on
     this VM a run moves 15-20% even between quiet probes, in both directions against its
     neighbours (llama-eager-1f1b measured 299.3 and 258.8 ms, its prediction 309.1), and the
     fastest of several runs picks that outlier. Adds "runs", "disturbed_runs", the kept run's
     "probe" and every undisturbed run's measured step ("measured_runs_s")."""
-    import os
     def probes(c):
         p = c.replace(".compare.json", ".probe.json")
         return json.load(open(p)) if os.path.exists(p) else {"quiet": True}
-    quiet = [c for c in compares if probes(c)["quiet"]]
+    quiet = [c for c in compares if probes(c)["quiet"] and not compute_off(json.load(open(c)))]
     ordered = sorted(quiet or compares, key=lambda c: json.load(open(c))["measured_step_s"])
     best = ordered[(len(ordered) - 1) // 2]
     kept = json.load(open(best))
@@ -161,10 +188,10 @@ def summary(results, out):
     print(f"\n{s['plans']} plans, {s['runs']} runs: predicted ÷ measured median {s['median_ratio']:.3f}; "
           f"|error| median {s['median_abs_error'] * 100:.1f}%, max {s['max_abs_error'] * 100:.1f}%; "
           f"within 5%: {s['within_5pct']}/{s['runs']}, within 10%: {s['within_10pct']}/{s['runs']}; "
-          f"{s['disturbed_runs']} of {s['all_runs']} runs disturbed by the host (probes), "
+          f"{s['disturbed_runs']} of {s['all_runs']} runs disturbed by the host (probes, own compute), "
           f"{s['rows_from_disturbed_runs']} rows with no undisturbed run")
 
 
 if __name__ == "__main__":
     {"ranks": ranks, "row": row, "summary": summary, "faster": faster, "median": median, "ranked": ranked,
-     "ranking": ranking, "probe": probe, "probed": probed}[sys.argv[1]](*sys.argv[2:])
+     "ranking": ranking, "probe": probe, "probed": probed, "disturbed": disturbed}[sys.argv[1]](*sys.argv[2:])
