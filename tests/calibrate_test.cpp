@@ -193,6 +193,20 @@ TEST_CASE("compare sets the run's own compute beside the profile's, and a Chrome
   CHECK(c->compute_ratio() == Approx(1.25).epsilon(1e-6));
   for (const auto& row : c->stages) CHECK(row.measured.own_compute_s == Approx(1.25 * row.predicted.own_compute_s).epsilon(1e-6));
   CHECK_THAT(fidelity::table(*c), Catch::Contains("own compute: measured ÷ profiled 1.250"));
+  // A second member of stage 0 computing more (a CP stage's last context member): its times are
+  // the stage's.
+  auto members = *read;
+  for (const auto& e : *read)
+    if (e.track == "p0 s0 compute") {
+      auto m = e;
+      m.track = "p0 s0 d0 c1 t0 compute";
+      if (m.compute_s >= 0) m.compute_s *= 1.5;
+      members.push_back(m);
+    }
+  auto cp = fidelity::compare(o, members);
+  REQUIRE(cp);
+  CHECK(cp->stages[0].measured.own_compute_s == Approx(1.5 * c->stages[0].measured.own_compute_s).epsilon(1e-6));
+  CHECK(cp->stages[1].measured.own_compute_s == Approx(c->stages[1].measured.own_compute_s).epsilon(1e-6));
   // A trace without compute (a predicted one, an older run): no ratio.
   auto plain = fidelity::compare(o, as_measured(o, 3));
   REQUIRE(plain);

@@ -668,20 +668,19 @@ TEST_CASE("a traced run gives each compute event its own compute, stretched, the
   REQUIRE(compute.size() == 2);  // both TP shards
   CHECK(waits > 0);
   for (const auto& [tid, events] : compute) {
-    double computed = 0, rest = 0;  // Σ compute, Σ the events' time less their all-reduces
+    double computed = 0, inside = 0, dur = 0;  // Σ compute, Σ the all-reduces inside the events, Σ their time
     for (const auto& e : events) {
       CHECK(e.compute > 0);
-      // The compute fits in the event beside the all-reduces inside it (which are not compute),
-      // but for reading the clocks: 4 x 2.5 us per stretch of compute.
-      double inside = 0;
-      int stretches = 1;
       for (const auto& a : allreduce[tid])
-        if (a.start >= e.start && a.start + a.dur <= e.start + e.dur + 1) inside += a.dur, ++stretches;
-      CHECK(e.compute + inside <= e.dur + 10 * stretches);
-      computed += e.compute, rest += e.dur - inside;
+        if (a.start >= e.start && a.start + a.dur <= e.start + e.dur + 1) inside += a.dur;
+      computed += e.compute, dur += e.dur;
     }
+    // The compute fits in the events beside the all-reduces inside them (which are not compute),
+    // within 2%: summed over the run, since one event's may not (the thread's CPU clock on this VM
+    // at times ran ahead of the wall clock: a 0.9 ms optimizer step 1.3x its wall time, once in ~20 runs).
+    CHECK(computed + inside <= 1.02 * dur);
     // Stretched 4x, it is most of the rest (the CPU time alone: at most a quarter of it).
-    CHECK(computed > 0.5 * rest);
+    CHECK(computed > 0.5 * (dur - inside));
   }
 }
 

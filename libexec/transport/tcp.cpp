@@ -315,12 +315,9 @@ void Peers::sender_loop(Link& l) {
     const double bandwidth = l.bandwidth, latency = l.latency;
     SharedLink* shared = l.shared.get();
     lock.unlock();
-    {
-      Header h;
-      std::memcpy(&h, f.data(), sizeof h);
-      h.crc = crc32(f.data() + sizeof h, f.size() - sizeof h);
-      std::memcpy(f.data(), &h, sizeof h);
-    }
+    Header h;
+    std::memcpy(&h, f.data(), sizeof h);
+    h.crc = crc32(f.data() + sizeof h, f.size() - sizeof h);
     if (bandwidth > 0) {
       // The frame enters the link when it was queued or when the link has carried the frames
       // before it (this connection's, or every connection's sharing the link), occupies it for
@@ -330,12 +327,10 @@ void Peers::sender_loop(Link& l) {
       link_free = shared != nullptr ? shared->reserve(queued, busy) : std::max(queued, link_free) + busy;
       const auto due = link_free + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(latency));
       const double hold_us = std::chrono::duration<double, std::micro>(due - Clock::now()).count();
-      Header h;
-      std::memcpy(&h, f.data(), sizeof h);
       h.hold_us = hold_us <= 0 ? 0 : hold_us >= 4e9 ? std::numeric_limits<std::uint32_t>::max() : std::uint32_t(std::lround(hold_us));
       h.due_ns = std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(due.time_since_epoch()).count());
-      std::memcpy(f.data(), &h, sizeof h);
     }
+    std::memcpy(f.data(), &h, sizeof h);
     const bool ok = write_all(l.fd, f.data(), f.size());
     lock.lock();
     l.busy = false;
@@ -366,10 +361,10 @@ Result<Done> Peers::recv(int peer, std::uint32_t tag, void* data, std::size_t by
   Link::Frame f = std::move(l.inbox.front());
   l.inbox.pop_front();
   lock.unlock();
-  clock::sleep_until(f.due);  // a shaped frame: until the emulated link delivers it
   if (f.payload.size() != bytes || f.tag != tag)
     return ours("rank " + std::to_string(peer) + " sent tag " + std::to_string(f.tag) + " of " + std::to_string(f.payload.size()) +
                 " bytes; expected tag " + std::to_string(tag) + " of " + std::to_string(bytes));
+  clock::sleep_until(f.due);  // a shaped frame: until the emulated link delivers it
   if (bytes) std::memcpy(data, f.payload.data(), bytes);
   std::lock_guard<std::mutex> count_lock(count_mutex_);
   counts_[tag].received += bytes;

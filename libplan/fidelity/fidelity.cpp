@@ -171,7 +171,13 @@ Result<Comparison> compare(const predict::Outcome& o, const std::vector<sim::Tra
         return Diagnostic{"", 0, 0, "", "the trace has no track \"" + track_of(int(pi), int(si)) + "\": is it a run of this plan?"};
       const predict::StageDetail& d = o.stages[pi][si];
       const sim::StageReport& r = o.sim.pipelines[pi].stages[si];
-      StageRow row{int(pi), int(si), o.plan.pipelines[pi].stages[si].subcluster, {}, measure(it->second, n)};
+      // The stage's member with the most compute of its own (a CP stage's last context member,
+      // whose compute the profile times and the others wait for), else its first member.
+      StageTimes times = measure(it->second, n);
+      const std::string prefix = "p" + std::to_string(pi) + " s" + std::to_string(si) + " ";
+      for (auto t = tracks.lower_bound(prefix); t != tracks.end() && starts_with(t->first, prefix.c_str()); ++t)
+        if (StageTimes other = measure(t->second, n); other.own_compute_s > times.own_compute_s) times = other;
+      StageRow row{int(pi), int(si), o.plan.pipelines[pi].stages[si].subcluster, {}, times};
       StageTimes& p = row.predicted;
       p.forward_s = d.forward_s, p.backward_s = d.backward_s, p.compute_s = r.compute_s;
       p.own_compute_s = r.compute_s - o.plan.pipelines[pi].num_microbatches * d.collectives_s;

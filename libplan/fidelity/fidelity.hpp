@@ -11,7 +11,9 @@
 // with events F<j>, B<j>, "wait F<j>", "wait B<j>", zero_grad, sync, optimizer, gather, loss,
 // and "step" around each step (libexec/runtime/runtime.hpp). compare() reads, per stage, the
 // median over the steps after the first (the first warms caches and connections) and sets it
-// beside the prediction. A forward or backward per micro-batch is, per step, the mean of the
+// beside the prediction; of the stage's member with the most compute of its own (its events'
+// compute_s: a CP stage's last context member, whose compute the profile times and the others
+// wait for), the first member when the trace has no compute. A forward or backward per micro-batch is, per step, the mean of the
 // step's micro-batches (a step pays for its slow ones too: the median of all micro-batches
 // leaves them out, and on this shared machine it was 5% under what a step of 8 paid), then the
 // median over steps.
