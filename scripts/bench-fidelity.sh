@@ -10,10 +10,11 @@
 # each operation followed by the pause the run takes after it, X - 1 times it on the fast devices,
 # 2X - 1 on the slow ones, which --emulate-devices slows 2x more).
 # Each repetition runs every plan FIDELITY_RUNS times (default 3), round-robin over the plans so
-# that a plan's runs are minutes apart, and keeps the median of the runs the probes found
-# undisturbed: this VM's host slows it by up to 40% for seconds to minutes at a time
-# (docs/executor.md; bench/fidelity/measure.sh says how it is detected), and between quiet probes
-# a run still moves 15-20% either way, so the fastest run is an outlier as often as the slowest.
+# that a plan's runs are minutes apart, and keeps the median of the undisturbed runs: this VM's
+# host slows it by up to 40% for seconds to minutes at a time (docs/executor.md;
+# bench/fidelity/measure.sh says how the probes around a run detect it), and between quiet probes
+# a run still computed 0.94-1.36x its profile (the trace's own compute says so, FIDELITY_COMPUTE
+# below), so the fastest run is an outlier as often as the slowest.
 #   scripts/bench-fidelity.sh [REPETITIONS] [PLAN-NAME-FILTER]
 #   FIDELITY_RUNS, FIDELITY_QUIET, FIDELITY_WAITS: measure.sh
 #   FIDELITY_COMPUTE (default 0.05), FIDELITY_RETRIES (default 2): a run whose own compute (the
