@@ -17,16 +17,27 @@ def compute_off(c):
     return k > 0 and abs(k - 1) > COMPUTE_TOLERANCE
 
 
-def disturbed(compare):
-    """Prints 'quiet', or why the run does not measure the profiled machine: its probes
-    (NAME.probe.json beside the comparison, measure.sh) or its own compute."""
-    c = json.load(open(compare))
+def probes(compare):
+    """The probes around a run (NAME.probe.json beside NAME.compare.json, measure.sh); quiet when none."""
     p = compare.replace(".compare.json", ".probe.json")
+    return json.load(open(p)) if os.path.exists(p) else {"quiet": True}
+
+
+def why_disturbed(compare):
+    """Why the run of comparison file `compare` does not measure the profiled machine: its probes
+    or its own compute (an empty list: undisturbed)."""
+    c = json.load(open(compare))
     why = []
-    if os.path.exists(p) and not json.load(open(p))["quiet"]:
+    if not probes(compare)["quiet"]:
         why.append("probes not quiet")
     if compute_off(c):
         why.append(f"own compute {c['compute_measured_over_profiled']:.3f}x its profile")
+    return why
+
+
+def disturbed(compare):
+    """Prints 'quiet', or 'disturbed: ' and why (why_disturbed)."""
+    why = why_disturbed(compare)
     print("disturbed: " + ", ".join(why) if why else "quiet")
 
 
@@ -102,10 +113,7 @@ def median(out, *compares):
     neighbours (llama-eager-1f1b measured 299.3 and 258.8 ms, its prediction 309.1), and the
     fastest of several runs picks that outlier. Adds "runs", "disturbed_runs", the kept run's
     "probe" and every undisturbed run's measured step ("measured_runs_s")."""
-    def probes(c):
-        p = c.replace(".compare.json", ".probe.json")
-        return json.load(open(p)) if os.path.exists(p) else {"quiet": True}
-    quiet = [c for c in compares if probes(c)["quiet"] and not compute_off(json.load(open(c)))]
+    quiet = [c for c in compares if not why_disturbed(c)]
     ordered = sorted(quiet or compares, key=lambda c: json.load(open(c))["measured_step_s"])
     best = ordered[(len(ordered) - 1) // 2]
     kept = json.load(open(best))

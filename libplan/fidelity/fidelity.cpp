@@ -176,7 +176,8 @@ Result<Comparison> compare(const predict::Outcome& o, const std::vector<sim::Tra
       StageTimes times = measure(it->second, n);
       const std::string prefix = "p" + std::to_string(pi) + " s" + std::to_string(si) + " ";
       for (auto t = tracks.lower_bound(prefix); t != tracks.end() && starts_with(t->first, prefix.c_str()); ++t)
-        if (StageTimes other = measure(t->second, n); other.own_compute_s > times.own_compute_s) times = other;
+        if (t != it)
+          if (StageTimes other = measure(t->second, n); other.own_compute_s > times.own_compute_s) times = other;
       StageRow row{int(pi), int(si), o.plan.pipelines[pi].stages[si].subcluster, {}, times};
       StageTimes& p = row.predicted;
       p.forward_s = d.forward_s, p.backward_s = d.backward_s, p.compute_s = r.compute_s;
