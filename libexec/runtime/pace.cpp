@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <string>
 #include <chrono>
 
 #include "clock/clock.hpp"
@@ -24,8 +25,29 @@ void Pace::mark() {
   mark_compute_ = cpu_clock_ ? seconds(CLOCK_THREAD_CPUTIME_ID) : mark_wall_;
 }
 
+void Pace::begin(std::string_view op) {
+  op_.assign(op);
+  chunk_ = 0;
+  mark();
+}
+
+double Pace::typical(double compute) {
+  Runs& r = runs_[op_ + '#' + std::to_string(chunk_++)];
+  if (r.last.size() < kWindow) {
+    r.last.push_back(compute);
+  } else {
+    r.last[r.next] = compute;
+    r.next = (r.next + 1) % kWindow;
+  }
+  std::vector<double> sorted = r.last;
+  auto mid = sorted.begin() + std::ptrdiff_t(sorted.size() / 2);
+  std::nth_element(sorted.begin(), mid, sorted.end());
+  return *mid;
+}
+
 void Pace::settle() {
-  const double compute = (cpu_clock_ ? seconds(CLOCK_THREAD_CPUTIME_ID) : seconds(CLOCK_MONOTONIC)) - mark_compute_;
+  const double measured = (cpu_clock_ ? seconds(CLOCK_THREAD_CPUTIME_ID) : seconds(CLOCK_MONOTONIC)) - mark_compute_;
+  const double compute = factor_ > 1 ? typical(measured) : measured;
   computed_s_ += factor_ * compute;
   if (factor_ > 1) {
     const double until = mark_wall_ + factor_ * compute;

@@ -11,6 +11,22 @@
 // machine runs. That is right only when the thread does all of its rank's compute (the CPU
 // backend on one thread); otherwise compute is measured in wall time. Waiting for a peer is
 // not compute: wrap every blocking call in wait().
+//
+// The emulated device takes the same time for the same work each time, as a GPU runs the same
+// kernels on the same shapes: a stretch lasts `factor` times the median of the last kWindow
+// computes of the same run of compute this run has measured (itself included), not `factor`
+// times its own. A run of compute is named by the operation it belongs to (begin()) and its
+// place in it (the n-th settle since begin()): the rank program runs the same operations in the
+// same order every step. On this project's 2-core VM two TP members' computes between the same
+// two all-reduces differ by 17-22% (standard deviation, llama-tp2 and llama-mixed-dp-tp of
+// bench/fidelity, 2026-11-29), most of it the host's, not the work's; stretched 8-16x, that
+// spread made the early member wait at every collective and the collectives take 1.3-1.7x
+// their link time (docs/executor.md "A device as steady as a GPU").
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
 namespace het::runtime {
 
 class Pace {
@@ -18,9 +34,12 @@ class Pace {
   // factor >= 1; 1 stretches nothing.
   Pace(double factor, bool cpu_clock);
 
-  // Stretches the compute since the last mark to `factor` times its duration (sleeps until
-  // mark + factor × compute), then marks.
+  // Stretches the compute since the last mark to `factor` times the median duration of this
+  // run of compute (sleeps until mark + factor × median), then marks.
   void settle();
+  // A device operation starts: marks (as restart()), and names the runs of compute that follow
+  // (op, 0), (op, 1), ... until the next begin().
+  void begin(std::string_view op);
   // Starts the device's compute now: what ran since the last mark is not stretched (the host's
   // bookkeeping between the device's operations: the next batch, a send's copy, the trace).
   void restart() { mark(); }
@@ -38,12 +57,24 @@ class Pace {
 
   double factor() const { return factor_; }
   // The compute settled so far, stretched: the emulated device's own compute time (factor ×
-  // the compute measured), the waits left out. The difference over an operation is its compute.
+  // the median compute measured), the waits left out. The difference over an operation is its
+  // compute.
   double computed_s() const { return computed_s_; }
 
  private:
+  // The last kWindow computes of one run of compute: enough to outvote a disturbed one or two,
+  // few enough to follow a slow spell of the host within a few steps.
+  static constexpr std::size_t kWindow = 9;
+  struct Runs {
+    std::vector<double> last;  // ring of up to kWindow computes, s
+    std::size_t next = 0;
+  };
+  double typical(double compute);  // the median of the current run's window, `compute` added
   void mark();
   double factor_;
+  std::string op_;
+  int chunk_ = 0;
+  std::unordered_map<std::string, Runs> runs_;
   bool cpu_clock_;
   double mark_wall_ = 0, mark_compute_ = 0;
   double computed_s_ = 0;

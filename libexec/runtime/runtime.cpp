@@ -205,7 +205,7 @@ void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW
   }
   record("sync", start);
   at(progress::Activity::computing, "optimizer");
-  pace.restart();
+  pace.begin("optimizer");
   start = now_s();
   const double computed = pace.computed_s();
   for (auto& b : buckets) update(b, adamw, step + 1, zero);
@@ -647,7 +647,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
   // Runs a compute step, stretched to the emulated device's speed, and records it.
   auto emulate = [&](const std::string& name, auto&& compute) {
     at(progress::Activity::computing, name);
-    pace.restart();
+    pace.begin(name);
     const double start = now_s(), computed = pace.computed_s();
     compute();
     pace.settle();
@@ -708,7 +708,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     std::vector<int> in(std::size_t(b) * Tl), tg(in.size()), seq_in(static_cast<std::size_t>(Tn)), seq_tg(seq_in.size());
     for (step = first_step; step < opt.steps; ++step) {
       at(progress::Activity::computing, "zero_grad");
-      pace.restart();
+      pace.begin("zero_grad");
       const double step_start = now_s(), computed = pace.computed_s();
       model->zero_grad();
       pace.settle();

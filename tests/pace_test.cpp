@@ -1,0 +1,61 @@
+// runtime/pace.hpp: how an emulated device stretches the compute it is given.
+#include <catch2/catch.hpp>
+#include <time.h>
+
+#include <chrono>
+
+#include "runtime/pace.hpp"
+
+// Spins until the thread has used `s` seconds of CPU time (what a cpu_clock Pace measures).
+static void spin_cpu(double s) {
+  auto cpu = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  };
+  const double until = cpu() + s;
+  while (cpu() < until) {
+  }
+}
+
+TEST_CASE("a paced device takes the median of the same run of compute's last times, not each one's own") {
+  het::runtime::Pace pace(4, /*cpu_clock=*/true);
+  // Step after step, the forward's first run of compute takes 2 ms of CPU time, its second 1 ms.
+  for (int step = 0; step < 4; ++step) {
+    pace.begin("F0");
+    spin_cpu(2e-3);
+    pace.settle();
+    spin_cpu(1e-3);
+    pace.settle();
+  }
+  // Once it takes 6 ms (the host was slow): the device still takes 4 x 2 ms, not 4 x 6 ms.
+  double before = pace.computed_s();
+  const auto wall = std::chrono::steady_clock::now();
+  pace.begin("F0");
+  spin_cpu(6e-3);
+  pace.settle();
+  const double first = pace.computed_s() - before;
+  CHECK(first >= 4 * 2e-3);
+  CHECK(first < 4 * 3e-3);
+  CHECK(std::chrono::steady_clock::now() - wall >= std::chrono::duration<double>(6e-3));  // never shorter than its CPU time
+  // The second run of compute of the same operation is a run of its own (1 ms, not 2).
+  before = pace.computed_s();
+  spin_cpu(1e-3);
+  pace.settle();
+  CHECK(pace.computed_s() - before < 4 * 1.5e-3);
+  // Another operation's first run has no history: its own time.
+  before = pace.computed_s();
+  pace.begin("B0");
+  spin_cpu(6e-3);
+  pace.settle();
+  CHECK(pace.computed_s() - before >= 4 * 6e-3);
+  // Without dilation nothing is stretched or smoothed.
+  het::runtime::Pace plain(1, true);
+  for (double s : {2e-3, 2e-3, 6e-3}) {
+    plain.begin("F0");
+    before = plain.computed_s();
+    spin_cpu(s);
+    plain.settle();
+  }
+  CHECK(plain.computed_s() - before >= 6e-3);
+}
