@@ -3,12 +3,15 @@
 # tiny-llama (one thread, as each rank runs), then for every plan in bench/fidelity/plans (plan
 # shapes: pipelines of 2-4 stages, DP, TP, CP, mixed (dp, tp) stages over two subclusters with a
 # slow link, two pipelines, recompute, every schedule kind, 8 ranks) run it with `hetexec run-local
-# --emulate-devices --emulate-links --time-dilation X --trace` (X = 8 for every plan: at least 2 x
-# ranks / cores, so that the ranks sharing this machine's cores do not contend), predict the same
+# --emulate-devices --emulate-links --time-dilation X --trace` (X = 8, and 16 for plans of more
+# than 2 x cores ranks: at least 4 x ranks / cores, so that the ranks sharing this machine's cores
+# seldom compute at once — at 8, the 8-rank plans computed 1.07-1.13x their profile, four ranks
+# per core taking each other's caches; at 16, 0.98-0.99x), predict the same
 # run with `hetplan simulate --time-dilation X --measured`, and report predicted / measured step
 # time. The profiles are taken as the dilated ranks compute (`hetexec profile --time-dilation`:
 # each operation followed by the pause the run takes after it, X - 1 times it on the fast devices,
-# 2X - 1 on the slow ones, which --emulate-devices slows 2x more).
+# 2X - 1 on the slow ones, which --emulate-devices slows 2x more; X = 8: the plans at 16 use the
+# same profiles, and their own compute ÷ profile says whether the longer pause matters).
 # Each repetition runs every plan FIDELITY_RUNS times (default 3), round-robin over the plans so
 # that a plan's runs are minutes apart, and keeps the median of the undisturbed runs: this VM's
 # host slows it by up to 40% for seconds to minutes at a time (docs/executor.md;
@@ -39,6 +42,9 @@ hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
 cluster="${FIDELITY_CLUSTER:-bench/fidelity/cluster.yaml}"
 x=8
+dilation() {  # PLAN: 8, or 16 when it has more than 2 x cores ranks
+  if (( $(python3 bench/fidelity/report.py ranks "$1") > 2 * $(nproc) )); then echo 16; else echo 8; fi
+}
 source bench/fidelity/measure.sh
 probe_baseline "${FIDELITY_REUSE_PROFILES:-}"
 for model in tiny-gpt tiny-llama; do  # slow: times x 2, the cluster's peak ratio, as --emulate-devices slows it
@@ -71,6 +77,7 @@ for rep in $(seq 1 "$reps"); do
       name=$(basename "$plan" .plan.json)
       model=tiny-${name%%-*}
       inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
+      x=$(dilation "$plan")
       for t in $(seq 1 $((retries + 1))); do  # a run the host disturbed is run again (its files kept, counted as disturbed)
         run="$out/$name.$k.$t"
         probed_run "$run.probe.json" "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices \
@@ -88,6 +95,7 @@ for rep in $(seq 1 "$reps"); do
   for plan in "${plans[@]}"; do
     name=$(basename "$plan" .plan.json)
     ranks=$(python3 bench/fidelity/report.py ranks "$plan")
+    x=$(dilation "$plan")
     compares=("$out/$name".*.*.compare.json)
     python3 bench/fidelity/report.py median "$out/$name.compare.json" "${compares[@]}"
     python3 bench/fidelity/report.py row "$name" "$ranks" "$x" "$rep" "$out/$name.compare.json" "$results"

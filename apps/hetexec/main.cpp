@@ -507,7 +507,8 @@ int main(int argc, char** argv) {
   local->add_flag("--emulate-links", job.emulate_links, "shape each connection to its link in the plan's cluster (a node's links shared by its ranks, as the planner costs them)");
   local->add_option("--time-dilation", job.time_dilation,
                     "run every rank's compute and every shaped link X times slower, so many ranks share few cores without "
-                    "contending (predict it with hetplan simulate --time-dilation X)")
+                    "contending (predict it with hetplan simulate --time-dilation X); each piece of compute takes X times "
+                    "the median of its last 9 times in the run, as a device runs the same work in the same time")
       ->check(CLI::Range(1.0, 1000.0));
   local->add_flag("--emulate-devices", job.emulate_devices,
                 "slow each rank's compute by (fastest device peak / its device peak)");
