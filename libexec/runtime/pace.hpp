@@ -18,10 +18,10 @@
 // times its own. A run of compute is named by the operation it belongs to (begin()) and its
 // place in it (the n-th settle since begin()): the rank program runs the same operations in the
 // same order every step. On this project's 2-core VM two TP members' computes between the same
-// two all-reduces differ by 17-22% (standard deviation, llama-tp2 and llama-mixed-dp-tp of
-// bench/fidelity, 2026-11-29), most of it the host's, not the work's; stretched 8-16x, that
-// spread made the early member wait at every collective and the collectives take 1.3-1.7x
-// their link time (docs/executor.md "A device as steady as a GPU").
+// two all-reduces inside one forward or backward differ by 19-22% of it (standard deviation;
+// llama-tp2 and llama-mixed-dp-tp of bench/fidelity, 2026-11-29), most of it the host's, not
+// the work's; stretched 8-16x, that spread made the early member wait at every collective, and
+// the members' all-reduces took a mean 1.2-1.8x their p50 (docs/executor.md "A device as steady as a GPU").
 #include <string>
 #include <string_view>
 #include <unordered_map>
