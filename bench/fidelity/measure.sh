@@ -69,7 +69,7 @@ probe_baseline() {  # [REUSE]: row by row the fastest of three probes on every c
   echo "probe baseline: $(python3 bench/fidelity/report.py probe "$out/probe-baseline.yaml" "$out/probe-baseline.yaml" ms) ms per layer (fwd + bwd, micro-batch 2; $cores cores)" >&2
 }
 
-is_quiet() { python3 -c "import sys; sys.exit(0 if float('$probe_now') <= 1 + float('$quiet') else 1)"; }
+is_quiet() { python3 -c "import sys; sys.exit(0 if float('${1:-$probe_now}') <= 1 + float('$quiet') else 1)"; }  # [SLOWDOWN] (default: the last probe's)
 
 wait_quiet() {  # probes until the machine is as fast as at the baseline (within $quiet)
   local k
