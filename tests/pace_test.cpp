@@ -49,6 +49,17 @@ TEST_CASE("a paced device takes the median of the same run of compute's last tim
   spin_cpu(6e-3);
   pace.settle();
   CHECK(pace.computed_s() - before >= 4 * 6e-3);
+  // Of an even count, the middle two's mean: 2 ms then 6 ms makes the second 4 ms (neither the
+  // slower nor the faster of the two).
+  pace.begin("B1");
+  spin_cpu(2e-3);
+  pace.settle();
+  before = pace.computed_s();
+  pace.begin("B1");
+  spin_cpu(6e-3);
+  pace.settle();
+  CHECK(pace.computed_s() - before >= 4 * 3.9e-3);
+  CHECK(pace.computed_s() - before < 4 * 5e-3);
   // Without dilation nothing is stretched or smoothed.
   het::runtime::Pace plain(1, true);
   for (double s : {2e-3, 2e-3, 6e-3}) {

@@ -40,9 +40,10 @@ double Pace::typical(double compute) {
     r.next = (r.next + 1) % kWindow;
   }
   std::vector<double> sorted = r.last;
-  auto mid = sorted.begin() + std::ptrdiff_t(sorted.size() / 2);
-  std::nth_element(sorted.begin(), mid, sorted.end());
-  return *mid;
+  const auto upper = sorted.begin() + std::ptrdiff_t(sorted.size() / 2);
+  std::nth_element(sorted.begin(), upper, sorted.end());
+  if (sorted.size() % 2 == 1) return *upper;
+  return 0.5 * (*upper + *std::max_element(sorted.begin(), upper));  // an even count: the middle two's mean
 }
 
 void Pace::settle() {
