@@ -44,9 +44,7 @@ hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
 cluster="${FIDELITY_CLUSTER:-bench/fidelity/cluster.yaml}"
 x=8
-dilation() {  # PLAN: 8, or 16 when it has more than 2 x cores ranks
-  if (( $(python3 bench/fidelity/report.py ranks "$1") > 2 * $(nproc) )); then echo 16; else echo 8; fi
-}
+dilation() { python3 bench/fidelity/report.py dilation "$1"; }  # PLAN: 8, or 16 above 2 x cores ranks
 source bench/fidelity/measure.sh
 probe_baseline "${FIDELITY_REUSE_PROFILES:-}"
 profile_tries="${FIDELITY_PROFILE_TRIES:-4}"  # profiles per device type at most, until two were taken quiet

@@ -22,6 +22,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import dilation_of  # noqa: E402  (the bench's dilation of a plan)
+
 out = sys.argv[1] if len(sys.argv) > 1 else "build/bench-fidelity"
 cluster = sys.argv[2] if len(sys.argv) > 2 else "bench/fidelity/cluster.yaml"
 hetplan = os.environ.get("HETPLAN", "build/apps/hetplan/hetplan")
@@ -33,10 +36,6 @@ def scaled(src, dst, r):
     text = open(src).read()
     open(dst, "w").write(ROW.sub(lambda m: "%s: %.9gs" % (m.group(1), float(m.group(2)) * UNIT[m.group(3)] * r), text))
 
-
-def dilation(plan):  # as bench-fidelity.sh's dilation()
-    ranks = int(subprocess.check_output([sys.executable, "bench/fidelity/report.py", "ranks", plan]).decode())
-    return 16 if ranks > 2 * os.cpu_count() else 8
 
 
 per_plan = {}
@@ -54,7 +53,7 @@ with tempfile.TemporaryDirectory() as tmp:
             trace = compare[: -len(".compare.json")] + ".trace.json"
             j = json.loads(subprocess.check_output(
                 [hetplan, "simulate", plan, "--model", f"configs/models/{model}.yaml", "--cluster", cluster, *profiles,
-                 "--time-dilation", str(dilation(plan)), "--measured", trace, "--format", "json"]))
+                 "--time-dilation", str(dilation_of(plan)), "--measured", trace, "--format", "json"]))
             raw = c["predicted_step_s"] / c["measured_step_s"]
             norm = j["predicted_step_s"] / j["measured_step_s"]
             per_plan.setdefault(name, []).append(norm)

@@ -3,8 +3,8 @@
 #include <time.h>
 
 #include <algorithm>
-#include <string>
 #include <chrono>
+#include <string>
 
 #include "clock/clock.hpp"
 
