@@ -28,6 +28,12 @@
 #   FIDELITY_PROFILE_TRIES (default 4): profiles per device type, until two were taken with the
 #   probes before and after quiet (FIDELITY_QUIET); each row the fastest of those
 #   FIDELITY_REUSE_PROFILES=1: use the profiles an earlier run left in $build/bench-fidelity (saves ~30 min)
+#   FIDELITY_FRESH=1: no profiles up front and no probes; each run is predicted from a profile of
+#   the rows its plan uses (report.py rows), taken just before it at the plan's dilation
+#   (FIDELITY_FRESH_SECONDS per point, default 0.25: ~10-40 s per run). For a host whose speed
+#   moves by 20-40% for tens of minutes (2026-11-29: 1.25-1.4x for over 40 minutes, after the
+#   profiles had been taken quiet), where a profile of an hour before describes another machine.
+#   The own-compute gate (FIDELITY_COMPUTE) then holds each run to the profile taken before it.
 #   FIDELITY_CLUSTER=F: run the plans on another cluster of the same subclusters (bench/fidelity/cluster-slow-link.yaml)
 # Writes $build/bench-fidelity/results.json (and per plan its trace, comparison and side-by-side
 # trace) and prints a markdown table and the summary.
@@ -44,13 +50,17 @@ hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
 cluster="${FIDELITY_CLUSTER:-bench/fidelity/cluster.yaml}"
 x=8
+fresh_seconds="${FIDELITY_FRESH_SECONDS:-0.25}"  # FIDELITY_FRESH: each profiled point's compute, at most (hetexec profile --max-seconds)
 dilation() { python3 bench/fidelity/report.py dilation "$1"; }  # PLAN: 8, or 16 above 2 x cores ranks
+fresh="${FIDELITY_FRESH:-}"
 source bench/fidelity/measure.sh
-probe_baseline "${FIDELITY_REUSE_PROFILES:-}"
+if [[ -z $fresh ]]; then probe_baseline "${FIDELITY_REUSE_PROFILES:-}"; fi
 profile_tries="${FIDELITY_PROFILE_TRIES:-4}"  # profiles per device type at most, until two were taken quiet
-for model in tiny-gpt tiny-llama; do  # slow: times x 2, the cluster's peak ratio, as --emulate-devices slows it
+for model in tiny-gpt tiny-llama; do
+  if [[ -n $fresh ]]; then break; fi  # each run is profiled just before it (below)  # slow: times x 2, the cluster's peak ratio, as --emulate-devices slows it
   # The micro-batch sizes the plans of this model use (a profile of every size takes 1.5x as long).
-  mbs=$(python3 -c "import glob, json, sys; print(' '.join(map(str, sorted({pl['micro_batch_size'] for f in glob.glob('bench/fidelity/plans/' + sys.argv[1] + '-*.plan.json') for pl in json.load(open(f))['pipelines']}))))" "${model#tiny-}")
+  # A replica of a stage computes micro_batch_size / dp sequences at a time.
+  mbs=$(python3 -c "import glob, json, sys; print(' '.join(map(str, sorted({pl['micro_batch_size'] // s.get('dp', 1) for f in glob.glob('bench/fidelity/plans/' + sys.argv[1] + '-*.plan.json') for pl in json.load(open(f))['pipelines'] for s in pl['stages']}))))" "${model#tiny-}")
   for dev in fast:1 slow:2; do
     s=${dev##*:}
     profile="$out/$model-${dev%%:*}"
@@ -104,9 +114,29 @@ for rep in $(seq 1 "$reps"); do
       x=$(dilation "$plan")
       for t in $(seq 1 $((retries + 1))); do  # a run the host disturbed is run again (its files kept, counted as disturbed)
         run="$out/$name.$k.$t"
-        probed_run "$run.probe.json" "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices \
-          --emulate-links --time-dilation "$x" --trace "$run.trace.json" > "$run.log"
-        "$hetplan" simulate "$plan" "${inputs[@]}" --profile "$out/$model-fast.yaml" --profile "$out/$model-slow.yaml" \
+        rm -f "$run".*.yaml "$run.probe.json"
+        if [[ -n $fresh ]]; then
+          # The rows this plan uses, profiled as its run computes them (its dilation, x 2 on the
+          # slow devices), just before it: the machine the run meets, not the one of an hour ago.
+          profiles=()
+          for dev in fast:1 slow:2; do
+            d=${dev%%:*} s=${dev##*:}
+            rows=$(python3 bench/fidelity/report.py rows "$plan" "$d")
+            if [[ -z $rows ]]; then continue; fi
+            # shellcheck disable=SC2086  # $rows: the options, split
+            "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-$d" --slowdown "$s" \
+              --time-dilation $(( x * s )) $rows --max-seconds "$fresh_seconds" -o "$run.$d.yaml" > /dev/null
+            profiles+=(--profile "$run.$d.yaml")
+          done
+          "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
+            --trace "$run.trace.json" > "$run.log"
+          probe_before=- probe_now=-
+        else
+          profiles=(--profile "$out/$model-fast.yaml" --profile "$out/$model-slow.yaml")
+          probed_run "$run.probe.json" "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices \
+            --emulate-links --time-dilation "$x" --trace "$run.trace.json" > "$run.log"
+        fi
+        "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" \
           --time-dilation "$x" --measured "$run.trace.json" --side-by-side "$run.side-by-side.json" \
           --format json > "$run.compare.json"
         verdict=$(python3 bench/fidelity/report.py disturbed "$run.compare.json")

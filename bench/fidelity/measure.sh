@@ -4,24 +4,30 @@
 # not counted, the kernel subtracts it), in a profile as in a run (docs/executor.md). A measured
 # run taken then is not the machine the profile describes, so
 #  * a probe (on every core at once, one thread pinned to it timing a tiny-gpt layer's forward
-#    and backward at micro-batch 2, as `hetexec profile` times it, each operation back to back:
-#    a probe dilated as the runs are takes ~10 s instead of ~1) measures how fast the machine is
-#    now. It may miss what slows the dilated runs: on 2026-11-27 it was within 3% of its
-#    baseline before and after runs that measured 26% over their prediction (probing dilated,
-#    as the runs compute, is the next thing to try). It measures its slowest core against the
-#    baseline, the fastest of three probes taken at the start. Every core: the host disturbs one vCPU and not the other for minutes, and a run uses
-#    both, so a probe on whichever core the scheduler gave it found the machine quiet
-#    (1.01-1.03) before runs that measured 15-25% over their prediction;
+#    and backward at micro-batch 2, as `hetexec profile` times it, dilated as the runs are:
+#    each operation followed by FIDELITY_PROBE_DILATION - 1 (default 7) times its length of
+#    pause; ~10 s) measures how fast the machine is now, for the work the runs do. Until
+#    2026-11-29 the probe ran its operations back to back (~1 s): it saw the machine within
+#    2-5% of its baseline while the dilated runs computed 10-40% over their profiles, for
+#    tens of minutes (the host takes a sleeping vCPU's caches and gives them back cold);
+#    probing dilated, alternated with runs of gpt-pipe2 in such a spell, the probe said
+#    1.16-1.40 where the back-to-back one said 1.03-1.05 (one spell it saw too: 1.47) and the
+#    runs computed 1.09-1.39x their profile. It measures its slowest core against the
+#    baseline, the fastest of three probes taken at the start. Every core: the host disturbs
+#    one vCPU and not the other for minutes, and a run uses both, so a probe on whichever core
+#    the scheduler gave it found the machine quiet (1.01-1.03) before runs that measured 15-25%
+#    over their prediction;
 #  * every profile and every run waits until a probe is within FIDELITY_QUIET (default 3%) of the
 #    baseline (at most FIDELITY_WAITS probes, 5 s apart; then it goes on and says so);
 #  * each run is followed by a probe too, and a run whose probes before and after are both quiet
-#    counts as undisturbed; report.py median keeps the median undisturbed run of a plan (the
-#    median of all when none was), and rows say how many were disturbed.
+#    counts as undisturbed; report.py median keeps the median undisturbed run of a plan (when
+#    none was, report.py says which), and rows say how many were disturbed.
 # Needs: $hetexec, $out. Sets: probe_now (the last probe's slowdown, e.g. 1.012), probe_before
 # (probed_run's probe before its command).
 
 quiet="${FIDELITY_QUIET:-0.03}"
 waits="${FIDELITY_WAITS:-6}"
+probe_dilation="${FIDELITY_PROBE_DILATION:-8}"
 
 cores=$(nproc)
 
@@ -29,7 +35,7 @@ probe_cores() {  # PREFIX: a probe on every core at once, pinned, into PREFIX.CO
   local c
   for c in $(seq 0 $((cores - 1))); do
     taskset -c "$c" "$hetexec" profile --threads 1 --model configs/models/tiny-gpt.yaml --device probe --tp 1 --cp 1 \
-      --micro-batch 2 --max-seconds 0.25 -o "$1.$c.yaml" > /dev/null &
+      --micro-batch 2 --max-seconds 0.25 --time-dilation "$probe_dilation" -o "$1.$c.yaml" > /dev/null &
   done
   wait
 }
@@ -47,10 +53,11 @@ probe() {  # sets probe_now: this machine's speed now (its slowest core), as a s
 probe_baseline() {  # [REUSE]: row by row the fastest of three probes on every core, a few seconds apart,
   # kept beside the profiles; with REUSE set (the profiles of an earlier run reused), that run's
   # baseline: the machine the profiles describe, not the one of now (on 2026-11-27 a baseline
-  # taken anew was 4% slower than the profiles' and every run then looked quiet)
-  local k c
-  if [[ -n ${1:-} && -f $out/probe-baseline.kept.yaml ]]; then
-    cp "$out/probe-baseline.kept.yaml" "$out/probe-baseline.yaml"
+  # taken anew was 4% slower than the profiles' and every run then looked quiet); one per probe
+  # dilation (a dilated probe's layer takes longer)
+  local k c kept="$out/probe-baseline.kept.d$probe_dilation.yaml"
+  if [[ -n ${1:-} && -f $kept ]]; then
+    cp "$kept" "$out/probe-baseline.yaml"
     echo "probe baseline (kept with the reused profiles): $(python3 bench/fidelity/report.py probe "$out/probe-baseline.yaml" "$out/probe-baseline.yaml" ms) ms per layer" >&2
     return
   fi
@@ -65,7 +72,7 @@ probe_baseline() {  # [REUSE]: row by row the fastest of three probes on every c
       mv "$out/probe-baseline.next.yaml" "$out/probe-baseline.yaml"
     done
   done
-  cp "$out/probe-baseline.yaml" "$out/probe-baseline.kept.yaml"
+  cp "$out/probe-baseline.yaml" "$kept"
   echo "probe baseline: $(python3 bench/fidelity/report.py probe "$out/probe-baseline.yaml" "$out/probe-baseline.yaml" ms) ms per layer (fwd + bwd, micro-batch 2; $cores cores)" >&2
 }
 

@@ -48,8 +48,13 @@ with tempfile.TemporaryDirectory() as tmp:
             r = c["compute_measured_over_profiled"]
             profiles = []
             for dev in ("fast", "slow"):
+                # The run's own profile (bench-fidelity.sh FIDELITY_FRESH), else the bench's.
+                own = compare[: -len(".compare.json")] + f".{dev}.yaml"
+                src = own if os.path.exists(own) else f"{out}/{model}-{dev}.yaml"
+                if not os.path.exists(src):
+                    continue  # FIDELITY_FRESH: a device type this plan does not use
                 profiles += ["--profile", f"{tmp}/{model}-{dev}.yaml"]
-                scaled(f"{out}/{model}-{dev}.yaml", f"{tmp}/{model}-{dev}.yaml", r)
+                scaled(src, f"{tmp}/{model}-{dev}.yaml", r)
             trace = compare[: -len(".compare.json")] + ".trace.json"
             j = json.loads(subprocess.check_output(
                 [hetplan, "simulate", plan, "--model", f"configs/models/{model}.yaml", "--cluster", cluster, *profiles,
