@@ -56,8 +56,8 @@ fresh="${FIDELITY_FRESH:-}"
 source bench/fidelity/measure.sh
 if [[ -z $fresh ]]; then probe_baseline "${FIDELITY_REUSE_PROFILES:-}"; fi
 profile_tries="${FIDELITY_PROFILE_TRIES:-4}"  # profiles per device type at most, until two were taken quiet
-for model in tiny-gpt tiny-llama; do
-  if [[ -n $fresh ]]; then break; fi  # each run is profiled just before it (below)  # slow: times x 2, the cluster's peak ratio, as --emulate-devices slows it
+for model in tiny-gpt tiny-llama; do  # slow: times x 2, the cluster's peak ratio, as --emulate-devices slows it
+  if [[ -n $fresh ]]; then break; fi  # FIDELITY_FRESH: each run is profiled just before it (below)
   # The micro-batch sizes the plans of this model use (a profile of every size takes 1.5x as long).
   # A replica of a stage computes micro_batch_size / dp sequences at a time.
   mbs=$(python3 -c "import glob, json, sys; print(' '.join(map(str, sorted({pl['micro_batch_size'] // s.get('dp', 1) for f in glob.glob('bench/fidelity/plans/' + sys.argv[1] + '-*.plan.json') for pl in json.load(open(f))['pipelines'] for s in pl['stages']}))))" "${model#tiny-}")

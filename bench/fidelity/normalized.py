@@ -37,7 +37,6 @@ def scaled(src, dst, r):
     open(dst, "w").write(ROW.sub(lambda m: "%s: %.9gs" % (m.group(1), float(m.group(2)) * UNIT[m.group(3)] * r), text))
 
 
-
 per_plan = {}
 with tempfile.TemporaryDirectory() as tmp:
     for plan in sorted(glob.glob("bench/fidelity/plans/*.plan.json")):
