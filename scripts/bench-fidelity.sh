@@ -50,7 +50,6 @@ hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
 cluster="${FIDELITY_CLUSTER:-bench/fidelity/cluster.yaml}"
 x=8
-fresh_seconds="${FIDELITY_FRESH_SECONDS:-0.25}"  # FIDELITY_FRESH: each profiled point's compute, at most (hetexec profile --max-seconds)
 dilation() { python3 bench/fidelity/report.py dilation "$1"; }  # PLAN: 8, or 16 above 2 x cores ranks
 fresh="${FIDELITY_FRESH:-}"
 source bench/fidelity/measure.sh
@@ -116,18 +115,9 @@ for rep in $(seq 1 "$reps"); do
         run="$out/$name.$k.$t"
         rm -f "$run".*.yaml "$run.probe.json"
         if [[ -n $fresh ]]; then
-          # The rows this plan uses, profiled as its run computes them (its dilation, x 2 on the
-          # slow devices), just before it: the machine the run meets, not the one of an hour ago.
-          profiles=()
-          for dev in fast:1 slow:2; do
-            d=${dev%%:*} s=${dev##*:}
-            rows=$(python3 bench/fidelity/report.py rows "$plan" "$d")
-            if [[ -z $rows ]]; then continue; fi
-            # shellcheck disable=SC2086  # $rows: the options, split
-            "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-$d" --slowdown "$s" \
-              --time-dilation $(( x * s )) $rows --max-seconds "$fresh_seconds" -o "$run.$d.yaml" > /dev/null
-            profiles+=(--profile "$run.$d.yaml")
-          done
+          # The rows this plan uses, profiled as its run computes them, just before it: the
+          # machine the run meets, not the one of an hour ago (the slow devices x 2).
+          fresh_profiles "$plan" "$model" "$x" "$run" fast=1 slow=2
           "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
             --trace "$run.trace.json" > "$run.log"
           probe_before=- probe_now=-

@@ -4,31 +4,39 @@
 # bench/fidelity/cluster.yaml (tiny-llama) and bench/fidelity/cluster-3.yaml (three subclusters,
 # tiny-gpt) -- profile the devices as the dilated ranks compute, take the 5 best plans of
 # `hetplan search` (--write-top 5) and the uniform plan, run each with `hetexec run-local
-# --emulate-devices --emulate-links --time-dilation 8`, predict each run with `hetplan simulate
-# --time-dilation 8 --measured`, and report per cluster: every plan's predicted and measured step,
-# Kendall's tau between the predicted and the measured order, and how far the planner's first
-# choice is from the fastest measured plan. Profiles are taken twice (each row the faster of the
-# two) and each plan run FIDELITY_RUNS times (default 3, the median undisturbed run kept), each
-# profile and run when a probe finds the machine quiet, as bench-fidelity.sh
-# (bench/fidelity/measure.sh).
+# --emulate-devices --emulate-links --time-dilation X` (X: the bench's dilation of the cluster's
+# largest plan, report.py dilation_of, one for all plans of a cluster so that their steps
+# compare), and report per cluster: every plan's predicted and measured step, Kendall's tau
+# between the predicted and the measured order, and how far the planner's first choice is from
+# the fastest measured plan.
+# Each plan is run FIDELITY_RUNS times (default 3), round-robin over the cluster's plans so that a
+# plan's runs are minutes apart, each run predicted from a profile of the rows it uses taken just
+# before it (measure.sh fresh_profiles) and run again up to FIDELITY_RETRIES times (default 1)
+# when its own compute is off that profile by more than FIDELITY_COMPUTE (report.py). This VM's
+# host moves its speed by 20-40% for minutes at a time (docs/executor.md), so plans measured
+# minutes apart are measured on different machines; besides the raw order the report gives the
+# order of the runs' steps at the speed of the planner's profiles (report.py planner: measured x
+# the planner's prediction ÷ the run's own), which keeps what the model gets wrong about each
+# plan and takes out only the host's speed.
 #   scripts/bench-ranking.sh [CLUSTER-FILTER]
-#   RANKING_REUSE_PROFILES=1: use the profiles an earlier run left in $build/bench-ranking (saves ~20 min per cluster)
-# Writes $build/bench-ranking/results.json.
+#   RANKING_REUSE_PROFILES=1: use the search's profiles an earlier run left in $build/bench-ranking
+#   RANKING_PROFILE_SECONDS (default 0.5): each point of the search's profiles, at most (hetexec profile --max-seconds)
+# Writes $build/bench-ranking/results.json (and per run its profiles, trace, comparisons and the
+# simulations' notes, RUN.*.notes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build="${HET_BUILD_DIR:-build}"
 filter="${1:-}"
-runs="${FIDELITY_RUNS:-3}"  # runs of each plan, the median kept: this VM's host disturbs runs (bench-fidelity.sh)
+runs="${FIDELITY_RUNS:-3}"
+retries="${FIDELITY_RETRIES:-1}"
 out="$build/bench-ranking"
 mkdir -p "$out"
 hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
-x=8
 source bench/fidelity/measure.sh
-probe_baseline "${RANKING_REUSE_PROFILES:-}"
 results="$out/results.jsonl"
 : > "$results"
-# name:cluster:model:device=slowdown,...
+# name:cluster:model:type=slowdown,...
 for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
             fidelity:bench/fidelity/cluster.yaml:tiny-llama:fast=1,slow=2 \
             three:bench/fidelity/cluster-3.yaml:tiny-gpt:fast=1,mid=2,slow=4; do
@@ -36,36 +44,55 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
   if [[ -n $filter && $name != *$filter* ]]; then continue; fi
   dir="$out/$name"
   mkdir -p "$dir"
-  profiles=()
-  for dev in ${devices//,/ }; do
+  types=(${devices//,/ })
+  # The planner's profiles: every row the search may use, at dilation 8 (x the type's slowdown).
+  planner_profiles=()
+  for dev in "${types[@]}"; do
     d=${dev%%=*} s=${dev##*=}
-    if [[ -n ${RANKING_REUSE_PROFILES:-} && -f $dir/cpu-$d.yaml ]]; then  # the profiles of an earlier run of this script
-      profiles+=(--profile "$dir/cpu-$d.yaml")
-      continue
-    fi
-    for k in 1 2; do  # two profiles, each row the faster of the two (report.py faster)
-      wait_quiet
+    if [[ -z ${RANKING_REUSE_PROFILES:-} || ! -f $dir/cpu-$d.yaml ]]; then
+      echo "$name: profiling cpu-$d for the search" >&2
       "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-$d" --slowdown "$s" \
-        --time-dilation $(( x * s )) --tp 1 2 --cp 1 2 --micro-batch 1 2 4 8 -o "$dir/cpu-$d.$k.yaml" > /dev/null
-    done
-    python3 bench/fidelity/report.py faster "$dir/cpu-$d.1.yaml" "$dir/cpu-$d.2.yaml" "$dir/cpu-$d.yaml"
-    profiles+=(--profile "$dir/cpu-$d.yaml")
+        --time-dilation $(( 8 * s )) --tp 1 2 --cp 1 2 --micro-batch 1 2 4 8 \
+        --max-seconds "${RANKING_PROFILE_SECONDS:-0.5}" -o "$dir/cpu-$d.yaml" > /dev/null
+    fi
+    planner_profiles+=(--profile "$dir/cpu-$d.yaml")
   done
   inputs=(--model "configs/models/$model.yaml" --cluster "$cluster")
-  "$hetplan" search "${inputs[@]}" "${profiles[@]}" --time-budget 10 -o "$dir/search.plan.json" --write-top 5 > /dev/null
-  "$hetplan" search "${inputs[@]}" "${profiles[@]}" --algo uniform -o "$dir/uniform.plan.json" > /dev/null
+  rm -f "$dir"/search.*.plan.json "$dir"/*.*.*.compare.json "$dir"/*.*.*.planner.json
+  "$hetplan" search "${inputs[@]}" "${planner_profiles[@]}" --time-budget 10 -o "$dir/search.plan.json" --write-top 5 > /dev/null
+  "$hetplan" search "${inputs[@]}" "${planner_profiles[@]}" --algo uniform -o "$dir/uniform.plan.json" > /dev/null
+  plans=()
+  x=8
   for plan in "$dir"/search.[1-5].plan.json "$dir/uniform.plan.json"; do
-    [[ -f $plan ]] || continue
-    p=$(basename "$plan" .plan.json)
-    compares=()
-    for k in $(seq 1 "$runs"); do  # the median undisturbed run kept (report.py median)
-      probed_run "$dir/$p.$k.probe.json" "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices \
-        --emulate-links --time-dilation "$x" --trace "$dir/$p.$k.trace.json" > "$dir/$p.$k.log"
-      "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" --time-dilation "$x" --measured "$dir/$p.$k.trace.json" \
-        --format json > "$dir/$p.$k.compare.json"
-      compares+=("$dir/$p.$k.compare.json")
+    if [[ ! -f $plan ]]; then continue; fi
+    plans+=("$plan")
+    px=$(python3 bench/fidelity/report.py dilation "$plan")
+    if (( px > x )); then x=$px; fi
+  done
+  echo "$name: ${#plans[@]} plans at time dilation $x" >&2
+  for k in $(seq 1 "$runs"); do  # round-robin: a plan's runs are a whole round apart
+    for plan in "${plans[@]}"; do
+      p=$(basename "$plan" .plan.json)
+      for t in $(seq 1 $((retries + 1))); do  # a run the host disturbed is run again (its files kept, counted as disturbed)
+        run="$dir/$p.$k.$t"
+        fresh_profiles "$plan" "$model" "$x" "$run" "${types[@]}"
+        "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
+          --trace "$run.trace.json" > "$run.log"
+        "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" --time-dilation "$x" --measured "$run.trace.json" \
+          --format json > "$run.compare.json" 2> "$run.compare.notes"
+        "$hetplan" simulate "$plan" "${inputs[@]}" "${planner_profiles[@]}" --time-dilation "$x" --measured "$run.trace.json" \
+          --format json > "$run.planner.json" 2> "$run.planner.notes"
+        python3 bench/fidelity/report.py planner "$run.compare.json" "$run.planner.json"
+        verdict=$(python3 bench/fidelity/report.py disturbed "$run.compare.json")
+        python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(f'$name run $k/$runs try $t $p: planner {c[\"planner_predicted_step_s\"]*1e3:.1f} ms, own profile {c[\"predicted_step_s\"]*1e3:.1f} ms, measured {c[\"measured_step_s\"]*1e3:.1f} ms, at the planner profile speed {c[\"measured_at_planner_profile_s\"]*1e3:.1f} ms, own compute ÷ profile {c[\"compute_measured_over_profiled\"]:.3f}: $verdict')" \
+          "$run.compare.json" >&2
+        if [[ $verdict == quiet ]]; then break; fi
+      done
     done
-    python3 bench/fidelity/report.py median "$dir/$p.compare.json" "${compares[@]}"
+  done
+  for plan in "${plans[@]}"; do
+    p=$(basename "$plan" .plan.json)
+    python3 bench/fidelity/report.py median "$dir/$p.compare.json" "$dir/$p".*.*.compare.json
     python3 bench/fidelity/report.py ranked "$name" "$p" "$dir/$p.compare.json" "$results"
   done
 done

@@ -22,8 +22,11 @@
 #  * each run is followed by a probe too, and a run whose probes before and after are both quiet
 #    counts as undisturbed; report.py median keeps the median undisturbed run of a plan (when
 #    none was, report.py says which), and rows say how many were disturbed.
+# For a host whose speed moves by 20-40% for tens of minutes (2026-11-29), fresh_profiles instead
+# profiles the rows a plan uses just before its run, so that the run is predicted from the
+# machine it meets.
 # Needs: $hetexec, $out. Sets: probe_now (the last probe's slowdown, e.g. 1.012), probe_before
-# (probed_run's probe before its command).
+# (probed_run's probe before its command), profiles (fresh_profiles).
 
 quiet="${FIDELITY_QUIET:-0.03}"
 waits="${FIDELITY_WAITS:-6}"
@@ -97,4 +100,23 @@ probed_run() {  # PROBE_JSON COMMAND...: runs COMMAND once the machine is quiet,
   "$@"
   probe
   python3 bench/fidelity/report.py probed "$json" "$probe_before" "$probe_now" "$quiet"
+}
+
+fresh_profiles() {  # PLAN MODEL X RUN TYPE=SLOWDOWN...: profiles, just before PLAN's run, the rows it
+  # uses on each device type cpu-TYPE (report.py rows: its stages' tp, cp and micro-batch of a
+  # replica there), as its run computes them (dilation X x the type's slowdown; each point for at
+  # most FIDELITY_FRESH_SECONDS, default 0.25 s), into RUN.TYPE.yaml; sets profiles to their
+  # --profile options. A type the plan does not use is skipped.
+  local plan=$1 model=$2 x=$3 run=$4 dev d s rows
+  shift 4
+  profiles=()
+  for dev in "$@"; do
+    d=${dev%%=*} s=${dev##*=}
+    rows=$(python3 bench/fidelity/report.py rows "$plan" "$d")
+    if [[ -z $rows ]]; then continue; fi
+    # shellcheck disable=SC2086  # $rows: the options, split
+    "$hetexec" profile --threads 1 --model "configs/models/$model.yaml" --device "cpu-$d" --slowdown "$s" \
+      --time-dilation $(( x * s )) $rows --max-seconds "${FIDELITY_FRESH_SECONDS:-0.25}" -o "$run.$d.yaml" > /dev/null
+    profiles+=(--profile "$run.$d.yaml")
+  done
 }

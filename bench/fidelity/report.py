@@ -154,13 +154,39 @@ def median(out, *compares):
     kept = json.load(open(best))
     kept.update({"runs": len(compares), "disturbed_runs": len(compares) - len(quiet), "probe": probes(best),
                  "measured_runs_s": [json.load(open(c))["measured_step_s"] for c in ordered]})
+    at_planner = [json.load(open(c)).get("measured_at_planner_profile_s") for c in ordered]
+    if all(at_planner):  # bench-ranking.sh: every run's step at the planner's profile speed (planner)
+        kept["measured_at_planner_profile_runs_s"] = sorted(at_planner)
     json.dump(kept, open(out, "w"), indent=1)
 
 
+def planner(compare, planner_compare):
+    """Adds to `compare` (a run predicted from the profile taken just before it) the prediction
+    of the planner's own profiles (`planner_compare`: the same run simulated with the profiles
+    the search ranked the plans by) and the run's measured step at the speed of those profiles:
+    measured x planner's prediction ÷ fresh prediction. On a host whose speed moves 20-40% from
+    one minute to the next, plans measured minutes apart are measured on different machines;
+    this puts every run on the machine the planner's profiles describe, through the run's own
+    predicted ÷ measured (what the model gets wrong about it stays in; only the host's speed
+    between the two profiles is taken out). bench-ranking.sh."""
+    c, p = json.load(open(compare)), json.load(open(planner_compare))
+    c["planner_predicted_step_s"] = p["predicted_step_s"]
+    c["measured_at_planner_profile_s"] = c["measured_step_s"] * p["predicted_step_s"] / c["predicted_step_s"]
+    json.dump(c, open(compare, "w"), indent=1)
+
+
 def ranked(cluster, plan, compare, results):
+    """A plan's row of the ranking: the planner's prediction (its profiles') and the kept run's
+    measured step; with fresh profiles (planner) also the kept run's own prediction and the
+    median of its runs' steps at the planner's profile speed."""
     c = json.load(open(compare))
-    r = {"cluster": cluster, "plan": plan, "predicted_s": c["predicted_step_s"], "measured_s": c["measured_step_s"],
-         "measured_runs_s": c.get("measured_runs_s", [c["measured_step_s"]]), "disturbed_runs": c.get("disturbed_runs", 0)}
+    r = {"cluster": cluster, "plan": plan, "predicted_s": c.get("planner_predicted_step_s", c["predicted_step_s"]),
+         "measured_s": c["measured_step_s"], "measured_runs_s": c.get("measured_runs_s", [c["measured_step_s"]]),
+         "disturbed_runs": c.get("disturbed_runs", 0), "runs": c.get("runs", 1), "fresh_ratio": c["predicted_over_measured"],
+         "compute_ratio": c.get("compute_measured_over_profiled", 0)}
+    if "measured_at_planner_profile_runs_s" in c:
+        r["at_planner_runs_s"] = c["measured_at_planner_profile_runs_s"]
+        r["at_planner_s"] = statistics.median(r["at_planner_runs_s"])
     with open(results, "a") as f:
         f.write(json.dumps(r) + "\n")
 
@@ -191,31 +217,52 @@ def kendall_tau(a, b, resolution=0.0):
     return s / pairs, (s / denominator if denominator > 0 else 0.0)
 
 
+def order_report(rs, measured, runs):
+    """Kendall's tau between the planner's predicted order and the order of `measured` (a key of
+    each row), at no resolution and at the measurement's (the median over plans of how far a
+    plan's runs, key `runs`, spread: (slowest - fastest) / fastest; plans closer than that are
+    ties), and how much slower the planner's first choice measured than the fastest."""
+    predicted = [r["predicted_s"] for r in rs]
+    values = [r[measured] for r in rs]
+    tau, tau_b = kendall_tau(predicted, values)
+    spreads = [max(r[runs]) / min(r[runs]) - 1 for r in rs if len(r.get(runs, [])) > 1]
+    resolution = statistics.median(spreads) if spreads else 0.0
+    _, tau_r = kendall_tau(predicted, values, resolution)
+    # The planner's first choice: the plan hetplan search returns (its own ranking).
+    first = next((r for r in rs if r["plan"] == "search.1"), min(rs, key=lambda r: r["predicted_s"]))
+    fastest = min(rs, key=lambda r: r[measured])
+    return {"kendall_tau": tau, "kendall_tau_b": tau_b, "kendall_tau_b_at_resolution": tau_r, "resolution": resolution,
+            "first_choice": first["plan"], "fastest_measured": fastest["plan"],
+            "first_choice_gap": first[measured] / fastest[measured] - 1}
+
+
 def ranking(results, out):
     rows = [json.loads(line) for line in open(results)]
     report = {}
     for cluster in dict.fromkeys(r["cluster"] for r in rows):
         rs = [r for r in rows if r["cluster"] == cluster]
-        print(f"\n{cluster}: plan | predicted ms | measured ms | predicted ÷ measured")
+        normalized = all("at_planner_s" in r for r in rs)
+        print(f"\n{cluster}: plan | planner's predicted ms | measured ms | predicted ÷ measured"
+              + (" | measured at the planner's profile speed ms | predicted ÷ that | the run's own profile: predicted ÷ measured | runs kept" if normalized else ""))
         for r in rs:
-            print(f"  {r['plan']:10s} | {r['predicted_s'] * 1e3:8.1f} | {r['measured_s'] * 1e3:8.1f} | {r['predicted_s'] / r['measured_s']:.3f}")
-        tau, tau_b = kendall_tau([r["predicted_s"] for r in rs], [r["measured_s"] for r in rs])
+            line = f"  {r['plan']:10s} | {r['predicted_s'] * 1e3:8.1f} | {r['measured_s'] * 1e3:8.1f} | {r['predicted_s'] / r['measured_s']:.3f}"
+            if normalized:
+                line += (f" | {r['at_planner_s'] * 1e3:8.1f} | {r['predicted_s'] / r['at_planner_s']:.3f} | {r['fresh_ratio']:.3f}"
+                         f" | {r['runs'] - r['disturbed_runs']} of {r['runs']}")
+            print(line)
         tied = sum(rs[i]["predicted_s"] == rs[j]["predicted_s"] for i in range(len(rs)) for j in range(i + 1, len(rs)))
-        # The measurement's resolution: the median over plans of how far a plan's undisturbed
-        # runs spread ((slowest - fastest) / fastest); plans closer than that are ties.
-        spreads = [max(r["measured_runs_s"]) / min(r["measured_runs_s"]) - 1 for r in rs if len(r.get("measured_runs_s", [])) > 1]
-        resolution = statistics.median(spreads) if spreads else 0.0
-        _, tau_r = kendall_tau([r["predicted_s"] for r in rs], [r["measured_s"] for r in rs], resolution)
-        # The planner's first choice: the plan hetplan search returns (its own ranking).
-        first = next((r for r in rs if r["plan"] == "search.1"), min(rs, key=lambda r: r["predicted_s"]))
-        fastest = min(rs, key=lambda r: r["measured_s"])
-        gap = first["measured_s"] / fastest["measured_s"] - 1
-        print(f"  Kendall tau-a {tau:.2f}, tau-b {tau_b:.2f} ({tied} pairs predicted equal), tau-b {tau_r:.2f} at the measurement's "
-              f"resolution ({resolution * 100:.1f}%: a plan's runs spread that much); the planner's first choice ({first['plan']}) measured {gap * 100:.1f}% "
-              f"slower than the fastest measured ({fastest['plan']})")
-        report[cluster] = {"kendall_tau": tau, "kendall_tau_b": tau_b, "kendall_tau_b_at_resolution": tau_r, "resolution": resolution,
-                           "pairs_predicted_equal": tied, "first_choice": first["plan"], "fastest_measured": fastest["plan"],
-                           "first_choice_gap": gap, "plans": rs}
+        report[cluster] = {"pairs_predicted_equal": tied, "plans": rs,
+                           "measured": order_report(rs, "measured_s", "measured_runs_s")}
+        if normalized:
+            report[cluster]["at_planner_profile"] = order_report(rs, "at_planner_s", "at_planner_runs_s")
+        for key, what in (("measured", "measured"), ("at_planner_profile", "measured at the planner's profile speed")):
+            if key not in report[cluster]:
+                continue
+            o = report[cluster][key]
+            print(f"  {what}: Kendall tau-a {o['kendall_tau']:.2f}, tau-b {o['kendall_tau_b']:.2f} ({tied} pairs predicted equal), "
+                  f"tau-b {o['kendall_tau_b_at_resolution']:.2f} at the measurement's resolution ({o['resolution'] * 100:.1f}%: "
+                  f"a plan's runs spread that much); the planner's first choice ({o['first_choice']}) measured "
+                  f"{o['first_choice_gap'] * 100:.1f}% slower than the fastest ({o['fastest_measured']})")
     json.dump(report, open(out, "w"), indent=1)
 
 
@@ -237,4 +284,4 @@ def summary(results, out):
 
 if __name__ == "__main__":
     {"ranks": ranks, "rows": rows, "dilation": dilation, "row": row, "summary": summary, "faster": faster, "median": median, "ranked": ranked,
-     "ranking": ranking, "probe": probe, "probed": probed, "disturbed": disturbed}[sys.argv[1]](*sys.argv[2:])
+     "ranking": ranking, "planner": planner, "probe": probe, "probed": probed, "disturbed": disturbed}[sys.argv[1]](*sys.argv[2:])
