@@ -79,9 +79,9 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
         "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
           --trace "$run.trace.json" > "$run.log"
         "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" --time-dilation "$x" --measured "$run.trace.json" \
-          --format json > "$run.compare.json" 2> "$run.compare.notes"
+          --format json > "$run.compare.json" 2> "$run.compare.notes" || { cat "$run.compare.notes" >&2; exit 1; }
         "$hetplan" simulate "$plan" "${inputs[@]}" "${planner_profiles[@]}" --time-dilation "$x" --measured "$run.trace.json" \
-          --format json > "$run.planner.json" 2> "$run.planner.notes"
+          --format json > "$run.planner.json" 2> "$run.planner.notes" || { cat "$run.planner.notes" >&2; exit 1; }
         python3 bench/fidelity/report.py planner "$run.compare.json" "$run.planner.json"
         verdict=$(python3 bench/fidelity/report.py disturbed "$run.compare.json")
         python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(f'$name run $k/$runs try $t $p: planner {c[\"planner_predicted_step_s\"]*1e3:.1f} ms, own profile {c[\"predicted_step_s\"]*1e3:.1f} ms, measured {c[\"measured_step_s\"]*1e3:.1f} ms, at the planner profile speed {c[\"measured_at_planner_profile_s\"]*1e3:.1f} ms, own compute ÷ profile {c[\"compute_measured_over_profiled\"]:.3f}: $verdict')" \
