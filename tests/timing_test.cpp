@@ -88,8 +88,8 @@ TEST_CASE("hetplan search with its default budget plans HetAuto's exp3 in under 
 // machine's cores do not disturb what they measure (runtime/pace.hpp). No absolute time is
 // asserted: only predicted / measured of the same run. On this shared VM one run of a plan moves
 // against the next (the host's speed wanders by 10-40% for minutes: docs/executor.md), so the
-// fit and the held-out run are taken back to back, up to eight times (about 30 s each), and the best of those
-// calibrations is held to 5%; a calibration that does not work misses every time.
+// fit and the held-out run are taken back to back, up to eight times (about 30 s each), until
+// one calibration lands within 5%; a calibration that does not work misses every time.
 TEST_CASE("hetplan calibrate brings a profile twice too slow to within 5% of a held-out plan of another shape, from one run") {
   het::test::TempDir dir;
   const std::string d = dir.path();
