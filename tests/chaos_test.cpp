@@ -178,6 +178,9 @@ void agent_trials(AgentFault fault) {
       o.next = next.exit_code == 0;
       if (!o.next && next.err.find("busy") == std::string::npos) {
         std::cout << "chaos next job failed (exit " << next.exit_code << "): " << next.err << std::endl;
+        for (int i = 0; i < 4; ++i)  // is an agent that was not the victim gone, and why?
+          std::cout << "  agent " << Agents::kNodes[i] << " pid " << agents[i].pid()
+                    << (het::test::alive(agents[i].pid()) ? " alive" : " GONE") << "; its stderr:\n" << agents[i].err() << std::endl;
         break;
       }
       if (!o.next) std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -17,6 +17,9 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
 // Pids of the processes whose command line holds every one of `words`.
 std::vector<int> find_processes(const std::vector<std::string>& words);
 
+// Whether process `pid` exists and has not exited (a zombie, not yet reaped, has).
+bool alive(int pid);
+
 // An executable on PATH, or "" when there is none.
 std::string find_program(const std::string& name);
 

@@ -1,5 +1,6 @@
 #include "submit/submit.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -172,14 +173,20 @@ Outcome submit(const Options& o, const std::function<void(const std::string&)>& 
     pb::DescribeRequest req;
     req.set_api_version(control::api_version());
     pb::DescribeResponse resp;
-    // The first call on a new channel: a connection attempt that fails on a busy machine is
-    // retried twice before the agent counts as unreachable.
-    grpc::Status st;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250 * attempt));
-      auto ctx = context(o.security, o.call_timeout_s);
-      st = a.stub->Describe(ctx.get(), req, &resp);
-      if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    // The first call on a new channel. A connection attempt that fails (on a busy machine one
+    // can fail with a live agent behind it) puts the channel into gRPC's reconnect backoff, 1 s
+    // ±20% at first, then x1.6 (grpc/doc/connection-backoff.md), in which every fail-fast call
+    // fails at once; so the call is made again waiting for the channel to be ready, for up to
+    // kConnectWindowS, which spans two more connection attempts. An agent still unreachable is
+    // reported with the first failure, which says why (e.g. "Connection refused").
+    constexpr double kConnectWindowS = 5;
+    auto ctx = context(o.security, o.call_timeout_s);
+    grpc::Status st = a.stub->Describe(ctx.get(), req, &resp);
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      auto again = context(o.security, o.call_timeout_s > 0 ? std::min(o.call_timeout_s, kConnectWindowS) : kConnectWindowS);
+      again->set_wait_for_ready(true);
+      grpc::Status retried = a.stub->Describe(again.get(), req, &resp);
+      if (retried.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) st = retried;
     }
     if (!st.ok()) problems[i] = a.name() + ": " + control::describe(st);
     else if (resp.node() != a.where.agent_node().to_string())
