@@ -334,10 +334,11 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     return F[at(0, 0)];
   };
   // The estimate of the split the DP found.
-  auto estimate = [&](const std::vector<int>& N, Candidate& c) {
+  auto estimate = [&](const std::vector<int>& searched, Candidate& c) {
     c.first_unit.clear();
     c.recompute.clear();
-    std::vector<double> t(S);
+    std::vector<double> t(S), back(S);
+    std::vector<int> hold(S, m);  // micro-batches in flight each stage's memory holds (h-1f1b's cap)
     double t_max = 0, sum = 0, tail = 0;
     // The last micro-batch's backward leaves stage i this long before it leaves stage 0: the
     // backwards and hops of the stages before it. The gradient sync and optimizer step of stage
@@ -361,12 +362,36 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
                                                 l.stages[i].tp, replicas, p.sync_link[i], p.whole_link[i], wte, p.tied_ring,
                                                 p.tied_link);
       const double last_b = tb.sum(tb.backward, k, e);
+      back[i] = last_b;
+      if (l.schedule == ScheduleKind::h_1f1b) {  // memory is linear in the micro-batches in flight
+        const bool head = e == U - 1;
+        const double one = tb.memory(k, e, l.stages[i].tp, 1, head), per = tb.memory(k, e, l.stages[i].tp, 2, head) - one;
+        if (per > 0) hold[i] = int(std::clamp(std::floor((tb.capacity - one) / per) + 1, 1.0, double(m)));
+      }
       const double opt = predict::optimizer_s(compute_, model_, *tb.device, l.stages[i].tp, tb.sum(tb.params, k, e) + tied_head,
                                               tb.sum(tb.whole, k, e) + tied_head, model_.training.zero_stage >= 1 ? replicas : 1);
       tail = std::max(tail, std::max(0.0, sync - (predict_.overlap_sync ? last_b : 0)) + opt - slack);
       slack += last_b + (i + 1 < S ? p.hop[i] : 0);
       k = e + 1;
     }
+    // h-1f1b's warm-ups depend on the stages' times (c/t_max): the plan runs those of the
+    // split's own times, capped by memory (predict.cpp), not those of the t_max bound the split
+    // was searched under, which are fewer when that bound lies above the split's t_max (issue
+    // 20: a random plan of three 0.14 s hops around 0.03 s stages, estimated at N = 13, 12, 11
+    // and simulated at 16, 16, 12: 0.66 of its simulated time).
+    std::vector<int> own;
+    if (l.schedule == ScheduleKind::h_1f1b) {
+      schedule::WarmupInput w;
+      w.kind = l.schedule;
+      w.num_microbatches = m;
+      w.stage_s = t;
+      w.transfer_s = p.hop;
+      w.crosses_subcluster = p.cross;
+      w.memory_limit = hold;
+      w.epsilon = predict_.epsilon;
+      own = schedule::warmup_counts(w);
+    }
+    const std::vector<int>& N = own.empty() ? searched : own;
     // Each link direction carries one micro-batch per c_i: it paces the pipeline too. A stage
     // that alternates backwards and forwards (N_i < m) waits each round trip to the next stage
     // (eq. 12); one that runs all its forwards first (gpipe) does not.
@@ -375,7 +400,22 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       steady = std::max(steady, p.hop[i]);
       if (N[i] < m) steady = std::max(steady, (N[i + 1] * t_max + t_max + 2 * p.hop[i]) / N[i]);
     }
-    c.estimate_s = sum + (m - 1) * steady + tail;
+    // A stage that runs all its forwards before its first backward (N_i >= m) uses the link
+    // before it in one direction at a time: the m activations cross it, the last one goes on
+    // through every such stage after it and its first gradient comes back, then the m
+    // gradients cross it, and the last one goes back to stage 0. When that link is slower than
+    // the stages, this chain is the iteration (sim.cpp runs the stages so; eq. 12 assumes the
+    // two directions overlap): issue 20's midsize-9, a hop of 88 ms per micro-batch from the
+    // embedding's stage to 7 stages of warm-up m, estimated 3.145 s and simulated 3.780 s.
+    double chain = 0;
+    for (int i = 0; i + 1 < S; ++i) {
+      if (N[i + 1] < m) continue;
+      double path = 2 * m * p.hop[i];
+      for (int j = i + 1; j < S && N[j] >= m; ++j) path += t[j] + (j + 1 < S && N[j + 1] >= m ? 2 * p.hop[j] : 0);
+      for (int j = 0; j <= i; ++j) path += back[j] + (j < i ? p.hop[j] : 0);
+      chain = std::max(chain, path);
+    }
+    c.estimate_s = std::max(sum + (m - 1) * steady, chain) + tail;
   };
 
   // Whether some split has every t_i <= tau, exactly and in O(S·U·R): the units a stage can
