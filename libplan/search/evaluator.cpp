@@ -333,12 +333,15 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     }
     return F[at(0, 0)];
   };
-  // The estimate of the split the DP found.
+  // The estimate of the split the DP found. Per stage: its time, its backward, the micro-batches
+  // in flight its memory holds (h-1f1b's cap), and the chain of the stages from it that run all
+  // their forwards first (below); kept across calls.
+  std::vector<double> stage_t(S), back(S), run(S);
+  std::vector<int> hold(S);
   auto estimate = [&](const std::vector<int>& searched, Candidate& c) {
     c.first_unit.clear();
     c.recompute.clear();
-    std::vector<double> t(S), back(S);
-    std::vector<int> hold(S, m);  // micro-batches in flight each stage's memory holds (h-1f1b's cap)
+    std::fill(hold.begin(), hold.end(), m);
     double t_max = 0, sum = 0, tail = 0;
     // The last micro-batch's backward leaves stage i this long before it leaves stage 0: the
     // backwards and hops of the stages before it. The gradient sync and optimizer step of stage
@@ -350,9 +353,9 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       const Table& tb = *p.tables[i][r];
       c.first_unit.push_back(k);
       c.recompute.push_back(recompute_[r]);
-      t[i] = tb.sum(tb.time, k, e);
-      t_max = std::max(t_max, t[i]);
-      sum += t[i] + (i + 1 < S ? 2 * p.hop[i] : 0);
+      stage_t[i] = tb.sum(tb.time, k, e);
+      t_max = std::max(t_max, stage_t[i]);
+      sum += stage_t[i] + (i + 1 < S ? 2 * p.hop[i] : 0);
       const int replicas = l.pipelines * l.stages[i].dp * l.stages[i].cp;
       const double tied_head = e == U - 1 && k > 0 ? tb.tied : 0;  // gpt's head weights, held by the last stage too
       // gpt ties the token embedding to the head: a stage with one of them syncs it with the other's.
@@ -384,7 +387,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       schedule::WarmupInput w;
       w.kind = l.schedule;
       w.num_microbatches = m;
-      w.stage_s = t;
+      w.stage_s = stage_t;
       w.transfer_s = p.hop;
       w.crosses_subcluster = p.cross;
       w.memory_limit = hold;
@@ -407,13 +410,14 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     // the stages, this chain is the iteration (sim.cpp runs the stages so; eq. 12 assumes the
     // two directions overlap): issue 20's midsize-9, a hop of 88 ms per micro-batch from the
     // embedding's stage to 7 stages of warm-up m, estimated 3.145 s and simulated 3.780 s.
-    double chain = 0;
+    // run[j]: the forward and backward of stages j.. while they run all forwards first, with
+    // the hops between them; down: the backwards and hops from stage i back to stage 0.
+    for (int j = S - 1; j >= 0; --j)
+      run[j] = N[j] < m ? 0 : stage_t[j] + (j + 1 < S && N[j + 1] >= m ? 2 * p.hop[j] + run[j + 1] : 0);
+    double chain = 0, down = 0;
     for (int i = 0; i + 1 < S; ++i) {
-      if (N[i + 1] < m) continue;
-      double path = 2 * m * p.hop[i];
-      for (int j = i + 1; j < S && N[j] >= m; ++j) path += t[j] + (j + 1 < S && N[j + 1] >= m ? 2 * p.hop[j] : 0);
-      for (int j = 0; j <= i; ++j) path += back[j] + (j < i ? p.hop[j] : 0);
-      chain = std::max(chain, path);
+      down += back[i] + (i > 0 ? p.hop[i - 1] : 0);
+      if (N[i + 1] >= m) chain = std::max(chain, 2 * m * p.hop[i] + run[i + 1] + down);
     }
     c.estimate_s = std::max(sum + (m - 1) * steady, chain) + tail;
   };
