@@ -650,9 +650,10 @@ TEST_CASE("hetplan search --write-top N writes the N best plans, best first, bes
   CHECK(iteration(dir.path() + "/s.1.plan.json") == iteration(out));
 }
 
-// The ranking benchmark runs the plans --write-top writes: each must be a different plan (on the
-// fidelity benchmark's cluster the refinement reached a plan another algorithm had found, and it
-// was written twice, as the 2nd and the 4th).
+// The ranking benchmark runs the plans --write-top writes: each must be a different plan of a
+// different shape (on the fidelity benchmark's cluster the refinement reached a plan another
+// algorithm had found, and it was written twice, as the 2nd and the 4th; later the 2nd-4th were
+// one layout as one, two and four pipelines, priced alike and measured within noise).
 TEST_CASE("hetplan search --write-top writes distinct plans") {
   het::test::TempDir dir;
   const std::string out = dir.path() + "/s.plan.json";
@@ -661,12 +662,22 @@ TEST_CASE("hetplan search --write-top writes distinct plans") {
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   std::vector<nlohmann::json> seen;
+  std::vector<std::map<std::string, int>> shapes;
   for (int k = 1; k <= 6; ++k) {
     std::ifstream in(dir.path() + "/s." + std::to_string(k) + ".plan.json");
     if (!in) break;
     auto pipelines = nlohmann::json::parse(in)["pipelines"];
     INFO("plan " << k);
     for (const auto& before : seen) CHECK(before != pipelines);
+    // Its shape: every stage's subcluster, units, tp, cp and recompute, with the stage's
+    // replicas summed over pipelines.
+    std::map<std::string, int> shape;
+    for (const auto& q : pipelines)
+      for (const auto& st : q["stages"])
+        shape[st["subcluster"].dump() + st["layers"].dump() + st["tp"].dump() + st["cp"].dump() +
+              st.value("recompute", nlohmann::json("none")).dump()] += st["dp"].get<int>();
+    for (const auto& before : shapes) CHECK(before != shape);
+    shapes.push_back(std::move(shape));
     seen.push_back(std::move(pipelines));
   }
   CHECK(seen.size() >= 3);

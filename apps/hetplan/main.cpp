@@ -14,7 +14,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "het/version.hpp"
 #include "importer/importer.hpp"
@@ -346,6 +348,21 @@ int run_objective_search(const SearchArgs& a, const SearchInputs& in) {
   return 0;
 }
 
+// What a plan computes where, for --write-top: per stage its subcluster, units, tp, cp and
+// recompute, with the replicas of each summed over pipelines. Plans of one shape differ only in
+// how those replicas are grouped into pipelines, the micro-batching, which devices of a
+// subcluster they take, the schedule and its warm-ups: tunings of one layout that the model
+// prices within a fraction of a percent of each other (docs/executor.md "Does the ranking
+// hold?"), not alternatives a user would choose between or a measurement could order.
+std::map<std::vector<int>, int> plan_shape(const het::Plan& p) {
+  std::map<std::vector<int>, int> replicas;
+  for (const het::Pipeline& q : p.pipelines)
+    for (const het::Stage& st : q.stages)
+      replicas[{p.cluster.index_of(st.subcluster), st.first, st.last, st.tp, st.cp, static_cast<int>(st.recompute)}] +=
+          st.dp;
+  return replicas;
+}
+
 int run_search(const SearchArgs& a) {
   if (a.write_top > 0 && a.output.empty()) {
     std::cerr << "error: --write-top writes next to the plan of -o/--output; give -o\n";
@@ -375,10 +392,12 @@ int run_search(const SearchArgs& a) {
         stem.resize(stem.size() - std::strlen(ext));
         break;
       }
-    for (std::size_t k = 0; k < out->plans.size() && int(k) < a.write_top; ++k) {
+    std::set<std::map<std::vector<int>, int>> shapes;  // the best plan of each of the N best shapes
+    for (std::size_t k = 0; k < out->plans.size() && int(shapes.size()) < a.write_top; ++k) {
       auto plan = out->plans[k].plan;
+      if (!shapes.insert(plan_shape(plan)).second) continue;
       plan.profiles = in->profiles.used;
-      if (!write_file(stem + "." + std::to_string(k + 1) + ".plan.json", het::write_plan(plan))) return kInvalid;
+      if (!write_file(stem + "." + std::to_string(shapes.size()) + ".plan.json", het::write_plan(plan))) return kInvalid;
     }
   }
   if (a.format == "json") {
@@ -790,7 +809,9 @@ int main(int argc, char** argv) {
   search->add_option("--algo", search_args.algo, "auto (default), uniform, exhaustive, hapt, heteroauto, mcts or hexiscale")
       ->check(CLI::IsMember(het::search::algorithm_names()));
   search->add_option("--write-top", search_args.write_top,
-                     "also write the N best plans, best first, as OUTPUT-STEM.1.plan.json .. OUTPUT-STEM.N.plan.json (needs -o)")
+                     "also write the best plan of each of the N best shapes (stages, their units, subclusters, dp, tp, cp, "
+                     "recompute; not the grouping into pipelines, micro-batching, devices or schedule), best first, as "
+                     "OUTPUT-STEM.1.plan.json .. OUTPUT-STEM.N.plan.json (needs -o)")
       ->check(CLI::PositiveNumber);
   search->add_option("--memory-headroom", search_args.memory_headroom,
                      "fraction of each device's usable memory (its memory less the catalog's or cluster's reserve) every "
