@@ -351,9 +351,9 @@ int run_objective_search(const SearchArgs& a, const SearchInputs& in) {
 // What a plan computes where, for --write-top: per stage its subcluster, units, tp, cp and
 // recompute, with the replicas of each summed over pipelines. Plans of one shape differ only in
 // how those replicas are grouped into pipelines, the micro-batching, which devices of a
-// subcluster they take, the schedule and its warm-ups: tunings of one layout that the model
-// prices within a fraction of a percent of each other (docs/executor.md "Does the ranking
-// hold?"), not alternatives a user would choose between or a measurement could order.
+// subcluster they take, the schedule and its warm-ups: tunings of one layout, of which the best
+// is kept. On the ranking bench's clusters the model priced such variants within 0.1% of each
+// other (docs/executor.md "Does the ranking hold?"), below what a measurement can order.
 std::map<std::vector<int>, int> plan_shape(const het::Plan& p) {
   std::map<std::vector<int>, int> replicas;
   for (const het::Pipeline& q : p.pipelines)
