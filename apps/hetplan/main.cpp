@@ -412,7 +412,7 @@ int run_search(const SearchArgs& a) {
               << (r.iteration_s ? fmt("%6.3fx", *r.iteration_s / best.plan.predicted->iteration_s) : std::string("      -"))
               << "  " << fmt("%7.2f", r.seconds) << "  " << fmt("%7.0f", double(r.candidates)) << "  "
               << (r.timed_out ? "time budget reached; " : "") << r.note << "\n";
-  std::cout << "lower bound  " << fmt("%11.4f", out->lower_bound_s) << " s (total work / total throughput); gap "
+  std::cout << "lower bound  " << fmt("%11.4f", out->lower_bound_s) << " s (no plan of identical pipelines is faster: search/algorithms.hpp); gap "
             << fmt("%.1f %%", 100 * best.plan.algorithm->gap) << "\n";
   if (!a.output.empty()) std::cout << "wrote " << a.output << "\n";
   return 0;

@@ -150,12 +150,32 @@ std::vector<Shape3> factorisations(const Evaluator& eval, int sub, int devices);
 // mcts's reward scale: the layers of the global batch over Σ devices' layer rates (the fastest
 // per-sequence layer time over `micro_batch_sizes`, tp = 1, whether or not it fits memory).
 double peak_work_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes);
-// The lower bound printed with a plan: no plan's iteration is shorter. Total work / total
-// throughput, where each subcluster's throughput is that of its best stage shape (tp, cp),
-// micro-batch and recomputation in which one layer with one micro-batch in flight fits a
-// device — memory-forced tp, cp and recomputation, and their collectives, counted — and the
-// work includes the embedding and the head (search.cpp). It assumes nothing else: no bubble,
-// no transfer, no gradient sync and no optimizer step.
+// Lower bounds on the iteration of every plan of the search's space (bound.cpp): layouts of k
+// identical pipelines whose stages are runs of units on (dp, cp, tp) shapes of factorisations(),
+// as the simulator times them.
+// work_lower_bound: total work / total throughput, where each subcluster's throughput is that
+// of its best stage shape (tp, cp), micro-batch and recomputation in which one layer with one
+// micro-batch in flight fits a device — memory-forced tp, cp and recomputation, and their
+// collectives, counted — and the work includes the embedding and the head. It assumes nothing
+// else: no bubble, no transfer, no gradient sync and no optimizer step.
 double work_lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes);
+// pipeline_lower_bound: the least T that some (pipelines P, micro-batch b) admits, where T
+// admits (P, b) when the units can be cut into stages, each on some shape that holds its run
+// with one micro-batch in flight, such that for every stage s
+//   T >= pi_s + m·c_s          (the bubble: its first micro-batch arrives after the forwards
+//                               of the stages before it, and its last gradient goes back
+//                               through their backwards; pi_s the sum of their c's)
+//   T >= m·c_s + tail_s        (its gradient sync — over P·dp·cp replicas on the fastest block
+//                               placement — and optimizer step follow its last backward)
+// with m = global batch / (P·b) and c_s the stage's forward + backward of a micro-batch, and
+// the stages' devices over all pipelines fit the cluster, relaxed with prices per device of
+// each subcluster (any prices give a necessary condition; the bound is the best of a few). It
+// leaves out the hops, the memory's cap on micro-batches in flight, and gpt's tied-embedding
+// ring. `start`: a scale for T (the work bound); `upper` (0: none): an iteration some plan
+// achieves (the search's best), so that ways of computing a stage that are slower are left out
+// and the bound is at most it; 0 when nothing fits.
+double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes, double start, double upper);
+// The bound printed with a plan: the larger of the two.
+double lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes, double upper);
 
 }  // namespace het::search

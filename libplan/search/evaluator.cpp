@@ -185,6 +185,22 @@ double Evaluator::hop(const StageShape& a, int offset_a, const StageShape& b, in
   return c;
 }
 
+std::pair<LinkSpec, LinkSpec> Evaluator::sync_links(const StageShape& sh, int pipelines, int offset) const {
+  // The stage of every pipeline: its gradient-sync rings, whose links depend on the shape and
+  // on where its block starts within a node (memoised: every layout's stages ask).
+  const Key<6> key = {sh.sub, sh.dp, sh.cp, sh.tp, pipelines, offset % cluster_.subclusters[sh.sub].devices_per_node};
+  {
+    std::shared_lock lock(mutex_);
+    if (auto it = sync_links_.find(key); it != sync_links_.end()) return it->second;
+  }
+  const Stage all = stage_on(cluster_, sh, offset % cluster_.subclusters[sh.sub].devices_per_node, pipelines * sh.devices());
+  std::pair<LinkSpec, LinkSpec> links{predict::sync_link(cluster_, {&all}, predict::Rings::per_shard),
+                                      predict::sync_link(cluster_, {&all}, predict::Rings::one)};
+  std::unique_lock lock(mutex_);
+  sync_links_.emplace(key, links);
+  return links;
+}
+
 std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
   if (!admissible(l)) return std::nullopt;
   Prepared p;
@@ -202,24 +218,10 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
   tied_key[0] = l.pipelines;
   for (int i = 0; i < S; ++i) {
     const StageShape& sh = l.stages[i];
-    const SubclusterSpec& sub = cluster_.subclusters[sh.sub];
     p.offset.push_back(cursor[sh.sub]);
-    // The stage of every pipeline: its gradient-sync rings, whose links depend on the shape and
-    // on where its block starts within a node (memoised: every layout's stages ask).
-    const Key<6> key = {sh.sub, sh.dp, sh.cp, sh.tp, l.pipelines, cursor[sh.sub] % sub.devices_per_node};
-    std::optional<std::pair<LinkSpec, LinkSpec>> links;
-    {
-      std::shared_lock lock(mutex_);
-      if (auto it = sync_links_.find(key); it != sync_links_.end()) links = it->second;
-    }
-    if (!links) {
-      const Stage all = stage_on(cluster_, sh, cursor[sh.sub], l.pipelines * sh.devices());
-      links.emplace(predict::sync_link(cluster_, {&all}, predict::Rings::per_shard), predict::sync_link(cluster_, {&all}, predict::Rings::one));
-      std::unique_lock lock(mutex_);
-      sync_links_.emplace(key, *links);
-    }
-    p.sync_link.push_back(links->first);
-    p.whole_link.push_back(links->second);
+    const std::pair<LinkSpec, LinkSpec> links = sync_links(sh, l.pipelines, cursor[sh.sub]);
+    p.sync_link.push_back(links.first);
+    p.whole_link.push_back(links.second);
     if (tied && (i == 0 || i == S - 1)) {
       const std::array<int, 5> end = {sh.sub, sh.dp, sh.cp, sh.tp, cursor[sh.sub]};
       std::copy(end.begin(), end.end(), tied_key.begin() + (i == 0 ? 1 : 6));

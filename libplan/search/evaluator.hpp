@@ -27,6 +27,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cost/compute.hpp"
@@ -115,6 +116,10 @@ class Evaluator {
   // devices from `offset_a` of its subcluster to one of shape `b` from `offset_b`, with
   // `sharers` pipelines on the same NICs; memoised by the node pattern of both blocks.
   double hop(const StageShape& a, int offset_a, const StageShape& b, int offset_b, int micro_batch_size, int sharers) const;
+  // The gradient-sync links of stage shape `sh` with `pipelines` copies side by side from device
+  // `offset` of its subcluster (predict::sync_link): per shard, and the ring over every holder
+  // of the parameters held whole; memoised by the offset within a node.
+  std::pair<LinkSpec, LinkSpec> sync_links(const StageShape& sh, int pipelines, int offset) const;
   const std::vector<Recompute>& recompute_options() const { return recompute_; }
   const predict::Options& predict_options() const { return predict_; }
   const cost::ComputeModel& compute() const { return compute_; }

@@ -34,66 +34,6 @@ double default_time_budget(const ClusterSpec& cluster) {
   return std::clamp(cluster.num_devices() / 200.0, 8.0, 45.0);
 }
 
-double peak_work_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
-  const ModelSpec& m = eval.model();
-  const ClusterSpec& c = eval.cluster();
-  double rate = 0;
-  for (std::size_t j = 0; j < c.subclusters.size(); ++j) {
-    double best = 1e300;
-    for (int mbs : mbs_list) {
-      Layout l;
-      l.micro_batch_size = mbs;
-      l.stages = {{int(j), 1, 1, 1}};
-      const StageTable& t = eval.table(l, 0, 0, Recompute::none);
-      best = std::min(best, t.sum(t.time, 1, 1) / mbs);
-    }
-    rate += c.subclusters[j].num_devices() / best;
-  }
-  const double layers = eval.num_units() - 2;  // sublayer units count as themselves
-  return layers * m.training.global_batch_size / rate;
-}
-
-double work_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list) {
-  const ModelSpec& m = eval.model();
-  const ClusterSpec& c = eval.cluster();
-  const int per_layer = eval.granularity() == Granularity::sublayer ? 2 : 1;  // units of one layer
-  const int U = eval.num_units();
-  // Per subcluster, the least device-time one sequence costs a layer (forward and backward)
-  // over every stage shape (tp, cp) a layer can be computed in there: the micro-batch, the
-  // recomputation and the shape chosen so that one layer with one micro-batch in flight fits a
-  // device (its model state sharded as widely as ZeRO could: every device of the subcluster a
-  // replica), the shape's collectives included. Every plan computes every layer of every
-  // sequence on some such shape, so its devices spend at least that much time on each; the
-  // embedding and the head cost at least their least ratio to a layer on any subcluster.
-  double rate = 0, extra = 1e300;  // layers per second of all devices; head + embedding in layers
-  for (std::size_t j = 0; j < c.subclusters.size(); ++j) {
-    const int n = c.subclusters[j].num_devices();
-    double best = 1e300, ends = 1e300;
-    for (int g = 1; g <= n; g *= 2)
-      for (const Shape3& f : factorisations(eval, int(j), g)) {
-        if (f.dp != 1) continue;
-        for (int mbs : mbs_list) {
-          Layout l;
-          l.pipelines = n / g;  // as many replicas as the subcluster holds: the leanest model state
-          l.micro_batch_size = mbs;
-          l.stages = {{int(j), 1, f.cp, f.tp}};
-          for (Recompute r : eval.recompute_options()) {  // cheapest first: the first that fits is the fastest
-            const StageTable& t = eval.table(l, 0, 0, r);
-            if (t.memory(1, per_layer, f.tp, 1, false) > t.capacity) continue;
-            const double layer = t.sum(t.time, 1, per_layer);
-            const double device_s = layer / mbs * f.tp * f.cp;
-            if (device_s < best) best = device_s, ends = (t.sum(t.time, 0, 0) + t.sum(t.time, U - 1, U - 1)) / layer;
-            break;
-          }
-        }
-      }
-    if (best < 1e300) rate += n / best, extra = std::min(extra, ends);
-  }
-  if (rate <= 0) return 0;
-  const double layers = double(U - 2) / per_layer;
-  return (layers + extra) * m.training.global_batch_size / rate;
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -478,7 +418,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   if (ranked.empty()) return Diagnostic{"", 0, 0, "", binding_constraint(eval, algorithm)};
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  out.lower_bound_s = work_lower_bound(eval, opt.micro_batch_sizes.empty() ? model.training.micro_batch_sizes : opt.micro_batch_sizes);
+  out.lower_bound_s = lower_bound(eval, opt.micro_batch_sizes.empty() ? model.training.micro_batch_sizes : opt.micro_batch_sizes,
+                                  ranked.front().first);
   for (auto& [t, outcome] : ranked) {
     AlgorithmInfo info;
     info.name = algorithm;

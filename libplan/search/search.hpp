@@ -87,7 +87,7 @@ struct AlgorithmReport {
 struct SearchOutput {
   std::vector<predict::Outcome> plans;  // best first
   std::vector<AlgorithmReport> algorithms;
-  double lower_bound_s = 0;             // total work / total effective throughput
+  double lower_bound_s = 0;             // search::lower_bound: no plan of the search's space is faster
   double seconds = 0;
 };
 
