@@ -95,6 +95,10 @@ struct Ways {
   const std::vector<Way>& at(int a, int e) const { return of[std::size_t(a) * U + e]; }
 };
 
+bool dominates(const Way& x, const Way& y) {  // x is no worse than y on the same subcluster
+  return x.sub == y.sub && x.devices <= y.devices && x.c <= y.c && x.tail <= y.tail;
+}
+
 Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
   const ModelSpec& model = eval.model();
   const ClusterSpec& cluster = eval.cluster();
@@ -126,16 +130,19 @@ Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
             all = {std::max(all.bandwidth, y.bandwidth), std::min(all.latency, y.latency)};
           }
         };
-        std::vector<const StageTable*> tables;
-        for (Recompute r : eval.recompute_options()) tables.push_back(&eval.table(l, 0, 0, r));
+        // Each recomputation's table, made when a run needs it (most runs fit without).
+        const std::vector<Recompute>& options = eval.recompute_options();
+        std::vector<const StageTable*> tables(options.size(), nullptr);
+        auto fitting = [&](int a, int e) -> const StageTable* {  // the cheapest recomputation that fits
+          for (std::size_t r = 0; r < options.size(); ++r) {
+            if (!tables[r]) tables[r] = &eval.table(l, 0, 0, options[r]);
+            if (tables[r]->memory(a, e, f.tp, 1, e == U - 1) <= tables[r]->capacity) return tables[r];
+          }
+          return nullptr;
+        };
         for (int a = 0; a < U; ++a)
           for (int e = a; e < U; ++e) {
-            const StageTable* t = nullptr;  // the cheapest recomputation that fits
-            for (const StageTable* x : tables)
-              if (x->memory(a, e, f.tp, 1, e == U - 1) <= x->capacity) {
-                t = x;
-                break;
-              }
+            const StageTable* t = fitting(a, e);
             if (!t) break;  // nor does any longer run
             const double c = t->sum(t->time, a, e);
             if (m * c > cap) break;  // a stage this slow cannot beat `cap`, nor can a longer one
@@ -149,9 +156,6 @@ Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
             if (m * c + tail > cap) continue;
             const Way way{int(j), g, c, tail};
             std::vector<Way>& front = w.of[std::size_t(a) * U + e];
-            auto dominates = [](const Way& x, const Way& y) {
-              return x.sub == y.sub && x.devices <= y.devices && x.c <= y.c && x.tail <= y.tail;
-            };
             if (std::any_of(front.begin(), front.end(), [&](const Way& x) { return dominates(x, way); })) continue;
             front.erase(std::remove_if(front.begin(), front.end(), [&](const Way& x) { return dominates(way, x); }), front.end());
             front.push_back(way);
