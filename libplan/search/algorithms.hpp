@@ -170,10 +170,13 @@ double work_lower_bound(const Evaluator& eval, const std::vector<int>& micro_bat
 // with m = global batch / (P·b) and c_s the stage's forward + backward of a micro-batch, and
 // the stages' devices over all pipelines fit the cluster, relaxed with prices per device of
 // each subcluster (any prices give a necessary condition; the bound is the best of a few). It
-// leaves out the hops, the memory's cap on micro-batches in flight, and gpt's tied-embedding
-// ring. `start`: a scale for T (the work bound); `upper` (0: none): an iteration some plan
-// achieves (the search's best), so that ways of computing a stage that are slower are left out
-// and the bound is at most it; 0 when nothing fits.
+// charges too each stage's cap on micro-batches in flight: T >= m·(c_s + Σ_{t>s} c_t)/h_s, h_s
+// what its memory holds (every schedule's warm-up count fits it; a micro-batch holds its place
+// from its forward at s to its backward there), Σ_{t>s} c_t at least the fastest cut of the
+// units after s. It leaves out the hops and gpt's tied-embedding ring. `start`: a scale for T
+// (the work bound); `upper` (0: none): an iteration some plan achieves (the search's best),
+// so that ways of computing a stage that are slower are left out and the bound is at most it;
+// 0 when nothing fits.
 double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes, double start, double upper);
 // The bound printed with a plan: the larger of the two.
 double lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes, double upper);

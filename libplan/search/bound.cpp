@@ -83,20 +83,24 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Way {
   int sub, devices;
   double c, tail;
+  int hold;  // the micro-batches in flight its memory holds (at most m)
 };
 
 // The ways of every run of units for P pipelines of micro-batch b: per (first, last) unit, the
-// Pareto front over (devices, c, tail) of every shape (factorisations(): the search's (dp, cp,
-// tp), dp dividing b) whose P copies fit the subcluster, each with its cheapest recomputation
+// Pareto front over (devices, c, tail, hold) of every shape (factorisations(): the search's
+// (dp, cp, tp), dp dividing b) whose P copies fit the subcluster, under every recomputation
 // that holds the run with one micro-batch in flight (ZeRO over its replicas, as the tables).
+// rest[u]: the least Σ c of any cut of units u.. into stages (rest[U] = 0), which the round
+// trip of a micro-batch from a stage ending at u − 1 takes at least.
 struct Ways {
   int U = 0;
   std::vector<std::vector<Way>> of;  // [a * U + e]
+  std::vector<double> rest;          // [U + 1]
   const std::vector<Way>& at(int a, int e) const { return of[std::size_t(a) * U + e]; }
 };
 
 bool dominates(const Way& x, const Way& y) {  // x is no worse than y on the same subcluster
-  return x.sub == y.sub && x.devices <= y.devices && x.c <= y.c && x.tail <= y.tail;
+  return x.sub == y.sub && x.devices <= y.devices && x.c <= y.c && x.tail <= y.tail && x.hold >= y.hold;
 }
 
 Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
@@ -133,35 +137,51 @@ Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
         // Each recomputation's table, made when a run needs it (most runs fit without).
         const std::vector<Recompute>& options = eval.recompute_options();
         std::vector<const StageTable*> tables(options.size(), nullptr);
-        auto fitting = [&](int a, int e) -> const StageTable* {  // the cheapest recomputation that fits
-          for (std::size_t r = 0; r < options.size(); ++r) {
-            if (!tables[r]) tables[r] = &eval.table(l, 0, 0, options[r]);
-            if (tables[r]->memory(a, e, f.tp, 1, e == U - 1) <= tables[r]->capacity) return tables[r];
-          }
-          return nullptr;
+        auto table = [&](std::size_t r) -> const StageTable& {
+          if (!tables[r]) tables[r] = &eval.table(l, 0, 0, options[r]);
+          return *tables[r];
         };
         for (int a = 0; a < U; ++a)
           for (int e = a; e < U; ++e) {
-            const StageTable* t = fitting(a, e);
-            if (!t) break;  // nor does any longer run
-            const double c = t->sum(t->time, a, e);
-            if (m * c > cap) break;  // a stage this slow cannot beat `cap`, nor can a longer one
-            // gpt's tied embedding is synced on a ring of its own (left out: a lower bound).
-            const double params = t->sum(t->params, a, e) - (a == 0 ? wte : 0), whole = t->sum(t->whole, a, e) - (a == 0 ? wte : 0);
-            links();
-            const double sync = predict::stage_sync_s(model, params, whole, f.tp, replicas, split, all, 0, 0, split);
-            const double opt = predict::optimizer_s(eval.compute(), model, *t->device, f.tp, params, whole,
-                                                    model.training.zero_stage >= 1 ? replicas : 1);
-            const double tail = std::max(0.0, sync - (overlap ? t->sum(t->backward, a, e) : 0)) + opt;
-            if (m * c + tail > cap) continue;
-            const Way way{int(j), g, c, tail};
+            // The options are ordered by cost (the evaluator's): the first that fits is the
+            // fastest, the later ones may hold more micro-batches in flight.
+            std::size_t r = 0;
+            while (r < options.size() && table(r).memory(a, e, f.tp, 1, e == U - 1) > table(r).capacity) ++r;
+            if (r == options.size()) break;  // nor does any longer run
+            if (m * table(r).sum(table(r).time, a, e) > cap) break;  // a stage this slow cannot beat `cap`, nor can a longer one
             std::vector<Way>& front = w.of[std::size_t(a) * U + e];
-            if (std::any_of(front.begin(), front.end(), [&](const Way& x) { return dominates(x, way); })) continue;
-            front.erase(std::remove_if(front.begin(), front.end(), [&](const Way& x) { return dominates(way, x); }), front.end());
-            front.push_back(way);
+            for (; r < options.size(); ++r) {
+              const StageTable& t = table(r);
+              const bool head = e == U - 1;
+              if (t.memory(a, e, f.tp, 1, head) > t.capacity) continue;
+              const double c = t.sum(t.time, a, e);
+              if (m * c > cap) continue;
+              // gpt's tied embedding is synced on a ring of its own (left out: a lower bound).
+              const double params = t.sum(t.params, a, e) - (a == 0 ? wte : 0), whole = t.sum(t.whole, a, e) - (a == 0 ? wte : 0);
+              links();
+              const double sync = predict::stage_sync_s(model, params, whole, f.tp, replicas, split, all, 0, 0, split);
+              const double opt = predict::optimizer_s(eval.compute(), model, *t.device, f.tp, params, whole,
+                                                      model.training.zero_stage >= 1 ? replicas : 1);
+              const double tail = std::max(0.0, sync - (overlap ? t.sum(t.backward, a, e) : 0)) + opt;
+              if (m * c + tail > cap) continue;
+              // Memory is linear in the micro-batches in flight; every schedule's warm-up count
+              // is what the stage holds at most (schedule.hpp) and fits memory (predict).
+              const double one = t.memory(a, e, f.tp, 1, head), per = t.sum(t.act, a, e);
+              int hold = per > 0 ? int(std::min<double>(m, std::floor((t.capacity - one) / per) + 1)) : m;
+              while (hold < m && t.memory(a, e, f.tp, hold + 1, head) <= t.capacity) ++hold;  // never below the exact count
+              const Way way{int(j), g, c, tail, std::max(1, hold)};
+              if (std::any_of(front.begin(), front.end(), [&](const Way& x) { return dominates(x, way); })) continue;
+              front.erase(std::remove_if(front.begin(), front.end(), [&](const Way& x) { return dominates(way, x); }), front.end());
+              front.push_back(way);
+            }
           }
       }
   }
+  w.rest.assign(std::size_t(U) + 1, kInf);
+  w.rest[U] = 0;
+  for (int a = U - 1; a >= 0; --a)
+    for (int e = a; e < U; ++e)
+      for (const Way& x : w.at(a, e)) w.rest[a] = std::min(w.rest[a], x.c + w.rest[e + 1]);
   return w;
 }
 
@@ -170,6 +190,9 @@ Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
 //   T >= pi + m·c    (its first micro-batch arrives after the forwards of the stages before it,
 //                     and its last gradient leaves back through their backwards: pi, their c's)
 //   T >= m·c + tail  (its sync and optimizer step follow its last backward)
+//   T >= m·(c + rest)/hold  (each micro-batch holds one of its `hold` places in memory from
+//                     its forward to its backward there, through every later stage's forward
+//                     and backward: c + rest at least; m of them in T)
 // whose devices, priced `price` per device of each subcluster, cost at most what the cluster
 // has (Lagrangian relaxation: any prices >= 0 give a necessary condition). pi is kept rounded
 // down to a multiple of `width` (a relaxation too). `used` gets the cheapest cut's devices per
@@ -199,6 +222,7 @@ bool feasible(const Ways& w, int P, int m, double T, double width, const std::ve
           if (way.c > room) continue;
           any = true;
           if (m * way.c + way.tail > T) continue;
+          if (way.hold < m && m * (way.c + w.rest[e + 1]) > T * way.hold) continue;
           const double next = pi + way.c;
           if (e + 1 < U && next >= T) continue;  // no later stage could start in time
           const int nk = std::min(K - 1, int(next / width));
