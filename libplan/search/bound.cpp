@@ -311,15 +311,25 @@ double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_l
     auto admits = [&](double t) { return feasible(w, co.P, m, t, width, price, have, used); };
     long found = index_at(1e-2 * start);  // infeasible under some prices: no plan of this combination is faster
     if (admits(grid(found))) return;      // (a bound of 0)
+    long top = -1;  // the bracket's top under the first prices: a T they admit
     for (int step = 0; step <= kPriceSteps; ++step) {
-      long lo = found, hi;
-      if (cap < kInf) {
+      long lo = found, hi = -1;
+      if (top > found + 1) {
+        // New prices raise the bound only when they rule out a T above the one found, and
+        // they move it little: galloping up from it tests a few T where a bisection over the
+        // whole bracket tested ~17 (10,000 devices: the bound took 2 s of 10 s).
+        long d = 1;
+        while (found + d < top && !admits(grid(found + d))) lo = found + d, d *= 2;
+        if (found + d < top) hi = found + d;  // admitted
+        else lo = found;                      // none below the top: the whole bracket, as at first
+      }
+      if (hi < 0 && cap < kInf) {
         if (!admits(cap)) {  // as good as the least so far: it cannot lower the bound
           co.bound = cap;
           return;
         }
-        hi = index_at(cap);  // admitted: by the ways that run below the cap, which ways_of kept
-      } else {
+        hi = top = index_at(cap);  // admitted: by the ways that run below the cap, which ways_of kept
+      } else if (hi < 0) {
         hi = std::max(index_at(start), found + 1);
         int grow = 0;
         while (grow <= 6 && !admits(grid(hi))) lo = hi, hi += long(std::log(2.0) / kStep), ++grow;
@@ -327,6 +337,7 @@ double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_l
           found = lo;
           break;
         }
+        top = hi;
       }
       while (hi - lo > 1) {
         const long mid = lo + (hi - lo) / 2;
