@@ -102,15 +102,22 @@ LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& 
   std::vector<Run> runs;
   std::map<std::pair<std::string, int>, std::set<int>> on_node;
   int p = 0;
-  for (const Stage* s : members)
+  for (const Stage* s : members) {
+    // A stage's devices lie node by node: the node's entry is looked up when the node changes
+    // (on 10,000 devices the search's lower bound asks for rings of up to 1,250 devices of
+    // thousands of shapes, and a lookup per device was most of its time).
+    std::set<int>* shards = nullptr;
+    int node = -1;
     for (std::size_t k = 0; k < s->devices.size(); ++k) {
-      const std::pair<std::string, int> at{s->subcluster, s->devices[k].node};
-      on_node[at].insert(int(k) % s->tp);
+      if (!shards || s->devices[k].node != node) node = s->devices[k].node, shards = &on_node[{s->subcluster, node}];
+      if (int(shards->size()) < s->tp) shards->insert(int(k) % s->tp);
       if (rings == Rings::per_shard && int(k) % s->tp != 0) continue;
       ++p;
-      if (runs.empty() || runs.back().at != at) runs.push_back({at, 0});
+      if (runs.empty() || runs.back().at.second != node || runs.back().at.first != s->subcluster)
+        runs.push_back({{s->subcluster, node}, 0});
       ++runs.back().members;
     }
+  }
   if (runs.size() > 1 && runs.front().at == runs.back().at)  // the ring closes on the node it started on
     runs.front().members += runs.back().members, runs.pop_back();
   if (runs.size() == 1) return cluster.find(runs.front().at.first)->intra_node;

@@ -186,9 +186,12 @@ double Evaluator::hop(const StageShape& a, int offset_a, const StageShape& b, in
 }
 
 std::pair<LinkSpec, LinkSpec> Evaluator::sync_links(const StageShape& sh, int pipelines, int offset) const {
-  // The stage of every pipeline: its gradient-sync rings, whose links depend on the shape and
-  // on where its block starts within a node (memoised: every layout's stages ask).
-  const Key<6> key = {sh.sub, sh.dp, sh.cp, sh.tp, pipelines, offset % cluster_.subclusters[sh.sub].devices_per_node};
+  // The stage of every pipeline: its gradient-sync rings, whose links depend on the devices of
+  // all its copies, its tp (which of them are shard 0) and where its block starts within a
+  // node (predict::sync_link reads nothing else): memoised so, every layout's stages ask, and
+  // shapes of one tp and size share an entry (the lower bound asks for thousands of shapes on
+  // 10,000 devices).
+  const Key<4> key = {sh.sub, sh.tp, pipelines * sh.devices(), offset % cluster_.subclusters[sh.sub].devices_per_node};
   {
     std::shared_lock lock(mutex_);
     if (auto it = sync_links_.find(key); it != sync_links_.end()) return it->second;

@@ -118,7 +118,8 @@ class Evaluator {
   double hop(const StageShape& a, int offset_a, const StageShape& b, int offset_b, int micro_batch_size, int sharers) const;
   // The gradient-sync links of stage shape `sh` with `pipelines` copies side by side from device
   // `offset` of its subcluster (predict::sync_link): per shard, and the ring over every holder
-  // of the parameters held whole; memoised by the offset within a node.
+  // of the parameters held whole; memoised by what the rings depend on: the subcluster, tp,
+  // the devices of all copies and the offset within a node.
   std::pair<LinkSpec, LinkSpec> sync_links(const StageShape& sh, int pipelines, int offset) const;
   const std::vector<Recompute>& recompute_options() const { return recompute_; }
   const predict::Options& predict_options() const { return predict_; }
@@ -166,7 +167,7 @@ class Evaluator {
   mutable std::shared_mutex mutex_;
   mutable std::unordered_map<Key<10>, std::unique_ptr<Table>, KeyHash> tables_;
   mutable std::unordered_map<Key<13>, double, KeyHash> hops_;
-  mutable std::unordered_map<Key<6>, std::pair<LinkSpec, LinkSpec>, KeyHash> sync_links_;  // a stage's gradient-sync links: per shard, whole
+  mutable std::unordered_map<Key<4>, std::pair<LinkSpec, LinkSpec>, KeyHash> sync_links_;  // a stage's gradient-sync links: per shard, whole
   mutable std::unordered_map<Key<11>, LinkSpec, KeyHash> tied_links_;  // gpt's tied-embedding ring: both ends' shapes and blocks
 };
 
