@@ -164,9 +164,9 @@ std::vector<Layout> neighbours(const Evaluator& eval, const Layout& l) {
   // with their subclusters' order kept. Which subcluster holds the embedding (the first
   // stage's warm-up holds the most micro-batches) and which the head changes, and nothing
   // else; a swap of neighbouring runs reaches a rotation of three or more runs only through
-  // a route in between that may estimate far worse. 10,000 devices (issue 20): 5 runs of 9
+  // a route in between that may estimate far worse. 10,000 devices (issue 20): 8 runs of 22
   // converged on the route s6 s0 s3 (estimate 1.2052 s, simulated 1.1783) where s3 s6 s0
-  // reaches 1.0763 (1.0623).
+  // reaches 1.0763 (1.0623; 7 of the 22, 10 of 10 with the rotations).
   for (int i = 1; i < S; ++i) {
     if (l.stages[i - 1].sub == l.stages[i].sub) continue;
     if (i == 1 || i == S - 1) continue;  // a single end stage moved: above
