@@ -169,7 +169,9 @@ std::vector<Layout> neighbours(const Evaluator& eval, const Layout& l) {
   // reaches 1.0763 (1.0623; 7 of the 22, 10 of 10 with the rotations).
   for (int i = 1; i < S; ++i) {
     if (l.stages[i - 1].sub == l.stages[i].sub) continue;
-    if (i == 1 || i == S - 1) continue;  // a single end stage moved: above
+    // A single end stage moved to the other end: the move above (which leaves out pipelines
+    // whose two end stages are alike).
+    if (i == 1 || i == S - 1) continue;
     Layout n = l;
     std::rotate(n.stages.begin(), n.stages.begin() + i, n.stages.end());
     out.push_back(n);
