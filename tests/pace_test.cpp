@@ -70,3 +70,29 @@ TEST_CASE("a paced device takes the median of the same run of compute's last tim
   }
   CHECK(plain.computed_s() - before >= 6e-3);
 }
+
+TEST_CASE("a paced device stretches its operations' compute, never the host's between them") {
+  het::runtime::Pace pace(4, /*cpu_clock=*/true);
+  pace.begin("B0");
+  spin_cpu(1e-3);
+  pace.end();
+  // Between operations the host records the trace, copies a send, builds the next batch: a
+  // wait for the next micro-batch's data then stretches none of it (the device is idle).
+  const double idle = pace.computed_s();
+  spin_cpu(3e-3);
+  pace.wait([] { return 0; });
+  CHECK(pace.computed_s() == idle);
+  spin_cpu(1e-3);
+  pace.settle();
+  CHECK(pace.computed_s() == idle);
+  // Inside an operation a wait (a collective) settles the compute before it, stretched.
+  pace.begin("B1");
+  spin_cpu(2e-3);
+  pace.wait([] { return 0; });
+  CHECK(pace.computed_s() - idle >= 4 * 2e-3);
+  // The operation's compute after the wait is its own run, settled by end().
+  const double waited = pace.computed_s();
+  spin_cpu(1e-3);
+  pace.end();
+  CHECK(pace.computed_s() - waited >= 4 * 1e-3);
+}

@@ -28,6 +28,7 @@ void Pace::mark() {
 void Pace::begin(std::string_view op) {
   op_.assign(op);
   chunk_ = 0;
+  busy_ = true;
   mark();
 }
 
@@ -47,6 +48,7 @@ double Pace::typical(double compute) {
 }
 
 void Pace::settle() {
+  if (!busy_) return mark();
   const double measured = (cpu_clock_ ? seconds(CLOCK_THREAD_CPUTIME_ID) : seconds(CLOCK_MONOTONIC)) - mark_compute_;
   const double compute = factor_ > 1 ? typical(measured) : measured;
   computed_s_ += factor_ * compute;

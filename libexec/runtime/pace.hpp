@@ -5,7 +5,11 @@
 // core, and N ranks can share few cores without contending (while one sleeps, another
 // computes).
 //
-// Compute is what the thread does between waits. With `cpu_clock` it is measured in the
+// Compute is what the thread does inside a device operation (begin() ... end()) between
+// waits; what it does between operations (the trace, a memory sample, a send's copy, the next
+// batch) is the host's, which a GPU's host does while the device computes: never stretched.
+// Stretched, it was 0.2-1.8 ms of every "wait B" of a tp-2 stage under X = 32, most of that
+// stage's waiting (docs/executor.md "The host's bookkeeping is not the device's"). With `cpu_clock` it is measured in the
 // thread's CPU time (CLOCK_THREAD_CPUTIME_ID): time the thread spends descheduled (another
 // rank on its core) does not count, so a dilated run measures the same whatever else the
 // machine runs. That is right only when the thread does all of its rank's compute (the CPU
@@ -35,16 +39,23 @@ class Pace {
   Pace(double factor, bool cpu_clock);
 
   // Stretches the compute since the last mark to `factor` times the median duration of this
-  // run of compute (sleeps until mark + factor × median), then marks.
+  // run of compute (sleeps until mark + factor × median), then marks; outside an operation it
+  // only marks.
   void settle();
   // A device operation starts: marks (as restart()), and names the runs of compute that follow
   // (op, 0), (op, 1), ... until the next begin().
   void begin(std::string_view op);
+  // The operation ends: settles its last run of compute. Until the next begin() the device is
+  // idle: settle() and wait() stretch nothing.
+  void end() {
+    settle();
+    busy_ = false;
+  }
   // Starts the device's compute now: what ran since the last mark is not stretched (the host's
   // bookkeeping between the device's operations: the next batch, a send's copy, the trace).
   void restart() { mark(); }
-  // Runs a blocking call: settles the compute before it, and marks after it (the wait itself
-  // is not stretched).
+  // Runs a blocking call: settles the compute before it (inside an operation), and marks after
+  // it (the wait itself is not stretched).
   template <class F>
   decltype(auto) wait(F&& blocking) {
     settle();
@@ -76,6 +87,7 @@ class Pace {
   int chunk_ = 0;
   std::unordered_map<std::string, Runs> runs_;
   bool cpu_clock_;
+  bool busy_ = false;  // inside an operation (begin() ... end())
   double mark_wall_ = 0, mark_compute_ = 0;
   double computed_s_ = 0;
 };

@@ -194,7 +194,9 @@ std::vector<int> boundary_ranks(const program::Topology& topo, const Pipeline& p
 // After the step's last backward: every bucket's gradients summed over its group (buckets.hpp),
 // AdamW on the owned part of every bucket, and with ZeRO the updated parts all-gathered.
 // `record(name, start[, computed])` traces the three phases (the optimizer's with its compute).
-// `at(activity, what)` tells the watchdog where the rank is.
+// `at(activity, what)` tells the watchdog where the rank is. The caller has begun the pace's
+// "sync" operation (the packing is the device's compute; the ZeRO gather's unpacking is not
+// in the profile's optimizer step and runs outside an operation).
 template <class Record, class At>
 void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW& adamw, int step, Pace& pace, Record&& record, At&& at) {
   at(progress::Activity::collective, "sync");
@@ -203,13 +205,14 @@ void sync_and_update(std::vector<Bucket>& buckets, bool zero, const model::AdamW
     pack_gradients(b);
     if (b.group.size() > 1) check(pace.wait([&] { return sum_gradients(b, zero); }));
   }
+  pace.end();  // the "sync" operation the caller began: the gradients made whole and packed
   record("sync", start);
   at(progress::Activity::computing, "optimizer");
   pace.begin("optimizer");
   start = now_s();
   const double computed = pace.computed_s();
   for (auto& b : buckets) update(b, adamw, step + 1, zero);
-  pace.settle();
+  pace.end();
   record("optimizer", start, computed);
   if (!zero) return;
   at(progress::Activity::collective, "gather");
@@ -650,7 +653,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
     pace.begin(name);
     const double start = now_s(), computed = pace.computed_s();
     compute();
-    pace.settle();
+    pace.end();
     record(name, start, computed);
   };
   // A hop: what this rank sends of `y` (its block) and receives; its block when it receives.
@@ -711,7 +714,7 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
       pace.begin("zero_grad");
       const double step_start = now_s(), computed = pace.computed_s();
       model->zero_grad();
-      pace.settle();
+      pace.end();
       record("zero_grad", step_start, computed);
       double loss_sum = 0;
       const double scale = 1.0 / (double(G) * Tn);
@@ -757,6 +760,9 @@ Result<std::vector<StepReport>> run_rank(const Plan& plan, transport::Peers& pee
         }
       }
       drain_sends();
+      // The gradients made whole (the device's: the profile's optimizer step has it, and packing
+      // them, which sync_and_update ends).
+      pace.begin("sync");
       model->finish_backward();
       sync_and_update(sync, zero, opt.optimizer, step, pace, record, at);
       completed = step + 1;
