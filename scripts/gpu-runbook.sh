@@ -6,7 +6,8 @@
 # layer (bench_gpu_layer: one GPT layer's MFU, the flash-attention kernels), losses (the fidelity plans
 # of every shape trained with --backend cuda beside --backend cpu: the loss curves, within 1%), fidelity (this GPU as a
 # cluster, a cuda profile of bench/gpu/gpt-medium.yaml, the searched plan trained on it, and
-# hetplan simulate --measured: predicted ÷ measured). Default: all four.
+# hetplan simulate --measured: predicted ÷ measured), ranking (that plan beside its variants of other
+# micro-batch sizes and recomputation, each run twice: predicted vs measured order). Default: all five.
 # --bin DIR holds hetexec, hetplan and, for `tests` and `layer`, het_gpu_tests, het_nccl_tests and
 # bench_gpu_layer (default: the build directory's, $HET_BUILD_DIR or build/). HET_RUNBOOK_BACKEND=cpu runs `losses` and
 # `fidelity` on the CPU backend, HET_RUNBOOK_MODEL=F profiles and trains F: the script's own check
@@ -20,12 +21,12 @@ while (($#)); do
   case "$1" in
     --bin) bin="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-    tests|layer|losses|fidelity) parts+=("$1"); shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    tests|layer|losses|fidelity|ranking) parts+=("$1"); shift ;;
     *) echo "gpu-runbook: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-((${#parts[@]})) || parts=(tests layer losses fidelity)
+((${#parts[@]})) || parts=(tests layer losses fidelity ranking)
 backend="${HET_RUNBOOK_BACKEND:-cuda}"
 find_bin() {  # the program in --bin, else where the build puts it
   if [[ -n $bin ]]; then echo "$bin/$1"; return; fi
@@ -113,6 +114,47 @@ PY
       tail -6 "$out/train.$k.log"
       step "simulate $k" "$hetplan" simulate "$out/plan.json" --profile "$out/profile.yaml" --measured "$out/train.$k.trace.json"
     done
+    ;;
+  ranking)
+    # Issue 16's ranking on this GPU: the searched plan beside its variants that the planner ranks
+    # below it -- micro-batch 1, 2 and 4 per replica (the profiled sizes) without recomputation, selective and
+    # full recomputation at the searched micro-batch -- on the fidelity part's cluster and profile,
+    # each run twice (10 steps), predicted and measured (report.py: Kendall tau, first choice).
+    [[ -f $out/plan.json ]] || { echo "== ranking: needs the fidelity part's plan and profile ($out)"; failed=1; continue; }
+    rk="$out/ranking"; rm -rf "$rk"; mkdir -p "$rk"; : > "$rk/results.jsonl"
+    step "ranking: variants" python3 - "$out/plan.json" "$rk" <<'PY'
+import copy, json, math, sys
+plan, out = json.load(open(sys.argv[1])), sys.argv[2]
+json.dump(plan, open(f"{out}/search.1.plan.json", "w"), indent=1)
+mb0 = plan["pipelines"][0]["micro_batch_size"]
+seen = {(mb0, plan["pipelines"][0]["stages"][0]["recompute"])}
+dp = math.lcm(*(s["dp"] for p in plan["pipelines"] for s in p["stages"]))  # a micro-batch splits over each stage's replicas
+for mb, recompute in [(dp, "none"), (2 * dp, "none"), (4 * dp, "none"), (mb0, "selective"), (mb0, "full")]:
+    v = copy.deepcopy(plan)
+    for p in v["pipelines"]:
+        batch = p["micro_batch_size"] * p["num_microbatches"]
+        if batch % mb:
+            break
+        p["micro_batch_size"], p["num_microbatches"] = mb, batch // mb
+        for s in p["stages"]:
+            s["recompute"] = recompute
+    else:
+        if (mb, recompute) not in seen:
+            seen.add((mb, recompute))
+            json.dump(v, open(f"{out}/mb{mb}-{recompute}.plan.json", "w"), indent=1)
+            print(f"   mb{mb}-{recompute}")
+PY
+    for plan in "$rk"/*.plan.json; do
+      p=$(basename "$plan" .plan.json)
+      for k in 1 2; do
+        step "ranking: $p run $k" logged "$rk/$p.$k.log" "$hetexec" run-local "$plan" --backend "$backend" --steps 10 --trace "$rk/$p.$k.trace.json"
+        "$hetplan" simulate "$plan" --profile "$out/profile.yaml" --measured "$rk/$p.$k.trace.json" --format json > "$rk/$p.$k.compare.json" 2> "$rk/$p.$k.notes" \
+          || { echo "== ranking: simulate $p $k failed"; cat "$rk/$p.$k.notes"; failed=1; }
+      done
+      python3 "$root/bench/fidelity/report.py" median "$rk/$p.compare.json" "$rk/$p".?.compare.json &&
+        python3 "$root/bench/fidelity/report.py" ranked gpu "$p" "$rk/$p.compare.json" "$rk/results.jsonl"
+    done
+    step "ranking: report" python3 "$root/bench/fidelity/report.py" ranking "$rk/results.jsonl" "$rk/results.json"
     ;;
   esac
 done
