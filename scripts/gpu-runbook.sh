@@ -152,7 +152,7 @@ PY
           || { echo "== ranking: simulate $p $k failed"; cat "$rk/$p.$k.notes"; failed=1; }
       done
       python3 "$root/bench/fidelity/report.py" median "$rk/$p.compare.json" "$rk/$p".?.compare.json &&
-        python3 "$root/bench/fidelity/report.py" ranked gpu "$p" "$rk/$p.compare.json" "$rk/results.jsonl"
+        python3 "$root/bench/fidelity/report.py" ranked gpu "$p" "$rk/$p.compare.json" "$rk/results.jsonl" || failed=1
     done
     step "ranking: report" python3 "$root/bench/fidelity/report.py" ranking "$rk/results.jsonl" "$rk/results.json"
     ;;
