@@ -18,7 +18,14 @@
 # order of the runs' steps at the speed of the planner's profiles (report.py planner: measured x
 # the planner's prediction ÷ the run's own), which keeps what the model gets wrong about each
 # plan and takes out only the host's speed.
+# RANKING_ROUNDS=N instead runs the plans in N interleaved rounds (every plan once per round,
+# each round starting one plan later), no fresh profiles: a round takes about a minute, in which
+# the host's speed moves little, so report.py rounds takes each round's speed out (its geometric
+# mean over the plans) and ranks the plans by their median step at the rounds' mean speed. What
+# the model gets wrong about one plan stays in; a profile taken in another spell than its run
+# (which the fresh-profile reading divides out of a run that was not slow) does not enter.
 #   scripts/bench-ranking.sh [CLUSTER-FILTER]
+#   RANKING_STEPS (default 12): steps per run (the first is not counted)
 #   RANKING_REUSE_PROFILES=1: use the search's profiles an earlier run left in $build/bench-ranking
 #   RANKING_PROFILE_SECONDS (default 0.5): each point of the search's profiles, at most (hetexec profile --max-seconds)
 # Writes $build/bench-ranking/results.json (and per run its profiles, trace, comparisons and the
@@ -28,6 +35,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build="${HET_BUILD_DIR:-build}"
 filter="${1:-}"
 runs="${FIDELITY_RUNS:-3}"
+rounds="${RANKING_ROUNDS:-0}"
+steps="${RANKING_STEPS:-12}"
 retries="${FIDELITY_RETRIES:-1}"
 out="$build/bench-ranking"
 mkdir -p "$out"
@@ -70,13 +79,34 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
     if (( px > x )); then x=$px; fi
   done
   echo "$name: ${#plans[@]} plans at time dilation $x" >&2
+  if (( rounds > 0 )); then
+    # Interleaved rounds: every plan once per round, each round starting one plan later, each
+    # run simulated with the planner's profiles; report.py rounds takes each round's speed out.
+    rm -f "$dir"/*.r*.planner.json
+    n=${#plans[@]}
+    for k in $(seq 1 "$rounds"); do
+      for i in $(seq 0 $((n - 1))); do
+        plan=${plans[$(( (i + k) % n ))]}
+        p=$(basename "$plan" .plan.json)
+        run="$dir/$p.r$k"
+        "$hetexec" run-local "$plan" "${inputs[@]}" --steps "$steps" --emulate-devices --emulate-links --time-dilation "$x" \
+          --trace "$run.trace.json" > "$run.log"
+        "$hetplan" simulate "$plan" "${inputs[@]}" "${planner_profiles[@]}" --time-dilation "$x" --measured "$run.trace.json" \
+          --format json > "$run.planner.json" 2> "$run.planner.notes" || { cat "$run.planner.notes" >&2; exit 1; }
+        python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(f'$name round $k/$rounds $p: planner {c[\"predicted_step_s\"]*1e3:.1f} ms, measured {c[\"measured_step_s\"]*1e3:.1f} ms')" \
+          "$run.planner.json" >&2
+      done
+    done
+    python3 bench/fidelity/report.py rounds "$name" "$results" "$dir"/*.r*.planner.json
+    continue
+  fi
   for k in $(seq 1 "$runs"); do  # round-robin: a plan's runs are a whole round apart
     for plan in "${plans[@]}"; do
       p=$(basename "$plan" .plan.json)
       for t in $(seq 1 $((retries + 1))); do  # a run the host disturbed is run again (its files kept, counted as disturbed)
         run="$dir/$p.$k.$t"
         fresh_profiles "$plan" "$model" "$x" "$run" "${types[@]}"
-        "$hetexec" run-local "$plan" "${inputs[@]}" --steps 12 --emulate-devices --emulate-links --time-dilation "$x" \
+        "$hetexec" run-local "$plan" "${inputs[@]}" --steps "$steps" --emulate-devices --emulate-links --time-dilation "$x" \
           --trace "$run.trace.json" > "$run.log"
         "$hetplan" simulate "$plan" "${inputs[@]}" "${profiles[@]}" --time-dilation "$x" --measured "$run.trace.json" \
           --format json > "$run.compare.json" 2> "$run.compare.notes" || { cat "$run.compare.notes" >&2; exit 1; }
