@@ -285,9 +285,9 @@ def ranking(results, out):
 def rounds(cluster, results, *planner_compares):
     """The ranking's rows from interleaved rounds (bench-ranking.sh): every plan run once per
     round, the rounds one after another, each run simulated with the planner's profiles
-    (`planner_compares`: DIR/PLAN.rK.planner.json). On this VM the host's speed moves 20-40% for
-    minutes at a time, so runs minutes apart are measured on different machines; within one
-    round (all plans, about a minute) it moves little. A round is a block, as in any benchmark
+    (`planner_compares`: DIR/PLAN.rK.planner.json). On this VM the host's speed moves 10-40%,
+    for seconds to minutes at a time, so runs minutes apart are measured on different machines;
+    a round (all plans, about a minute) shares its slower spells. A round is a block, as in any benchmark
     of alternatives on a drifting machine: each run's step divided by its round's geometric mean
     over the plans (the round's speed, common to its plans), times the mean of those over the
     rounds, is the step at the rounds' mean speed. Only rounds in which every plan ran count.
@@ -295,9 +295,10 @@ def rounds(cluster, results, *planner_compares):
     speed); what the host does to the whole round is taken out. Writes one row per plan: the
     planner's prediction, the median raw step (measured_s), the median step at the rounds'
     mean speed (at_round_s), with every run's value, and each plan's fastest run (fastest_s).
-    The fastest run: the host's disturbances only ever add time (a run is slowed for the seconds
-    a spell lasts, never sped up; the runs of one plan here fall into a quiet and a slowed
-    group 10-25% apart), and for timings whose noise is added delay the minimum is the most
+    The fastest run: the host's disturbances add time (a run is slowed for the seconds a spell
+    lasts; the runs of one plan here fall into a quiet and a slowed group 10-25% apart; on
+    2026-12-04 one run in 90 came out 10% under its plan's next fastest), and for timings whose
+    noise is added delay the minimum is the most
     robust estimator of the undisturbed time (Chen & Revels 2016, "Robust benchmarking in
     noisy environments", arXiv:1608.04295, §4); its resolution is how far a plan's two fastest
     runs are apart."""
