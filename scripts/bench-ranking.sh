@@ -20,10 +20,12 @@
 # plan and takes out only the host's speed.
 # RANKING_ROUNDS=N instead runs the plans in N interleaved rounds (every plan once per round,
 # each round starting one plan later), no fresh profiles: a round takes about a minute, in which
-# the host's speed moves little, so report.py rounds takes each round's speed out (its geometric
-# mean over the plans) and ranks the plans by their median step at the rounds' mean speed. What
-# the model gets wrong about one plan stays in; a profile taken in another spell than its run
-# (which the fresh-profile reading divides out of a run that was not slow) does not enter.
+# the host's slower spells are shared by the plans, so report.py rounds ranks the plans three
+# ways: by their median step, by their median at the rounds' mean speed (each run ÷ its round's
+# geometric mean over the plans) and by each plan's fastest run (the host's disturbances add
+# time). What the model gets wrong about one plan stays in; a profile taken in another spell
+# than its run (which the fresh-profile reading divides out of a run that was not slow) does
+# not enter.
 #   scripts/bench-ranking.sh [CLUSTER-FILTER]
 #   RANKING_STEPS (default 12): steps per run (the first is not counted)
 #   RANKING_REUSE_PROFILES=1: use the search's profiles an earlier run left in $build/bench-ranking
