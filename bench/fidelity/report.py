@@ -243,25 +243,19 @@ def ranking(results, out):
         rs = [r for r in rows if r["cluster"] == cluster]
         normalized = all("at_planner_s" in r for r in rs)
         blocked = all("at_round_s" in r for r in rs)
-        for r in rs if blocked else []:  # rows written before the fastest run was recorded
-            r.setdefault("fastest_s", min(r["measured_runs_s"]))
-            r.setdefault("fastest_two_s", sorted(r["measured_runs_s"])[:2])
-        if blocked:
-            print(f"\n{cluster}: plan | planner's predicted ms | measured ms (median of {rs[0]['rounds']} rounds) | predicted ÷ measured"
-                  " | at the rounds' mean speed ms | predicted ÷ that | fastest run ms | predicted ÷ that | slowest run ms")
-            for r in rs:
-                print(f"  {r['plan']:10s} | {r['predicted_s'] * 1e3:8.1f} | {r['measured_s'] * 1e3:8.1f} | {r['predicted_s'] / r['measured_s']:.3f}"
-                      f" | {r['at_round_s'] * 1e3:8.1f} | {r['predicted_s'] / r['at_round_s']:.3f}"
-                      f" | {r['fastest_s'] * 1e3:8.1f} | {r['predicted_s'] / r['fastest_s']:.3f} | {max(r['measured_runs_s']) * 1e3:.1f}")
-        else:
-            print(f"\n{cluster}: plan | planner's predicted ms | measured ms | predicted ÷ measured"
-                  + (" | measured at the planner's profile speed ms | predicted ÷ that | the run's own profile: predicted ÷ measured | runs kept" if normalized else ""))
-            for r in rs:
-                line = f"  {r['plan']:10s} | {r['predicted_s'] * 1e3:8.1f} | {r['measured_s'] * 1e3:8.1f} | {r['predicted_s'] / r['measured_s']:.3f}"
-                if normalized:
-                    line += (f" | {r['at_planner_s'] * 1e3:8.1f} | {r['predicted_s'] / r['at_planner_s']:.3f} | {r['fresh_ratio']:.3f}"
-                             f" | {r['runs'] - r['disturbed_runs']} of {r['runs']}")
-                print(line)
+        print(f"\n{cluster}: plan | planner's predicted ms | measured ms"
+              + (f" (median of {rs[0]['rounds']} rounds)" if blocked else "") + " | predicted ÷ measured"
+              + (" | measured at the planner's profile speed ms | predicted ÷ that | the run's own profile: predicted ÷ measured | runs kept" if normalized else "")
+              + (" | at the rounds' mean speed ms | predicted ÷ that | fastest run ms | predicted ÷ that | slowest run ms" if blocked else ""))
+        for r in rs:
+            line = f"  {r['plan']:10s} | {r['predicted_s'] * 1e3:8.1f} | {r['measured_s'] * 1e3:8.1f} | {r['predicted_s'] / r['measured_s']:.3f}"
+            if normalized:
+                line += (f" | {r['at_planner_s'] * 1e3:8.1f} | {r['predicted_s'] / r['at_planner_s']:.3f} | {r['fresh_ratio']:.3f}"
+                         f" | {r['runs'] - r['disturbed_runs']} of {r['runs']}")
+            if blocked:
+                line += (f" | {r['at_round_s'] * 1e3:8.1f} | {r['predicted_s'] / r['at_round_s']:.3f}"
+                         f" | {r['fastest_s'] * 1e3:8.1f} | {r['predicted_s'] / r['fastest_s']:.3f} | {max(r['measured_runs_s']) * 1e3:.1f}")
+            print(line)
         tied = sum(rs[i]["predicted_s"] == rs[j]["predicted_s"] for i in range(len(rs)) for j in range(i + 1, len(rs)))
         report[cluster] = {"pairs_predicted_equal": tied, "plans": rs,
                            "measured": order_report(rs, "measured_s", "measured_runs_s")}
@@ -287,8 +281,8 @@ def rounds(cluster, results, *planner_compares):
     round, the rounds one after another, each run simulated with the planner's profiles
     (`planner_compares`: DIR/PLAN.rK.planner.json). On this VM the host's speed moves 10-40%,
     for seconds to minutes at a time, so runs minutes apart are measured on different machines;
-    a round (all plans, about a minute) shares its slower spells. A round is a block, as in any benchmark
-    of alternatives on a drifting machine: each run's step divided by its round's geometric mean
+    a round (all plans, about a minute) shares its slower spells. A round is a block, as in any
+    benchmark of alternatives on a drifting machine: each run's step divided by its round's geometric mean
     over the plans (the round's speed, common to its plans), times the mean of those over the
     rounds, is the step at the rounds' mean speed. Only rounds in which every plan ran count.
     What the model gets wrong about one plan stays in (the other plans of its round set the
@@ -298,10 +292,9 @@ def rounds(cluster, results, *planner_compares):
     The fastest run: the host's disturbances add time (a run is slowed for the seconds a spell
     lasts; the runs of one plan here fall into a quiet and a slowed group 10-25% apart; on
     2026-12-04 one run in 90 came out 10% under its plan's next fastest), and for timings whose
-    noise is added delay the minimum is the most
-    robust estimator of the undisturbed time (Chen & Revels 2016, "Robust benchmarking in
-    noisy environments", arXiv:1608.04295, §4); its resolution is how far a plan's two fastest
-    runs are apart."""
+    noise is added delay the minimum is the most robust estimator of the undisturbed time (Chen &
+    Revels 2016, "Robust benchmarking in noisy environments", arXiv:1608.04295, §4); its
+    resolution is how far a plan's two fastest runs are apart."""
     runs = {}  # plan -> round -> (predicted, measured)
     for path in planner_compares:
         base = os.path.basename(path)[: -len(".planner.json")]
