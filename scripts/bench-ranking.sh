@@ -29,6 +29,7 @@
 #   scripts/bench-ranking.sh [CLUSTER-FILTER]
 #   RANKING_STEPS (default 12): steps per run (the first is not counted)
 #   RANKING_REUSE_PROFILES=1: use the search's profiles an earlier run left in $build/bench-ranking
+#   RANKING_DILATION=X: run every cluster's plans at X instead of report.py's dilation_of
 #   RANKING_PROFILE_SECONDS (default 0.5): each point of the search's profiles, at most (hetexec profile --max-seconds)
 # Writes $build/bench-ranking/results.json (and per run its profiles, trace, comparisons and the
 # simulations' notes, RUN.*.notes).
@@ -80,6 +81,7 @@ for case in tiny-cpu:configs/clusters/tiny-cpu.yaml:tiny-gpt:fast=1,slow=4 \
     px=$(python3 bench/fidelity/report.py dilation "$plan")
     if (( px > x )); then x=$px; fi
   done
+  x=${RANKING_DILATION:-$x}
   echo "$name: ${#plans[@]} plans at time dilation $x" >&2
   if (( rounds > 0 )); then
     # Interleaved rounds: every plan once per round, each round starting one plan later, each

@@ -64,11 +64,20 @@ def rows(plan, subcluster):
 
 
 def dilation_of(plan):
-    """The bench's time dilation of a plan: 8, or 16 when it has more than 2 x cores ranks (at 8
-    the 8-rank plans computed 1.07-1.13x their profile, four ranks per core taking each other's
-    caches; at 16, 0.98-0.99x)."""
-    import os
-    return 16 if rank_count(plan) > 2 * os.cpu_count() else 8
+    """The bench's time dilation of a plan: the least of 8, 16, 32, ... at which its ranks keep at
+    most an eighth of this machine's cores busy (ranks / X <= cores / 8, each rank computing 1/X
+    of the time or less): 8 up to 2 ranks on 2 cores, 16 up to 4, 32 up to 8. Measured on the
+    2-core VM (docs/executor.md "How much of the cores the ranks may keep busy"): a wake-up that
+    finds every core computing waits for one, and a TP all-reduce's mean rose over its median
+    (the link model's) by 241 us (22%) beside 6 other dilated ranks at X = 16, 68 us (3%) at
+    X = 32; 303 us (55%) beside 2 at X = 8, 148 us (13%) at 16 (bench_link 1000 300 4096 N X);
+    the 8-device ranking cluster's TP plans measured 2.4-3.6% over their prediction at X = 16 and
+    0.9-3.2% at 32. At 8 the 8-rank plans also computed 1.07-1.13x their profile, four ranks per
+    core taking each other's caches."""
+    x, cores = 8, os.cpu_count()
+    while rank_count(plan) * 8 > x * cores:
+        x *= 2
+    return x
 
 
 def dilation(plan):
