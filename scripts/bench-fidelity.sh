@@ -50,7 +50,7 @@ hetexec="$build/apps/hetexec/hetexec"
 hetplan="$build/apps/hetplan/hetplan"
 cluster="${FIDELITY_CLUSTER:-bench/fidelity/cluster.yaml}"
 x=8
-dilation() { python3 bench/fidelity/report.py dilation "$1"; }  # PLAN: 8, or 16 above 2 x cores ranks
+dilation() { python3 bench/fidelity/report.py dilation "$1"; }  # PLAN: 8, 16, 32: ranks / X <= cores / 8
 fresh="${FIDELITY_FRESH:-}"
 source bench/fidelity/measure.sh
 if [[ -z $fresh ]]; then probe_baseline "${FIDELITY_REUSE_PROFILES:-}"; fi
