@@ -96,3 +96,30 @@ TEST_CASE("a paced device stretches its operations' compute, never the host's be
   pace.end();
   CHECK(pace.computed_s() - waited >= 4 * 1e-3);
 }
+
+TEST_CASE("the quiet dilation keeps at most an eighth of the cores busy, and the benches use the same rule") {
+  using het::runtime::quiet_dilation;
+  CHECK(quiet_dilation(1, 2) == 8);
+  CHECK(quiet_dilation(2, 2) == 8);
+  CHECK(quiet_dilation(3, 2) == 16);
+  CHECK(quiet_dilation(4, 2) == 16);
+  CHECK(quiet_dilation(5, 2) == 32);
+  CHECK(quiet_dilation(8, 2) == 32);
+  CHECK(quiet_dilation(9, 2) == 64);
+  CHECK(quiet_dilation(8, 16) == 8);
+  CHECK(quiet_dilation(4, 0) == 32);  // no cores reported: counted as one
+  // bench/fidelity/report.py quiet_dilation, which bench-fidelity.sh and bench-ranking.sh dilate by.
+  for (int cores : {1, 2, 3, 16})
+    for (int busy = 1; busy <= 20; ++busy) {
+      const std::string cmd = std::string("python3 ") + HET_SOURCE_DIR + "/bench/fidelity/report.py quiet-dilation " +
+                              std::to_string(busy) + " " + std::to_string(cores);
+      FILE* p = popen(cmd.c_str(), "r");
+      REQUIRE(p);
+      int x = 0;
+      const int read = fscanf(p, "%d", &x);
+      REQUIRE(pclose(p) == 0);
+      REQUIRE(read == 1);
+      INFO(busy << " threads on " << cores << " cores");
+      CHECK(x == quiet_dilation(busy, cores));
+    }
+}

@@ -28,6 +28,7 @@
 #include "run_local.hpp"
 #include "rendezvous/directory.hpp"
 #include "rendezvous/server.hpp"
+#include "runtime/pace.hpp"
 #include "plan/plan.hpp"
 #include "spec/model.hpp"
 #include "spec/profile.hpp"
@@ -643,6 +644,9 @@ TEST_CASE("a traced run gives each compute event its own compute, stretched, the
                        120);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
+  // Two ranks dilated 4x keep more than an eighth of any machine's cores busy: run-local says so.
+  const int quiet = het::runtime::quiet_dilation(2, int(std::thread::hardware_concurrency()));
+  CHECK_THAT(r.out, Catch::Contains("so they contend") && Catch::Contains("run with --time-dilation " + std::to_string(quiet) + " "));
   std::ifstream in(trace);
   auto j = nlohmann::json::parse(in);
   // Per track: the compute events, and the TP all-reduces each holds.

@@ -25,6 +25,7 @@
 #include "progress/progress.hpp"
 #include "spec/catalog.hpp"
 #include "runtime/checkpoints.hpp"
+#include "runtime/pace.hpp"
 #include "runtime/runtime.hpp"
 #include "control/credentials.hpp"
 #include "rendezvous/open.hpp"
@@ -380,11 +381,16 @@ int run_local(const JobArgs& a) {
   w.emulate_links = a.emulate_links, w.emulate_devices = a.emulate_devices;
   w.checkpoint_dir = a.checkpoint_dir, w.resume = a.resume, w.checkpoint_every = a.checkpoint_every, w.checkpoint_keep = a.checkpoint_keep;
   w.die_rank = a.die_rank, w.die_step = a.die_step;
-  // More busy ranks than cores: they contend, and the step times measured are not the plan's.
-  if (a.backend == "cpu" && a.time_dilation * cores < double(lj.world * threads))
-    std::cout << "note: " << lj.world << " ranks × " << threads << " thread" << (threads == 1 ? "" : "s") << " share " << cores
-              << " cores, so they contend and the step times will not match `hetplan simulate`; run with --time-dilation "
-              << (lj.world * threads + cores - 1) / cores * 2 << " (and simulate with the same) to measure what the plan predicts\n";
+  // Ranks that contend for the cores: more busy threads than cores, or dilated ranks that keep
+  // more than an eighth of the cores busy (runtime/pace.hpp quiet_dilation). Their step times are
+  // not the plan's.
+  const int busy = lj.world * threads, quiet = het::runtime::quiet_dilation(busy, cores);
+  if (a.backend == "cpu" && (a.time_dilation > 1 ? a.time_dilation < quiet : busy > cores)) {
+    std::cout << "note: " << lj.world << " ranks × " << threads << " thread" << (threads == 1 ? "" : "s") << " share " << cores << " cores";
+    if (a.time_dilation > 1) std::cout << " at time dilation " << a.time_dilation;
+    std::cout << ", so they contend and the step times will not match `hetplan simulate`; run with --time-dilation " << quiet
+              << " (and simulate with the same) to measure what the plan predicts\n";
+  }
   std::string trace_dir;
   if (a.trace || a.traffic || a.stats) {
     trace_dir = (std::filesystem::temp_directory_path() / "hetexec-trace-XXXXXX").string();

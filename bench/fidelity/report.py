@@ -63,21 +63,25 @@ def rows(plan, subcluster):
         print(f"--tp {degrees('tp')} --cp {degrees('cp')} --micro-batch {' '.join(map(str, sorted({b for _, b in stages})))}")
 
 
-def dilation_of(plan):
-    """The bench's time dilation of a plan: the least of 8, 16, 32, ... at which its ranks keep at
-    most an eighth of this machine's cores busy (ranks / X <= cores / 8, each rank computing 1/X
-    of the time or less): 8 up to 2 ranks on 2 cores, 16 up to 4, 32 up to 8. Measured on the
-    2-core VM (docs/executor.md "How much of the cores the ranks may keep busy"): a wake-up that
-    finds every core computing waits for one, and a TP all-reduce's mean rose over its median
-    (the link model's) by 241 us (22%) beside 6 other dilated ranks at X = 16, 68 us (3%) at
-    X = 32; 303 us (55%) beside 2 at X = 8, 148 us (13%) at 16 (bench_link 1000 300 4096 N X);
-    the 8-device ranking cluster's TP plans measured 2.4-3.6% over their prediction at X = 16 and
-    0.9-3.2% at 32. At 8 the 8-rank plans also computed 1.07-1.13x their profile, four ranks per
-    core taking each other's caches."""
-    x, cores = 8, os.cpu_count()
-    while rank_count(plan) * 8 > x * cores:
+def quiet_dilation(busy, cores):
+    """The least of 8, 16, 32, ... at which `busy` dilated threads keep at most an eighth of
+    `cores` busy (busy / X <= cores / 8): het::runtime::quiet_dilation (libexec/runtime/pace.hpp,
+    where the measurements behind it are), the rule run-local's note gives; tests/pace_test.cpp
+    holds the two to the same answers."""
+    x, busy, cores = 8, int(busy), max(1, int(cores))
+    while busy * 8 > x * cores:
         x *= 2
     return x
+
+
+def dilation_of(plan):
+    """The bench's time dilation of a plan: quiet_dilation of its ranks (one thread each, as
+    run-local runs dilated ranks) on this machine's cores: 8 up to 2 ranks on 2 cores, 16 up to
+    4, 32 up to 8. The 8-device ranking cluster's TP plans measured 2.4-3.6% over their
+    prediction at X = 16 and 0.9-3.2% at 32; at 8 the 8-rank plans also computed 1.07-1.13x
+    their profile, four ranks per core taking each other's caches (docs/executor.md "How much of
+    the cores the ranks may keep busy")."""
+    return quiet_dilation(rank_count(plan), os.cpu_count())
 
 
 def dilation(plan):
@@ -345,4 +349,4 @@ def summary(results, out):
 
 if __name__ == "__main__":
     {"ranks": ranks, "rows": rows, "dilation": dilation, "row": row, "summary": summary, "faster": faster, "median": median, "ranked": ranked,
-     "ranking": ranking, "rounds": rounds, "planner": planner, "probe": probe, "probed": probed, "disturbed": disturbed}[sys.argv[1]](*sys.argv[2:])
+     "ranking": ranking, "quiet-dilation": lambda b, c: print(quiet_dilation(b, c)), "rounds": rounds, "planner": planner, "probe": probe, "probed": probed, "disturbed": disturbed}[sys.argv[1]](*sys.argv[2:])

@@ -18,6 +18,12 @@ double seconds(clockid_t clock) {
 }
 }  // namespace
 
+int quiet_dilation(int busy_threads, int cores) {
+  int x = 8;
+  while (double(busy_threads) * 8 > double(x) * std::max(1, cores)) x *= 2;
+  return x;
+}
+
 Pace::Pace(double factor, bool cpu_clock) : factor_(std::max(1.0, factor)), cpu_clock_(cpu_clock) { mark(); }
 
 void Pace::mark() {

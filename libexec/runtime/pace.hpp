@@ -33,6 +33,17 @@
 
 namespace het::runtime {
 
+// The least time dilation at which `busy_threads` dilated threads (ranks x threads each) keep
+// at most an eighth of `cores` busy: the least of 8, 16, 32, ... with busy_threads / X <=
+// cores / 8 (2 cores: 8 up to 2 threads, 16 up to 4, 32 up to 8). Below it the ranks' wake-ups
+// find the cores computing and wait for one: on the 2-core VM a TP all-reduce's mean rose over
+// its median by 303 us (55%) beside 2 other dilated ranks at X = 8, 148 us (13%) at 16, and by
+// 241 us (22%) beside 6 at 16, 68 us (3%) at 32 (bench_link 1000 300 4096 N X); the demo's 4
+// ranks at X = 4 measured 1.38x their prediction (docs/executor.md "How much of the cores the
+// ranks may keep busy"). bench/fidelity/report.py dilation_of is the benches' copy of this rule
+// (tests/pace_test.cpp holds the two to the same answers).
+int quiet_dilation(int busy_threads, int cores);
+
 class Pace {
  public:
   // factor >= 1; 1 stretches nothing.
