@@ -51,9 +51,22 @@ run "$hetexec" profile --threads 1 --model "$model" --device cpu-slow --slowdown
 profiles=(--profile "$build_dir/demo/cpu-fast.yaml" --profile "$build_dir/demo/cpu-slow.yaml")
 run "$hetexec" prepare-data configs/data/corpus.txt -o "$build_dir/demo/corpus.bin"
 run "$hetplan" search --model "$model" --cluster "$cluster" "${profiles[@]}" --time-budget 5 -o "$build_dir/demo/tiny-gpt.plan.json"
-run "$hetexec" run-local "$build_dir/demo/tiny-gpt.plan.json" --steps 20 --lr 3e-3 --data "$build_dir/demo/corpus.bin" \
-  --emulate-devices --emulate-links --time-dilation "$dilation" --trace "$build_dir/demo/tiny-gpt.measured.json"
-run "$hetplan" simulate "$build_dir/demo/tiny-gpt.plan.json" "${profiles[@]}" --time-dilation "$dilation" \
-  --measured "$build_dir/demo/tiny-gpt.measured.json" --side-by-side "$build_dir/demo/tiny-gpt.side-by-side.json"
+# The run, and the prediction held to it. A run during which this machine computed more than 5%
+# off its profile (another tenant on the host; the side-by-side's "own compute: measured ÷
+# profiled") does not measure the machine that was profiled: it is shown, and run again, up to
+# 3 times, as bench-fidelity.sh does (bench/fidelity/report.py disturbed).
+for try in 1 2 3; do
+  measured="$build_dir/demo/tiny-gpt.measured.json"
+  run "$hetexec" run-local "$build_dir/demo/tiny-gpt.plan.json" --steps 20 --lr 3e-3 --data "$build_dir/demo/corpus.bin" \
+    --emulate-devices --emulate-links --time-dilation "$dilation" --trace "$measured"
+  run "$hetplan" simulate "$build_dir/demo/tiny-gpt.plan.json" "${profiles[@]}" --time-dilation "$dilation" \
+    --measured "$measured" --side-by-side "$build_dir/demo/tiny-gpt.side-by-side.json"
+  "$hetplan" simulate "$build_dir/demo/tiny-gpt.plan.json" "${profiles[@]}" --time-dilation "$dilation" \
+    --measured "$measured" --format json > "$build_dir/demo/tiny-gpt.compare.json"
+  verdict=$(python3 bench/fidelity/report.py disturbed "$build_dir/demo/tiny-gpt.compare.json")
+  [[ $verdict == quiet ]] && break
+  if ((try < 3)); then again="; running again"; else again=""; fi
+  echo "run $try: $verdict: the machine was not the one profiled during it$again"
+done
 echo
 echo "predicted and measured timelines in one trace: $build_dir/demo/tiny-gpt.side-by-side.json (https://ui.perfetto.dev)"
