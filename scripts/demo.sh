@@ -55,8 +55,8 @@ run "$hetplan" search --model "$model" --cluster "$cluster" "${profiles[@]}" --t
 # off its profile (another tenant on the host; the side-by-side's "own compute: measured ÷
 # profiled") does not measure the machine that was profiled: it is shown, and run again, up to
 # 3 times, as bench-fidelity.sh does (bench/fidelity/report.py disturbed).
+measured="$build_dir/demo/tiny-gpt.measured.json"
 for try in 1 2 3; do
-  measured="$build_dir/demo/tiny-gpt.measured.json"
   run "$hetexec" run-local "$build_dir/demo/tiny-gpt.plan.json" --steps 20 --lr 3e-3 --data "$build_dir/demo/corpus.bin" \
     --emulate-devices --emulate-links --time-dilation "$dilation" --trace "$measured"
   run "$hetplan" simulate "$build_dir/demo/tiny-gpt.plan.json" "${profiles[@]}" --time-dilation "$dilation" \

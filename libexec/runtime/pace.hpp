@@ -40,7 +40,7 @@ namespace het::runtime {
 // its median by 303 us (55%) beside 2 other dilated ranks at X = 8, 148 us (13%) at 16, and by
 // 241 us (22%) beside 6 at 16, 68 us (3%) at 32 (bench_link 1000 300 4096 N X); the demo's 4
 // ranks at X = 4 measured 1.38x their prediction (docs/executor.md "How much of the cores the
-// ranks may keep busy"). bench/fidelity/report.py dilation_of is the benches' copy of this rule
+// ranks may keep busy"). bench/fidelity/report.py quiet_dilation is the benches' copy of this rule
 // (tests/pace_test.cpp holds the two to the same answers).
 int quiet_dilation(int busy_threads, int cores);
 
