@@ -443,7 +443,9 @@ TEST_CASE("the lower bound never exceeds the exhaustive optimum and charges exp3
   search::Evaluator eval(*m, *c, cm, m->training.recompute, o.granularity, o.predict);
   const double work = search::work_lower_bound(eval, m->training.micro_batch_sizes);
   const double pipe = search::pipeline_lower_bound(eval, m->training.micro_batch_sizes, work, 0);
-  CHECK(pipe > work * 1.1);
+  // 5.61 s (1.15x) while pi lost the stages shorter than its grid and the devices were only
+  // priced; 6.24 s (1.28x) with pi kept, the hops between subclusters and the devices counted.
+  CHECK(pipe > work * 1.2);
 }
 
 TEST_CASE("a search that cannot fit names the binding constraint") {

@@ -164,19 +164,23 @@ double work_lower_bound(const Evaluator& eval, const std::vector<int>& micro_bat
 // with one micro-batch in flight, such that for every stage s
 //   T >= pi_s + m·c_s          (the bubble: its first micro-batch arrives after the forwards
 //                               of the stages before it, and its last gradient goes back
-//                               through their backwards; pi_s the sum of their c's)
+//                               through their backwards; pi_s the sum of their c's and of
+//                               the hops between them, both ways)
 //   T >= m·c_s + tail_s        (its gradient sync — over P·dp·cp replicas on the fastest block
 //                               placement — and optimizer step follow its last backward)
+//   T >= m·hop                 (for each hop between subclusters, at least the link's latency
+//                               and the activation over the nodes either side spans; a link
+//                               direction carries one micro-batch at a time)
 // with m = global batch / (P·b) and c_s the stage's forward + backward of a micro-batch, and
-// the stages' devices over all pipelines fit the cluster, relaxed with prices per device of
-// each subcluster (any prices give a necessary condition; the bound is the best of a few). It
-// charges too each stage's cap on micro-batches in flight: T >= m·(c_s + Σ_{t>s} c_t)/h_s, h_s
-// what its memory holds (every schedule's warm-up count fits it; a micro-batch holds its place
-// from its forward at s to its backward there), Σ_{t>s} c_t at least the fastest cut of the
-// units after s. It leaves out the hops and gpt's tied-embedding ring. `start`: a scale for T
-// (the work bound); `upper` (0: none): an iteration some plan achieves (the search's best),
-// so that ways of computing a stage that are slower are left out and the bound is at most it;
-// 0 when nothing fits.
+// the stages' devices over all pipelines fitting each subcluster (counted per cut, relaxed only
+// where too many cuts meet: bound.cpp `feasible`). It charges too each stage's cap on
+// micro-batches in flight: T >= m·(c_s + Σ_{t>s} c_t)/h_s, h_s what its memory holds (every
+// schedule's warm-up count fits it; a micro-batch holds its place from its forward at s to its
+// backward there), Σ_{t>s} c_t at least the fastest cut of the units after s. It leaves out
+// the hops within a subcluster and gpt's tied-embedding ring, and charges a micro-batch the
+// mean over the model's sequence lengths. `start`: a scale for T (the work bound); `upper`
+// (0: none): an iteration some plan achieves (the search's best), so that ways of computing a
+// stage that are slower are left out and the bound is at most it; 0 when nothing fits.
 double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes, double start, double upper);
 // The bound printed with a plan: the larger of the two.
 double lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes, double upper);

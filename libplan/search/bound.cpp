@@ -1,6 +1,5 @@
 // Lower bounds on a plan's iteration time (algorithms.hpp states what each assumes).
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -185,67 +184,184 @@ Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
   return w;
 }
 
+// What a hop between subclusters takes at least (predict::hop: a phase of messages takes,
+// after the link's latency, as long as its busiest node's share of the link, on either side,
+// and every byte of the activation [b, seq, hidden] crosses): latency + B / (n × min(link,
+// NIC)) for the n nodes of the sending stage, and of the receiving one: the more of the two
+// (pipelines sharing NICs would only slow it). A stage of g devices spans at least
+// ceil(g / devices per node) nodes. Within a subcluster it is left at 0.
+struct Crossing {
+  double bytes = 0;            // B: one micro-batch's activation
+  std::vector<int> per_node;   // [J] devices per node
+  std::vector<double> nic;     // [J] a node's NIC, bytes/s
+  std::vector<LinkSpec> link;  // [J * J] between subclusters
+  int nodes(int sub, int devices) const { return (devices + per_node[std::size_t(sub)] - 1) / per_node[std::size_t(sub)]; }
+  // From a stage on subcluster a spanning na nodes (0: unknown) to one on b spanning nb.
+  double hop(int a, int na, int b, int nb) const {
+    if (a == b) return 0;
+    const std::size_t J = nic.size();
+    const LinkSpec& l = link[std::size_t(a) * J + std::size_t(b)];
+    const double out = na > 0 ? bytes / (na * std::min(l.bandwidth, nic[std::size_t(a)])) : 0;
+    const double in = bytes / (nb * std::min(l.bandwidth, nic[std::size_t(b)]));
+    return l.latency + std::max(out, in);
+  }
+};
+
 // Whether P identical pipelines of m micro-batches could run in T, relaxed: some cut of the
 // units into stages, each done some way, with every stage's
-//   T >= pi + m·c    (its first micro-batch arrives after the forwards of the stages before it,
-//                     and its last gradient leaves back through their backwards: pi, their c's)
+//   T >= pi + m·c    (its first micro-batch arrives after the forwards of the stages before it
+//                     and the hops between them, and its last gradient leaves back through
+//                     their backwards and hops: pi)
 //   T >= m·c + tail  (its sync and optimizer step follow its last backward)
 //   T >= m·(c + rest)/hold  (each micro-batch holds one of its `hold` places in memory from
 //                     its forward to its backward there, through every later stage's forward
 //                     and backward: c + rest at least; m of them in T)
-// whose devices, priced `price` per device of each subcluster, cost at most what the cluster
-// has (Lagrangian relaxation: any prices >= 0 give a necessary condition). pi is kept rounded
-// down to a multiple of `width` (a relaxation too). `used` gets the cheapest cut's devices per
-// subcluster, all pipelines together.
-bool feasible(const Ways& w, int P, int m, double T, double width, const std::vector<double>& price,
-              const std::vector<int>& have, std::vector<double>& used) {
+//   T >= m·hop       (a link direction carries one micro-batch at a time: sim.hpp)
+// for every hop between subclusters (Crossing), and the stages' devices, over all P pipelines,
+// fitting each subcluster. Decided in two steps:
+// 1. Lagrangian relaxation: the devices priced `price` per device of each subcluster; if the
+//    cheapest cut costs more than the cluster has at those prices, no cut fits. A DP over
+//    (first unit, pi on a grid of `width`), each cell holding the least cost and the least
+//    pi of the cuts into it (each a lower bound for every one of them; pi rounded down to
+//    the grid at every stage lost the pi of stages shorter than `width` altogether: exp3's
+//    bound admitted 96 stages of 22 ms, pi 0 where it is 2.1 s). Hops are left out here.
+// 2. Otherwise the cuts themselves, their devices per subcluster counted: labels (devices,
+//    pi, the price spent, the last stage's subcluster and nodes) carried along the same moves,
+//    a move dropped where a subcluster overflows or where the price spent plus the cheapest
+//    completion from its cell (step 1 backwards: a lower bound) exceeds the cluster's
+//    (resource-constrained shortest path, label-setting with Lagrangian pruning). A label that
+//    can do whatever another can (no more devices or pi, the same last stage with no fewer
+//    nodes) replaces it; past kLabelsPerCell in a cell, the two nearest merge into one that can
+//    do whatever either can (least devices and pi, the last stage when they share it, else
+//    any: still a relaxation). At any prices the cheapest cut may mix device types no single
+//    cut can (exp3: 768 A100s of 128 in one, every A2 in the next: the duality gap); labels
+//    rule that out. After kLabels labels step 2 gives up and admits T (still a bound).
+constexpr int kLabelsPerCell = 4;
+constexpr long kLabels = 5000;  // exp3: 6.2375 s at 5,000 and at 100,000 (0.8 s against 7.4 s)
+
+bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double width, const std::vector<double>& price,
+              const std::vector<int>& have) {
   const int U = w.U;
   const int K = int(T / width) + 1;
+  const int J = int(price.size());
+  auto at = [K](int u, int k) { return std::size_t(u) * K + k; };
+  auto bucket = [&](double pi) { return std::min(K - 1, int(pi / width)); };
+  // Every move from unit u, after a stage on subcluster `before` (J: none, or any) spanning
+  // `out` nodes (0: any), with pi: the hop into a stage of units u..e done `way` (there and
+  // back: into pi), then that stage; fn gets pi after it and the stage's nodes.
+  auto moves = [&](int u, double pi, int before, int out, auto&& fn) {
+    for (int e = u; e < U; ++e) {
+      const std::vector<Way>& front = w.at(u, e);
+      if (front.empty()) break;  // no longer run fits memory either
+      bool any = false;
+      for (const Way& way : front) {
+        const int in = x.nodes(way.sub, way.devices);
+        const double hop = before < J ? x.hop(before, out, way.sub, in) : 0;
+        if (m * hop > T) continue;
+        const double first = pi + 2 * hop;
+        if (way.c > (T - first) / m) continue;
+        any = true;
+        if (m * way.c + way.tail > T) continue;
+        if (way.hold < m && m * (way.c + w.rest[e + 1]) > T * way.hold) continue;
+        const double next = first + way.c;
+        if (e + 1 < U && next >= T) continue;  // no later stage could start in time
+        fn(e, next, way, in);
+      }
+      if (!any) break;  // c grows with the run (its hop does not): every longer one is too slow
+    }
+  };
+  double budget = 0;
+  for (int j = 0; j < J; ++j) budget += price[j] * have[j];
+  const double limit = budget * (1 + 1e-12);
+  // Step 1.
   struct Cell {
-    double cost = kInf;
-    int from = -1, way_a = -1, way_e = -1, way_i = -1;
+    double cost = kInf, pi = kInf;
   };
   std::vector<Cell> cell(std::size_t(U + 1) * K);
-  auto at = [K](int u, int k) { return std::size_t(u) * K + k; };
-  cell[at(0, 0)].cost = 0;
+  cell[at(0, 0)] = {0, 0};
   for (int u = 0; u < U; ++u)
     for (int k = 0; k < K; ++k) {
-      const Cell& here = cell[at(u, k)];
+      const Cell here = cell[at(u, k)];
       if (here.cost == kInf) continue;
-      const double pi = k * width, room = (T - pi) / m;
-      for (int e = u; e < U; ++e) {
-        const std::vector<Way>& front = w.at(u, e);
-        if (front.empty()) break;  // no longer run fits memory either
-        bool any = false;
-        for (std::size_t i = 0; i < front.size(); ++i) {
-          const Way& way = front[i];
-          if (way.c > room) continue;
-          any = true;
-          if (m * way.c + way.tail > T) continue;
-          if (way.hold < m && m * (way.c + w.rest[e + 1]) > T * way.hold) continue;
-          const double next = pi + way.c;
-          if (e + 1 < U && next >= T) continue;  // no later stage could start in time
-          const int nk = std::min(K - 1, int(next / width));
-          const double cost = here.cost + price[way.sub] * way.devices * P;
-          Cell& to = cell[at(e + 1, nk)];
-          if (cost < to.cost) to = {cost, int(at(u, k)), u, e, int(i)};
-        }
-        if (!any) break;  // c grows with the run: every longer one is too slow
-      }
+      moves(u, here.pi, J, 0, [&](int e, double next, const Way& way, int) {
+        Cell& to = cell[at(e + 1, bucket(next))];
+        to.cost = std::min(to.cost, here.cost + price[way.sub] * way.devices * P);
+        to.pi = std::min(to.pi, next);
+      });
     }
-  double budget = 0;
-  for (std::size_t j = 0; j < price.size(); ++j) budget += price[j] * have[j];
-  std::size_t best = 0;
   double cost = kInf;
-  for (int k = 0; k < K; ++k)
-    if (cell[at(U, k)].cost < cost) cost = cell[at(U, k)].cost, best = at(U, k);
-  used.assign(price.size(), 0);
-  if (cost == kInf) return false;
-  for (std::size_t s = best; cell[s].from >= 0; s = std::size_t(cell[s].from)) {
-    const Way& way = w.at(cell[s].way_a, cell[s].way_e)[std::size_t(cell[s].way_i)];
-    used[way.sub] += way.devices * P;
-  }
-  return cost <= budget * (1 + 1e-12);
+  for (int k = 0; k < K; ++k) cost = std::min(cost, cell[at(U, k)].cost);
+  if (cost > limit) return false;
+
+  // Step 2. The cheapest completion from every cell, from its least pi (a smaller pi allows
+  // every move a larger one does) without hops.
+  std::vector<double> togo(std::size_t(U + 1) * K, kInf);
+  for (int k = 0; k < K; ++k) togo[at(U, k)] = 0;
+  for (int u = U - 1; u >= 0; --u)
+    for (int k = 0; k < K; ++k) {
+      double& h = togo[at(u, k)];
+      moves(u, k * width, J, 0, [&](int e, double next, const Way& way, int) {
+        h = std::min(h, price[way.sub] * way.devices * P + togo[at(e + 1, bucket(next))]);
+      });
+    }
+  struct Label {
+    std::vector<int> devices;  // [J] over all pipelines
+    double pi, spent;
+    int before, out;  // the last stage's subcluster (J: any) and nodes
+  };
+  auto no_less = [J](const Label& a, const Label& b) {  // a can do whatever b can
+    if (a.pi > b.pi || (a.before != J && (a.before != b.before || a.out < b.out))) return false;
+    for (int j = 0; j < J; ++j)
+      if (a.devices[j] > b.devices[j]) return false;
+    return true;
+  };
+  std::vector<std::vector<Label>> labels(std::size_t(U + 1) * K);
+  labels[at(0, 0)].push_back({std::vector<int>(std::size_t(J), 0), 0.0, 0.0, J, 0});
+  long made = 1;
+  bool found = false;
+  for (int u = 0; u < U; ++u)
+    for (int k = 0; k < K; ++k)
+      for (const Label& l : std::vector<Label>(std::move(labels[at(u, k)]))) {
+        moves(u, l.pi, l.before, l.out, [&](int e, double after, const Way& way, int in) {
+          const int j = way.sub, devices = way.devices * P;
+          if (found || l.devices[j] + devices > have[j]) return;
+          const double spent = l.spent + price[j] * devices;
+          const std::size_t to = at(e + 1, bucket(after));
+          if (spent + togo[to] > limit) return;
+          if (e + 1 == U) {
+            found = true;
+            return;
+          }
+          Label next{l.devices, after, spent, j, in};
+          next.devices[j] += devices;
+          std::vector<Label>& there = labels[to];
+          for (const Label& y : there)
+            if (no_less(y, next)) return;
+          std::erase_if(there, [&](const Label& y) { return no_less(next, y); });
+          there.push_back(std::move(next));
+          if (there.size() > kLabelsPerCell) {
+            std::size_t a = 0, b = 1;
+            double nearest = kInf;
+            for (std::size_t p = 0; p < there.size(); ++p)
+              for (std::size_t q = p + 1; q < there.size(); ++q) {
+                double d = there[p].before == there[q].before ? 0 : 1;
+                for (int i = 0; i < J; ++i) d += std::abs(there[p].devices[i] - there[q].devices[i]) / double(have[i]);
+                if (d < nearest) nearest = d, a = p, b = q;
+              }
+            Label& keep = there[a];
+            const Label& gone = there[b];
+            for (int i = 0; i < J; ++i) keep.devices[i] = std::min(keep.devices[i], gone.devices[i]);
+            keep.pi = std::min(keep.pi, gone.pi);
+            keep.spent = std::min(keep.spent, gone.spent);
+            if (keep.before != gone.before) keep.before = J;
+            keep.out = std::max(keep.out, gone.out);
+            there.erase(there.begin() + long(b));
+          }
+          ++made;
+        });
+        if (found || made > kLabels) return true;
+      }
+  return false;
 }
 
 }  // namespace
@@ -276,28 +392,43 @@ double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_l
         }
       if (eval.admissible(l)) combos.push_back({P, b});
     }
-  constexpr int kBuckets = 128;  // pi's resolution: the start / kBuckets
-  constexpr int kPriceSteps = 6;   // subgradient steps on the prices
+  // The hops between subclusters, per sequence of a micro-batch.
+  Crossing crossing;
+  {
+    const ModelSpec& model = eval.model();
+    double tokens = 0;
+    for (const SeqLengthBucket& bk : length_buckets(model)) tokens += bk.share * bk.length;
+    crossing.bytes = tokens * model.hidden_size * dtype_bytes(model.dtype);
+    for (std::size_t j = 0; j < J; ++j) {
+      const SubclusterSpec& sub = cluster.subclusters[j];
+      crossing.per_node.push_back(sub.devices_per_node);
+      crossing.nic.push_back(sub.inter_node.value_or(sub.intra_node).bandwidth);
+    }
+    crossing.link.resize(J * J);
+    for (std::size_t a = 0; a < J; ++a)
+      for (std::size_t b = 0; b < J; ++b)
+        if (a != b) crossing.link[a * J + b] = cluster.link_between(cluster.subclusters[a].name, cluster.subclusters[b].name);
+  }
+  constexpr int kBuckets = 128;  // pi's grid: the start / kBuckets
   // The bound is the least over the combinations: fewest devices per pipeline-step first (they
-  // bound lowest on the seed setups), and a combination infeasible at the least bound so far
-  // (one DP) cannot lower it.
+  // bound lowest on the seed setups), then the rest, each capped by the first's bound: a
+  // combination infeasible there (one test) cannot lower it, and with that cap fixed before
+  // they run the bound does not depend on the order they ran in.
   std::sort(combos.begin(), combos.end(), [](const Combo& x, const Combo& y) {
     return std::make_pair(x.P * x.b, x.P) < std::make_pair(y.P * y.b, y.P);
   });
-  std::atomic<double> least{upper > 0 ? upper : kInf};  // no plan is faster than the fastest: the bound is at most that
-  // T on a geometric grid (steps of 0.01%), searched for the largest T found infeasible: the
-  // same whatever bracket the search starts from, so that the bound does not depend on the
-  // order the combinations ran in.
+  double cap = upper > 0 ? upper : kInf;  // no plan is faster than the fastest: the bound is at most that
+  // T on a geometric grid (steps of 0.01%), bisected for a T found infeasible.
   constexpr double kStep = 1e-4;
   auto grid = [&](long k) { return start * std::exp(kStep * double(k)); };
   auto index_at = [&](double t) { return long(std::ceil(std::log(t / start) / kStep)); };
   auto bound_of = [&](std::size_t i) {
     Combo& co = combos[i];
     const int m = G / (co.P * co.b);
-    const double cap = least.load();  // a way that cannot run below it is left out (ways_of)
-    const Ways w = ways_of(eval, co.P, co.b, m, cap);
+    const Ways w = ways_of(eval, co.P, co.b, m, cap);  // a way that cannot run below the cap is left out
     // Prices: each subcluster's devices at their best rate of a layer (the work bound's, for
-    // this combination), then moved towards where the cheapest cut over- or under-uses them.
+    // this combination). Subgradient steps from there moved no bound once step 2 (feasible)
+    // counted the devices, on the 16 seed setups and 10,000 devices.
     std::vector<double> price(J, 0);
     for (std::size_t j = 0; j < J; ++j) {
       double best = kInf;
@@ -306,60 +437,42 @@ double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_l
           if (x.sub == int(j)) best = std::min(best, x.c * x.devices);
       price[j] = best < kInf ? 1 / best : 0;
     }
-    const double width = start / kBuckets;
-    std::vector<double> used;
-    auto admits = [&](double t) { return feasible(w, co.P, m, t, width, price, have, used); };
-    long found = index_at(1e-2 * start);  // infeasible under some prices: no plan of this combination is faster
-    if (admits(grid(found))) return;      // (a bound of 0)
-    long top = -1;  // the bracket's top under the first prices: a T they admit
-    for (int step = 0; step <= kPriceSteps; ++step) {
-      long lo = found, hi = -1;
-      if (top > found + 1) {
-        // New prices raise the bound only when they rule out a T above the one found, and
-        // they move it little: galloping up from it tests a few T where a bisection over the
-        // whole bracket tested ~17 (10,000 devices: the bound took 2 s of 10 s).
-        long d = 1;
-        while (found + d < top && !admits(grid(found + d))) lo = found + d, d *= 2;
-        if (found + d < top) hi = found + d;  // admitted
-        else lo = found;                      // none below the top: the whole bracket, as at first
+    Crossing x = crossing;
+    x.bytes *= co.b;
+    auto admits = [&](double t) { return feasible(w, x, co.P, m, t, start / kBuckets, price, have); };
+    long lo = index_at(1e-2 * start), hi;  // lo: a T found infeasible
+    if (admits(grid(lo))) return;          // (a bound of 0)
+    if (cap < kInf) {
+      if (!admits(cap)) {  // as good as the cap: it cannot lower the bound
+        co.bound = cap;
+        return;
       }
-      if (hi < 0 && cap < kInf) {
-        if (!admits(cap)) {  // as good as the least so far: it cannot lower the bound
-          co.bound = cap;
-          return;
-        }
-        hi = top = index_at(cap);  // admitted: by the ways that run below the cap, which ways_of kept
-      } else if (hi < 0) {
-        hi = std::max(index_at(start), found + 1);
-        int grow = 0;
-        while (grow <= 6 && !admits(grid(hi))) lo = hi, hi += long(std::log(2.0) / kStep), ++grow;
-        if (grow > 6) {  // nothing fits below 64x the start: as good as impossible
-          found = lo;
-          break;
-        }
-        top = hi;
+      hi = index_at(cap);
+    } else {
+      hi = std::max(index_at(start), lo + 1);
+      int grow = 0;
+      while (grow <= 6 && !admits(grid(hi))) lo = hi, hi += long(std::log(2.0) / kStep), ++grow;
+      if (grow > 6) {  // nothing fits below 64x the start: as good as impossible
+        co.bound = grid(lo);
+        return;
       }
-      while (hi - lo > 1) {
-        const long mid = lo + (hi - lo) / 2;
-        (admits(grid(mid)) ? hi : lo) = mid;
-      }
-      found = std::max(found, lo);
-      admits(grid(hi));
-      bool moved = false;
-      for (std::size_t j = 0; j < J; ++j) {
-        if (price[j] <= 0) continue;
-        const double ratio = (used[j] + 0.5) / (have[j] + 0.5);
-        if (std::abs(ratio - 1) > 0.02) price[j] *= std::pow(ratio, 0.5), moved = true;
-      }
-      if (!moved) break;
     }
-    co.bound = grid(found);
-    for (double now = least.load(); co.bound < now && !least.compare_exchange_weak(now, co.bound);) {
+    while (hi - lo > 1) {
+      const long mid = lo + (hi - lo) / 2;
+      (admits(grid(mid)) ? hi : lo) = mid;
     }
+    co.bound = grid(lo);
   };
   if (combos.empty()) return 0;
-  bound_of(0);  // the first sets the least, which most of the others only need to be tested at
-  tbb::parallel_for(std::size_t(1), combos.size(), bound_of);
+  // In waves of kWave side by side, each capped by the least bound of the waves before (the
+  // first wave: one combination, which is most often the least).
+  constexpr std::size_t kWave = 4;
+  for (std::size_t i = 0; i < combos.size();) {
+    const std::size_t end = i == 0 ? 1 : std::min(combos.size(), i + kWave);
+    tbb::parallel_for(i, end, bound_of);
+    for (; i < end; ++i)
+      if (combos[i].bound > 0) cap = std::min(cap, combos[i].bound);
+  }
   double bound = kInf;
   for (const Combo& co : combos) bound = std::min(bound, co.bound);
   return bound == kInf ? 0 : bound;
