@@ -237,7 +237,7 @@ struct Crossing {
 //    cut can (exp3: 768 A100s of 128 in one, every A2 in the next: the duality gap); labels
 //    rule that out. After kLabels labels step 2 gives up and admits T (still a bound).
 constexpr int kLabelsPerCell = 4;
-constexpr long kLabels = 5000;  // exp3: 6.2375 s at 5,000 and at 100,000 (0.8 s against 7.4 s)
+constexpr long kLabels = 5000;  // exp3: 6.23 s at 5,000 and at 100,000 labels (0.8 s against 7.4 s), 6.15 s at 2,000
 
 bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double width, const std::vector<double>& price,
               const std::vector<int>& have) {
@@ -299,10 +299,11 @@ bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double w
   for (int k = 0; k < K; ++k) togo[at(U, k)] = 0;
   for (int u = U - 1; u >= 0; --u)
     for (int k = 0; k < K; ++k) {
-      double& h = togo[at(u, k)];
+      double h = kInf;
       moves(u, k * width, J, 0, [&](int e, double next, const Way& way, int) {
         h = std::min(h, price[way.sub] * way.devices * P + togo[at(e + 1, bucket(next))]);
       });
+      togo[at(u, k)] = h;
     }
   struct Label {
     std::vector<int> devices;  // [J] over all pipelines
@@ -418,8 +419,8 @@ double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_l
     return std::make_pair(x.P * x.b, x.P) < std::make_pair(y.P * y.b, y.P);
   });
   double cap = upper > 0 ? upper : kInf;  // no plan is faster than the fastest: the bound is at most that
-  // T on a geometric grid (steps of 0.01%), bisected for a T found infeasible.
-  constexpr double kStep = 1e-4;
+  // T on a geometric grid (steps of 0.1%), bisected for a T found infeasible.
+  constexpr double kStep = 1e-3;
   auto grid = [&](long k) { return start * std::exp(kStep * double(k)); };
   auto index_at = [&](double t) { return long(std::ceil(std::log(t / start) / kStep)); };
   auto bound_of = [&](std::size_t i) {
@@ -440,8 +441,11 @@ double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_l
     Crossing x = crossing;
     x.bytes *= co.b;
     auto admits = [&](double t) { return feasible(w, x, co.P, m, t, start / kBuckets, price, have); };
-    long lo = index_at(1e-2 * start), hi;  // lo: a T found infeasible
-    if (admits(grid(lo))) return;          // (a bound of 0)
+    long lo = index_at(start), hi;  // lo: a T found infeasible (most often the work bound is)
+    if (admits(grid(lo))) {
+      lo = index_at(1e-2 * start);
+      if (admits(grid(lo))) return;  // (a bound of 0)
+    }
     if (cap < kInf) {
       if (!admits(cap)) {  // as good as the cap: it cannot lower the bound
         co.bound = cap;
