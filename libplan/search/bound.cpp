@@ -98,8 +98,12 @@ struct Ways {
   const std::vector<Way>& at(int a, int e) const { return of[std::size_t(a) * U + e]; }
 };
 
-bool dominates(const Way& x, const Way& y) {  // x is no worse than y on the same subcluster
-  return x.sub == y.sub && x.devices <= y.devices && x.c <= y.c && x.tail <= y.tail && x.hold >= y.hold;
+// x is no worse than y on the same subcluster: no more devices, time or tail, as many micro-
+// batches held, and as many nodes (`per_node` devices each): a stage on more nodes hops to
+// another subcluster faster (Crossing), so fewer devices on fewer nodes do not make y redundant.
+bool dominates(const Way& x, const Way& y, int per_node) {
+  return x.sub == y.sub && x.devices <= y.devices && (x.devices + per_node - 1) / per_node == (y.devices + per_node - 1) / per_node &&
+         x.c <= y.c && x.tail <= y.tail && x.hold >= y.hold;
 }
 
 Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
@@ -169,8 +173,9 @@ Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
               int hold = per > 0 ? int(std::min<double>(m, std::floor((t.capacity - one) / per) + 1)) : m;
               while (hold < m && t.memory(a, e, f.tp, hold + 1, head) <= t.capacity) ++hold;  // never below the exact count
               const Way way{int(j), g, c, tail, std::max(1, hold)};
-              if (std::any_of(front.begin(), front.end(), [&](const Way& x) { return dominates(x, way); })) continue;
-              front.erase(std::remove_if(front.begin(), front.end(), [&](const Way& x) { return dominates(way, x); }), front.end());
+              const int per_node = sub.devices_per_node;
+              if (std::any_of(front.begin(), front.end(), [&](const Way& x) { return dominates(x, way, per_node); })) continue;
+              front.erase(std::remove_if(front.begin(), front.end(), [&](const Way& x) { return dominates(way, x, per_node); }), front.end());
               front.push_back(way);
             }
           }
