@@ -101,8 +101,10 @@ struct Ways {
 // x is no worse than y on the same subcluster: no more devices, time or tail, as many micro-
 // batches held, and as many nodes (`per_node` devices each): a stage on more nodes hops to
 // another subcluster faster (Crossing), so fewer devices on fewer nodes do not make y redundant.
+int nodes_of(int devices, int per_node) { return (devices + per_node - 1) / per_node; }  // at least, for a block
+
 bool dominates(const Way& x, const Way& y, int per_node) {
-  return x.sub == y.sub && x.devices <= y.devices && (x.devices + per_node - 1) / per_node == (y.devices + per_node - 1) / per_node &&
+  return x.sub == y.sub && x.devices <= y.devices && nodes_of(x.devices, per_node) == nodes_of(y.devices, per_node) &&
          x.c <= y.c && x.tail <= y.tail && x.hold >= y.hold;
 }
 
@@ -200,7 +202,7 @@ struct Crossing {
   std::vector<int> per_node;   // [J] devices per node
   std::vector<double> nic;     // [J] a node's NIC, bytes/s
   std::vector<LinkSpec> link;  // [J * J] between subclusters
-  int nodes(int sub, int devices) const { return (devices + per_node[std::size_t(sub)] - 1) / per_node[std::size_t(sub)]; }
+  int nodes(int sub, int devices) const { return nodes_of(devices, per_node[std::size_t(sub)]); }
   // From a stage on subcluster a spanning na nodes (0: unknown) to one on b spanning nb.
   double hop(int a, int na, int b, int nb) const {
     if (a == b) return 0;
