@@ -74,11 +74,13 @@ void for_random_splits(std::uint64_t seed_base, Done done, Fn fn, double slow_li
 
 }  // namespace
 
-// Measured (241 plans, 2026-12-01): median 1.000, 232 within 5%, min 0.761, max 1.111; the rest
-// are pipelines whose hops take several times their stages' compute (the worst: a 1f1b plan of
-// two 0.136 s hops around 0.01-0.02 s stages, whose round trips compound, which eq. 12 does not
-// say). Before h-1f1b's warm-ups came from the split's own times: 231, min 0.662.
-TEST_CASE("property: the search's estimate is within 5% of the simulator on 95% of 200+ random plans") {
+// Measured (241 plans, 2026-12-05, the estimate simulating the split's pipeline): median 1.000,
+// 238 within 5%, min 0.941, max 1.083 (the rest: gradient sync and optimizer steps, which the
+// estimate takes per stage, the simulator per group). With eq. 12's closed form (2026-12-01):
+// 232 within 5%, min 0.761, max 1.111, the worst a 1f1b plan of two 0.136 s hops around
+// 0.01-0.02 s stages whose round trips compound; before h-1f1b's warm-ups came from the
+// split's own times: 231, min 0.662.
+TEST_CASE("property: the search's estimate is within 5% of the simulator on 97% of 200+ random plans") {
   std::vector<double> ratios;
   double worst = 0;
   std::string worst_what;
@@ -106,9 +108,9 @@ TEST_CASE("property: the search's estimate is within 5% of the simulator on 95% 
   INFO(within << " within 5%");
   CHECK(ratios.size() >= 200);
   CHECK(std::abs(median - 1) <= 0.01);
-  CHECK(double(within) >= 0.95 * double(ratios.size()));
-  CHECK(ratios.front() >= 0.55);
-  CHECK(ratios.back() <= 1.2);
+  CHECK(double(within) >= 0.97 * double(ratios.size()));
+  CHECK(ratios.front() >= 0.9);
+  CHECK(ratios.back() <= 1.1);
 }
 
 // Issue 20: evaluate() with a cutoff rules a layout out after one feasibility test when no
@@ -206,10 +208,12 @@ TEST_CASE("property: behind a slow link the estimate of gpipe and h-1f1b plans f
   const auto within = std::count_if(ratios.begin(), ratios.end(), [](double r) { return std::abs(r - 1) <= 0.05; });
   INFO(ratios.size() << " plans crossing the link, estimate / simulated: median " << ratios[ratios.size() / 2] << ", min "
                      << ratios.front() << ", max " << ratios.back() << "; " << within << " within 5%");
-  // Measured: median 1.000, 115 of 120 within 5%, min 0.54; with eq. 12 alone (and warm-ups
-  // from the searched t_max bound), median 0.688, 47 within 5%, min 0.51.
+  // Measured: median 1.000, 120 of 120 within 5%, min 0.996 (the split's pipeline simulated,
+  // 2026-12-05); eq. 12 with the chain of a slow hop: 115 within 5%, min 0.54; eq. 12 alone
+  // (and warm-ups from the searched t_max bound): median 0.688, 47 within 5%, min 0.51.
   REQUIRE(ratios.size() >= 120);
   CHECK(std::abs(ratios[ratios.size() / 2] - 1) <= 0.01);
-  CHECK(double(within) >= 0.9 * double(ratios.size()));
+  CHECK(double(within) >= 0.98 * double(ratios.size()));
+  CHECK(ratios.front() >= 0.95);
   CHECK(ratios.back() <= 1.05);
 }

@@ -9,6 +9,7 @@
 #include "plan/buckets.hpp"
 #include "predict/stage_cost.hpp"
 #include "schedule/schedule.hpp"
+#include "sim/sim.hpp"
 
 namespace het::search {
 
@@ -338,12 +339,19 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     }
     return F[at(0, 0)];
   };
-  // The estimate of the split the DP found. Per stage: its time, its backward, the micro-batches
-  // in flight its memory holds (h-1f1b's cap), and the chain of the stages from it that run all
-  // their forwards first (below); kept across calls.
-  std::vector<double> stage_t(S), back(S), run(S);
+  // The estimate of the split the DP found. Per stage: its time, its backward and the micro-
+  // batches in flight its memory holds (h-1f1b's cap); kept across calls.
+  std::vector<double> stage_t(S), back(S);
   std::vector<int> hold(S);
-  auto estimate = [&](const std::vector<int>& searched, Candidate& c) {
+  sim::PipelineInput pipe;  // the split's pipeline for the simulator: one copy, its buffers kept
+  pipe.num_microbatches = m;
+  pipe.stages.resize(S);
+  // What estimate() did: the split was estimated before (rungs of the t_max ladder often find
+  // the same one), eq. 13's bound alone was already `beat` or more (the simulation could only
+  // raise it; that bound is then the estimate), or the split was simulated.
+  enum class Estimated { again, beaten, simulated };
+  std::vector<std::vector<int>> seen;  // first units, then recomputations, of the splits estimated
+  auto estimate = [&](const std::vector<int>& searched, Candidate& c, double beat) {
     c.first_unit.clear();
     c.recompute.clear();
     std::fill(hold.begin(), hold.end(), m);
@@ -399,32 +407,36 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       w.epsilon = predict_.epsilon;
       own = schedule::warmup_counts(w);
     }
-    const std::vector<int>& N = own.empty() ? searched : own;
-    // Each link direction carries one micro-batch per c_i: it paces the pipeline too. A stage
-    // that alternates backwards and forwards (N_i < m) waits each round trip to the next stage
-    // (eq. 12); one that runs all its forwards first (gpipe) does not.
-    double steady = t_max;
-    for (int i = 0; i + 1 < S; ++i) {
-      steady = std::max(steady, p.hop[i]);
-      if (N[i] < m) steady = std::max(steady, (N[i + 1] * t_max + t_max + 2 * p.hop[i]) / N[i]);
+    const std::vector<int>& N = own.empty() ? searched : own;  // the same for the same split
+    std::vector<int> key = c.first_unit;
+    for (Recompute r : c.recompute) key.push_back(int(r));
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) return Estimated::again;
+    seen.push_back(std::move(key));
+    // The pipeline as the simulator runs it (sim.cpp's DAG: these stage times, hops both ways
+    // and warm-ups; predict simulates the plan so), and never below eq. 13's (m − 1)·t_max +
+    // Σ t_i + Σ 2c_i (a hop paces like a stage), which the cutoff's pruning and the t_max
+    // ladder take as every split's least estimate. Issue 20: eq. 12's steady state charged a
+    // round trip per cycle where warm-ups cover it (exp3's 8 pipelines of 10 stages, stage 0 with
+    // 18 warm-ups against a 1.1 s round trip: estimated 7.77-7.83 s, simulated 7.48-7.54), and
+    // missed a slow hop's chain of activations then gradients (midsize-48: 3.156 against 3.383).
+    // The simulated makespan falls below eq. 13 when the faster stages hide behind the slowest
+    // one's warm-ups (two stages of 2 and 1 per micro-batch, 1F1B: 2m against 2m + 1): there
+    // the estimate errs high as before, and nowhere further from the simulation than eq. 12.
+    double slowest = t_max;
+    for (int i = 0; i < S; ++i) {
+      sim::StageCosts& st = pipe.stages[i];
+      st.forward_s = stage_t[i] - back[i];
+      st.backward_s = back[i];
+      st.send_forward_s = st.send_backward_s = i + 1 < S ? p.hop[i] : 0;
+      if (i + 1 < S) slowest = std::max(slowest, p.hop[i]);
     }
-    // A stage that runs all its forwards before its first backward (N_i >= m) uses the link
-    // before it in one direction at a time: the m activations cross it, the last one goes on
-    // through every such stage after it and its first gradient comes back, then the m
-    // gradients cross it, and the last one goes back to stage 0. When that link is slower than
-    // the stages, this chain is the iteration (sim.cpp runs the stages so; eq. 12 assumes the
-    // two directions overlap): issue 20's midsize-9, a hop of 88 ms per micro-batch from the
-    // embedding's stage to 7 stages of warm-up m, estimated 3.145 s and simulated 3.780 s.
-    // run[j]: the forward and backward of stages j.. while they run all forwards first, with
-    // the hops between them; down: the backwards and hops from stage i back to stage 0.
-    for (int j = S - 1; j >= 0; --j)
-      run[j] = N[j] < m ? 0 : stage_t[j] + (j + 1 < S && N[j + 1] >= m ? 2 * p.hop[j] + run[j + 1] : 0);
-    double chain = 0, down = 0;
-    for (int i = 0; i + 1 < S; ++i) {
-      down += back[i] + (i > 0 ? p.hop[i - 1] : 0);
-      if (N[i + 1] >= m) chain = std::max(chain, 2 * m * p.hop[i] + run[i + 1] + down);
-    }
-    c.estimate_s = std::max(sum + (m - 1) * steady, chain) + tail;
+    c.estimate_s = sum + (m - 1) * slowest + tail;
+    if (c.estimate_s >= beat) return Estimated::beaten;
+    pipe.warmup = N;
+    const auto run = sim::simulate_pipeline(pipe);
+    const double makespan = run ? run->makespan_s : kInf;  // warm-ups from schedule:: never deadlock
+    c.estimate_s = std::max(makespan + tail, c.estimate_s);
+    return Estimated::simulated;
   };
 
   // Whether some split has every t_i <= tau, exactly and in O(S·U·R): the units a stage can
@@ -472,14 +484,21 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   Candidate best;
   best.layout = l;
   best.estimate_s = kInf;
+  // What a split must beat: the best so far, and the caller's cutoff.
+  auto target = [&] { return std::min(best.estimate_s, cutoff); };
+  bool beyond = false;  // a split fit whose estimate could not get below the cutoff
   auto try_tau = [&](double tau) {
     const std::vector<int> N = warmups(tau);
     // The sweep first (it bounds the DP's starts); a fixed split's sweep is the DP itself.
     if ((!fixed && !feasible(tau, N)) || run_dp(tau, N) == kInf) return false;
     Candidate c;
     c.layout = l;
-    estimate(N, c);
-    if (c.estimate_s < best.estimate_s) best = std::move(c);
+    switch (estimate(N, c, target())) {
+      case Estimated::again: break;
+      case Estimated::beaten: beyond |= c.estimate_s >= cutoff; break;
+      case Estimated::simulated:
+        if (c.estimate_s < best.estimate_s) best = std::move(c);
+    }
     return true;
   };
   // Every split pays, besides (m − 1) times its t_max, at least `fixed_cost`: each unit's fastest time
@@ -524,15 +543,16 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // Upward from the smallest feasible t_max while splits of larger t_max can still beat the
   // best (HAPT §5.2's t_E = T(t_S)/B), on a geometric ladder; a rung finds splits with t_max
   // above the rung below.
-  // What a rung must beat: the best so far, and the caller's cutoff.
-  auto target = [&] { return std::min(best.estimate_s, cutoff); };
   double below = hi;
   for (double tau = hi * 1.01; (m - 1) * below + fixed_cost < target() && tau <= kLadderTop * hi; below = tau, tau *= 1.05)
     try_tau(tau);
   if (m > 1 && (m - 1) * hi * kLadderTop + fixed_cost < target()) try_tau((target() - fixed_cost) / (m - 1));
   // No bound on t_max at all, unless that cannot beat the best either.
   if ((m - 1) * lo + fixed_cost < target()) try_tau(top);
-  if (best.estimate_s == kInf) return std::nullopt;
+  if (best.estimate_s == kInf) {
+    cut = cut || beyond;
+    return std::nullopt;
+  }
   return best;
 }
 

@@ -7,18 +7,21 @@
 // With a sequence-length distribution (model.seq_lengths) a micro-batch costs the mean over
 // its buckets, weighted by share, and holds the activations of the longest.
 //
-// Estimate (HAPT §5.2 eq. 13, with eq. 12 for transfers the warm-ups cannot hide):
-//   T ≈ Σ_i (t_i + 2c_i) + (m − 1)·max(t_max, max_i c_i, max_i (N_{i+1}·t_max + t_max + 2c_i) / N_i)
-//       + the gradient sync not hidden by the last backward + the optimizer step
-// with t_i = f_i + b_i of stage i per micro-batch, c_i its hop to stage i+1, N_i the
-// schedule's warm-up counts and m the micro-batches per pipeline (a link direction carries one
-// micro-batch at a time, so c_i paces the pipeline as a stage would). Every stage must hold its
-// parameters, optimizer state and N_i micro-batches of activations.
+// Estimate: the split's pipeline simulated (sim::simulate_pipeline: stage i's forward and
+// backward f_i, b_i per micro-batch, its hop c_i to stage i+1 in each direction, the schedule's
+// warm-up counts N_i, m micro-batches), never below HAPT §5.2 eq. 13 with the hops pacing as
+// stages do,
+//   T ≥ Σ_i (t_i + 2c_i) + (m − 1)·max(t_max, max_i c_i),    t_i = f_i + b_i,
+// then the gradient sync not hidden by the last backward and the optimizer step. The
+// simulated makespan is what predict computes for the plan; it falls below eq. 13 only where
+// faster stages hide behind the slowest one's warm-ups, and eq. 13 is what the pruning below
+// takes as every split's least estimate. Every stage must hold its parameters, optimizer state
+// and N_i micro-batches of activations.
 //
-// best_split() is exact under this estimate for a given layout: for each candidate t_max
-// (smallest feasible first, found by binary search, then upward while (m−1)·t_max can
-// still beat the best; HAPT §5.2's bidirectional pruning) a DP over (stage, first unit)
-// minimises Σ t_i with t_i ≤ t_max, choosing each stage's recomputation.
+// best_split(): for each candidate t_max (smallest feasible first, found by binary search, then
+// upward while (m−1)·t_max can still beat the best; HAPT §5.2's bidirectional pruning) a DP
+// over (stage, first unit) minimises Σ t_i with t_i ≤ t_max, choosing each stage's
+// recomputation; the best estimate of those splits wins.
 // Thread-safe: const methods may run concurrently.
 #include <array>
 #include <cstdint>

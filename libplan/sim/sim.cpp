@@ -175,6 +175,12 @@ const StageCosts& microbatch_costs(const PipelineInput& p, int s, int i) {
   return p.kind.empty() ? p.stages[s] : p.by_kind[p.kind[i]][s];
 }
 
+Result<PipelineReport> simulate_pipeline(const PipelineInput& pipeline) {
+  std::vector<TraceEvent> none;
+  CrossSteps cross;
+  return run_pipeline(pipeline, 0, false, none, cross);
+}
+
 Result<SimResult> simulate(const SimInput& in) {
   SimResult out;
   CrossTotals cross;

@@ -98,6 +98,10 @@ struct SimResult {
 // Errors: a schedule that deadlocks (named stage and micro-batch), mismatched sizes.
 Result<SimResult> simulate(const SimInput& input);
 
+// One pipeline's DAG alone, as simulate() runs each of its pipelines (no trace, no sync): the
+// search's estimate of a split asks for its makespan under the plan's warm-ups (issue 20).
+Result<PipelineReport> simulate_pipeline(const PipelineInput& pipeline);
+
 // Chrome trace JSON (open in Perfetto or chrome://tracing): one track per stage and link.
 std::string chrome_trace(const std::vector<TraceEvent>& events);
 // Several timelines in one trace: each a process of that name, its tracks its threads.
