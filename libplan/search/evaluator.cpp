@@ -150,9 +150,20 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   one.parameters = sh.tp;  // one parameter per device
   one.tp = sh.tp, one.cp = sh.cp, one.zero_dp = replicas, one.in_flight = 0;
   t->bytes_per_param = cost::stage_memory(model_, one).total();
-  cost::StageShape head_only;
-  head_only.has_head = true, head_only.tp = sh.tp, head_only.cp = sh.cp, head_only.sequences = b, head_only.in_flight = 1;
-  t->logits = cost::stage_memory(longest_, head_only).stage_buffers;
+  for (int first : {0, 1})  // [has embedding][has head] for the buffers, [has layers][has head] for the temporaries
+    for (int last : {0, 1}) {
+      cost::StageShape x;  // one micro-batch in flight, no parameters: what comes on top of them
+      x.tp = sh.tp, x.cp = sh.cp, x.sequences = b, x.recompute = r, x.in_flight = 1;
+      x.has_embedding = first, x.has_head = last;
+      t->buffers[first][last] = cost::stage_memory(longest_, x).stage_buffers;
+      x.has_embedding = false, x.layers = first;
+      t->workspace[first][last] = cost::stage_memory(longest_, x).workspace;
+    }
+  {
+    cost::StageShape x;
+    x.tp = sh.tp, x.cp = sh.cp, x.sequences = b, x.recompute = r, x.in_flight = 1, x.layers = 1;
+    t->recompute_per_layer = cost::stage_memory(longest_, x).recompute;
+  }
   t->tied = predict::tied_head_parameters(model_);
   t->capacity = sub.device.usable_memory() * (1 - predict_.memory_headroom);  // predict's StageDetail::limit
   t->device = &sub.device;

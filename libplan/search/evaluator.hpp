@@ -15,8 +15,9 @@
 // then the gradient sync not hidden by the last backward and the optimizer step. The
 // simulated makespan is what predict computes for the plan; it falls below eq. 13 only where
 // faster stages hide behind the slowest one's warm-ups, and eq. 13 is what the pruning below
-// takes as every split's least estimate. Every stage must hold its parameters, optimizer state
-// and N_i micro-batches of activations.
+// takes as every split's least estimate. Every stage must hold N_i micro-batches in flight as
+// predict's memory counts them (cost::stage_memory, StageTable::memory; test `property: the
+// search's memory of a stage is predict's`).
 //
 // best_split(): for each candidate t_max (smallest feasible first, found by binary search, then
 // upward while (m−1)·t_max can still beat the best; HAPT §5.2's bidirectional pruning) a DP
@@ -59,7 +60,12 @@ struct Layout {
 struct StageTable {
   std::vector<double> time, backward, params, whole, act, layers;  // prefix sums, size units + 1 (whole: predict::whole_parameters)
   double bytes_per_param = 0;  // model state per parameter on a device (ZeRO applied)
-  double logits = 0;           // the head's logits buffer
+  // What cost::stage_memory adds, so that a stage fits here exactly when predict's memory (and
+  // its cap on warm-ups) says so: per micro-batch in flight, the stage's own buffers (the head's
+  // logits; on the CPU backend tokens, targets and a fully recomputing stage's kept input),
+  // [has embedding][has head]; once, the backward's temporaries, [has layers][has head]; per
+  // layer with a micro-batch in flight, a fully recomputing layer's recomputed set (CPU).
+  double buffers[2][2] = {}, workspace[2][2] = {}, recompute_per_layer = 0;
   double tied = 0;             // predict::tied_head_parameters: held by a head without the embedding
   double capacity = 0;         // what a stage may use: (memory − reserve) × (1 − memory headroom)
   double fastest_layer = 0;    // the least time of one unit between the embedding and the head
@@ -68,8 +74,10 @@ struct StageTable {
   // Memory of units a..e holding `in_flight` micro-batches (tp: the stage's TP degree).
   double memory(int a, int e, int tp, int in_flight, bool has_head) const {
     const double whole_units = sum(whole, a, e) + (has_head && a > 0 ? tied : 0);  // held whole by every TP shard
-    return ((sum(params, a, e) - sum(whole, a, e)) / tp + whole_units) * bytes_per_param + in_flight * sum(act, a, e) +
-           (has_head ? logits : 0);
+    const double n_layers = sum(layers, a, e);
+    return ((sum(params, a, e) - sum(whole, a, e)) / tp + whole_units) * bytes_per_param +
+           in_flight * (sum(act, a, e) + buffers[a == 0][has_head]) + workspace[n_layers > 0][has_head] +
+           (in_flight > 0 ? n_layers * recompute_per_layer : 0);
   }
 };
 
