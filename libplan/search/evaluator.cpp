@@ -156,7 +156,7 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
       x.tp = sh.tp, x.cp = sh.cp, x.sequences = b, x.recompute = r, x.in_flight = 1;
       x.has_embedding = first, x.has_head = last;
       t->buffers[first][last] = cost::stage_memory(longest_, x).stage_buffers;
-      x.has_embedding = false, x.layers = first;
+      x.has_embedding = false, x.layers = first;  // the temporaries: `first` now says whether it has layers
       t->workspace[first][last] = cost::stage_memory(longest_, x).workspace;
     }
   {

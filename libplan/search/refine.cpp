@@ -252,9 +252,10 @@ std::vector<int> route_of(const Layout& l) {
 
 // Keeps `c` among the `k` best of its route. The estimate erred by a few percent either way on
 // pipelines whose hops weigh (HAPT eq. 12 against the simulator, before it simulated the
-// split's pipeline), and which route is best was where it erred most: on 10,000 devices (issue 20) moving the last stage to the front found
-// layouts of the route s3 s0 s6 s3 estimated 0.7% better than the best of s0 s6 s3 (simulated
-// 1.0695 s against 1.0244), and they pushed every layout of that route out of the k best kept.
+// split's pipeline), and which route is best was where it erred most: on 10,000 devices
+// (issue 20) moving the last stage to the front found layouts of the route s3 s0 s6 s3
+// estimated 0.7% better than the best of s0 s6 s3 (simulated 1.0695 s against 1.0244), and
+// they pushed every layout of that route out of the k best kept.
 void keep_route(Refinement& r, const Candidate& c, std::size_t k) {
   auto& kept = r.routes[route_of(c.layout)];
   auto at = std::upper_bound(kept.begin(), kept.end(), c.estimate_s,
