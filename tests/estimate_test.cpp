@@ -240,7 +240,7 @@ TEST_CASE("property: the search's memory of a stage is predict's, at predict's w
                         offset[sh.sub] += layout.pipelines * sh.devices();
                         const predict::StageDetail& d = predicted->stages[0][i];
                         INFO(in.description << ", stage " << i << " of " << S << ", warm-up " << d.warmup);
-                        CHECK(t.memory(k, e, sh.tp, d.warmup, e == U - 1) ==
+                        CHECK(t.memory(k, e, d.warmup, e == U - 1) ==
                               Approx(d.memory.total() - d.memory.read_ahead).epsilon(1e-9));
                         ++stages;
                       }

@@ -56,7 +56,7 @@ double work_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_list)
           l.stages = {{int(j), 1, f.cp, f.tp}};
           for (Recompute r : eval.recompute_options()) {  // cheapest first: the first that fits is the fastest
             const StageTable& t = eval.table(l, 0, 0, r);
-            if (t.memory(1, per_layer, f.tp, 1, false) > t.capacity) continue;
+            if (t.memory(1, per_layer, 1, false) > t.capacity) continue;
             const double layer = t.sum(t.time, 1, per_layer);
             const double device_s = layer / mbs * f.tp * f.cp;
             if (device_s < best) best = device_s, ends = (t.sum(t.time, 0, 0) + t.sum(t.time, U - 1, U - 1)) / layer;
@@ -151,14 +151,14 @@ Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
             // The options are ordered by cost (the evaluator's): the first that fits is the
             // fastest, the later ones may hold more micro-batches in flight.
             std::size_t r = 0;
-            while (r < options.size() && table(r).memory(a, e, f.tp, 1, e == U - 1) > table(r).capacity) ++r;
+            while (r < options.size() && table(r).memory(a, e, 1, e == U - 1) > table(r).capacity) ++r;
             if (r == options.size()) break;  // nor does any longer run
             if (m * table(r).sum(table(r).time, a, e) > cap) break;  // a stage this slow cannot beat `cap`, nor can a longer one
             std::vector<Way>& front = w.of[std::size_t(a) * U + e];
             for (; r < options.size(); ++r) {
               const StageTable& t = table(r);
               const bool head = e == U - 1;
-              if (t.memory(a, e, f.tp, 1, head) > t.capacity) continue;
+              if (t.memory(a, e, 1, head) > t.capacity) continue;
               const double c = t.sum(t.time, a, e);
               if (m * c > cap) continue;
               // gpt's tied embedding is synced on a ring of its own (left out: a lower bound).
@@ -171,9 +171,9 @@ Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
               if (m * c + tail > cap) continue;
               // Memory is linear in the micro-batches in flight; every schedule's warm-up count
               // is what the stage holds at most (schedule.hpp) and fits memory (predict).
-              const double one = t.memory(a, e, f.tp, 1, head), per = t.sum(t.act, a, e);
+              const double one = t.memory(a, e, 1, head), per = t.sum(t.act, a, e);
               int hold = per > 0 ? int(std::min<double>(m, std::floor((t.capacity - one) / per) + 1)) : m;
-              while (hold < m && t.memory(a, e, f.tp, hold + 1, head) <= t.capacity) ++hold;  // never below the exact count
+              while (hold < m && t.memory(a, e, hold + 1, head) <= t.capacity) ++hold;  // never below the exact count
               const Way way{int(j), g, c, tail, std::max(1, hold)};
               const int per_node = sub.devices_per_node;
               if (std::any_of(front.begin(), front.end(), [&](const Way& x) { return dominates(x, way, per_node); })) continue;

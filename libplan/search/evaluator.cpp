@@ -150,6 +150,11 @@ const Evaluator::Table& Evaluator::table(const Layout& l, int i, int offset, Rec
   one.parameters = sh.tp;  // one parameter per device
   one.tp = sh.tp, one.cp = sh.cp, one.zero_dp = replicas, one.in_flight = 0;
   t->bytes_per_param = cost::stage_memory(model_, one).total();
+  t->state.assign(units_ + 1, 0);
+  for (int u = 0; u < units_; ++u) {
+    const double p = t->sum(t->params, u, u), w = t->sum(t->whole, u, u);
+    t->state[u + 1] = t->state[u] + ((p - w) / sh.tp + w) * t->bytes_per_param;
+  }
   for (int first : {0, 1})  // [has embedding][has head] for the buffers, [has layers][has head] for the temporaries
     for (int last : {0, 1}) {
       cost::StageShape x;  // one micro-batch in flight, no parameters: what comes on top of them
@@ -308,6 +313,13 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // The first units stage i can start at, from the last feasibility sweep (feasible, below):
   // the DP at the same t_max visits only those.
   std::vector<std::pair<int, int>> range(S, {0, U});
+  // after_fast[u]: the least time units u.. take on any stage.
+  std::vector<double> after_fast(U + 1, 0);
+  for (int u = U - 1; u >= 0; --u) {
+    double t = kInf;
+    for (const Table* x : p.distinct) t = std::min(t, x->sum(x->time, u, u));
+    after_fast[u] = after_fast[u + 1] + t;
+  }
   // DP: F[i][k] = min Σ t over stages i.. covering units k..U-1 with every t <= tau.
   std::vector<double> F(static_cast<std::size_t>(S + 1) * (U + 1), kInf);
   std::vector<int> end(F.size(), -1), pick(F.size(), -1);
@@ -330,7 +342,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
             const Table& t = *p.tables[i][r];
             const double time = t.sum(t.time, k, e);
             if (time > tau) continue;
-            if (t.memory(k, e, l.stages[i].tp, N[i], e == U - 1) > t.capacity) continue;
+            if (t.memory(k, e, N[i], e == U - 1) > t.capacity) continue;
             any = true;
             const double rest = F[at(i + 1, e + 1)];
             if (rest != kInf && time + rest < best) best = time + rest, end[at(i, k)] = e, pick[at(i, k)] = r;
@@ -362,7 +374,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // raise it; that bound is then the estimate), or the split was simulated.
   enum class Estimated { again, beaten, simulated };
   std::vector<std::vector<int>> seen;  // first units, then recomputations, of the splits estimated
-  auto estimate = [&](const std::vector<int>& searched, Candidate& c, double beat) {
+  auto estimate = [&](Candidate& c, double beat) {
     c.first_unit.clear();
     c.recompute.clear();
     std::fill(hold.begin(), hold.end(), m);
@@ -390,10 +402,9 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
                                                 p.tied_link);
       const double last_b = tb.sum(tb.backward, k, e);
       back[i] = last_b;
-      if (l.schedule == ScheduleKind::h_1f1b) {  // memory is linear in the micro-batches in flight
-        const bool head = e == U - 1;
-        const double one = tb.memory(k, e, l.stages[i].tp, 1, head), per = tb.memory(k, e, l.stages[i].tp, 2, head) - one;
-        if (per > 0) hold[i] = int(std::clamp(std::floor((tb.capacity - one) / per) + 1, 1.0, double(m)));
+      {  // predict's cap on warm-ups (predict.cpp): the memory without micro-batches in flight, then each one's activations
+        const double none = tb.memory(k, e, 0, e == U - 1), per = tb.sum(tb.act, k, e);
+        if (per > 0) hold[i] = int(std::clamp(std::floor((tb.capacity - none) / per), 1.0, double(m)));
       }
       const double opt = predict::optimizer_s(compute_, model_, *tb.device, l.stages[i].tp, tb.sum(tb.params, k, e) + tied_head,
                                               tb.sum(tb.whole, k, e) + tied_head, model_.training.zero_stage >= 1 ? replicas : 1);
@@ -401,24 +412,21 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       slack += last_b + (i + 1 < S ? p.hop[i] : 0);
       k = e + 1;
     }
-    // h-1f1b's warm-ups depend on the stages' times (c/t_max): the plan runs those of the
-    // split's own times, capped by memory (predict.cpp), not those of the t_max bound the split
-    // was searched under, which are fewer when that bound lies above the split's t_max (issue
-    // 20: a random plan of three 0.14 s hops around 0.03 s stages, estimated at N = 13, 12, 11
-    // and simulated at 16, 16, 12: 0.66 of its simulated time).
-    std::vector<int> own;
-    if (l.schedule == ScheduleKind::h_1f1b) {
-      schedule::WarmupInput w;
-      w.kind = l.schedule;
-      w.num_microbatches = m;
-      w.stage_s = stage_t;
-      w.transfer_s = p.hop;
-      w.crosses_subcluster = p.cross;
-      w.memory_limit = hold;
-      w.epsilon = predict_.epsilon;
-      own = schedule::warmup_counts(w);
-    }
-    const std::vector<int>& N = own.empty() ? searched : own;  // the same for the same split
+    // The warm-ups the plan runs (predict.cpp): the schedule's for the split's own times
+    // (h-1f1b's depend on c/t_max; those of the t_max bound the split was searched under are
+    // fewer when that bound lies above the split's t_max; issue 20: a random plan of three
+    // 0.14 s hops around 0.03 s stages, estimated at N = 13, 12, 11 and simulated at 16, 16,
+    // 12: 0.66 of its simulated time), capped as predict caps them by what each stage's
+    // memory holds (the DP's splits hold the searched N; the split's own may be more).
+    schedule::WarmupInput w;
+    w.kind = l.schedule;
+    w.num_microbatches = m;
+    w.stage_s = stage_t;
+    w.transfer_s = p.hop;
+    w.crosses_subcluster = p.cross;
+    w.memory_limit = hold;
+    w.epsilon = predict_.epsilon;
+    const std::vector<int> N = schedule::warmup_counts(w);  // the same for the same split
     std::vector<int> key = c.first_unit;
     for (Recompute r : c.recompute) key.push_back(int(r));
     if (std::find(seen.begin(), seen.end(), key) != seen.end()) return Estimated::again;
@@ -467,8 +475,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       const Table* const* t = p.tables[i].data();
       auto fits = [&](int k, int e) {
         for (int r = 0; r < R; ++r)
-          if (t[r]->sum(t[r]->time, k, e) <= tau && t[r]->memory(k, e, l.stages[i].tp, N[i], e == U - 1) <= t[r]->capacity)
-            return true;
+          if (t[r]->sum(t[r]->time, k, e) <= tau && t[r]->memory(k, e, N[i], e == U - 1) <= t[r]->capacity) return true;
         return false;
       };
       hi = std::min(hi, U - (S - i));
@@ -498,31 +505,25 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // What a split must beat: the best so far, and the caller's cutoff.
   auto target = [&] { return std::min(best.estimate_s, cutoff); };
   bool beyond = false;  // a split fit whose estimate could not get below the cutoff
+  auto fit = [&](double tau) { return feasible(tau, warmups(tau)); };
   auto try_tau = [&](double tau) {
     const std::vector<int> N = warmups(tau);
     // The sweep first (it bounds the DP's starts); a fixed split's sweep is the DP itself.
-    if ((!fixed && !feasible(tau, N)) || run_dp(tau, N) == kInf) return false;
+    if ((!fixed && !feasible(tau, N)) || run_dp(tau, N) == kInf) return;
     Candidate c;
     c.layout = l;
-    switch (estimate(N, c, target())) {
+    switch (estimate(c, target())) {
       case Estimated::again: break;
       case Estimated::beaten: beyond |= c.estimate_s >= cutoff; break;
       case Estimated::simulated:
         if (c.estimate_s < best.estimate_s) best = std::move(c);
     }
-    return true;
   };
   // Every split pays, besides (m − 1) times its t_max, at least `fixed_cost`: each unit's fastest time
   // on any stage (Σ_i t_i) and the hops there and back (Σ_i 2c_i, fixed by the layout). The
   // step after the last backward may hide behind the drain of the stages before it: it adds
   // nothing certain.
-  double fastest = 0;
-  for (int u = 0; u < U; ++u) {
-    double t = kInf;
-    for (const Table* x : p.distinct) t = std::min(t, x->sum(x->time, u, u));
-    fastest += t;
-  }
-  double fixed_cost = fastest, slowest_hop = 0;
+  double fixed_cost = after_fast[0], slowest_hop = 0;
   for (double c : p.hop) fixed_cost += 2 * c, slowest_hop = std::max(slowest_hop, c);
   // Bounds of t_max: no stage is faster than its fastest unit set, none slower than all units.
   double top = 0;
@@ -536,19 +537,24 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   if (cutoff < kNoCutoff && m > 1) {
     const double bound = (cutoff - fixed_cost) / (m - 1);
     // A hop paces the pipeline too.
-    if (bound <= 0 || bound < slowest_hop || (bound < top && !feasible(bound, warmups(bound)))) {
+    if (bound <= 0 || bound < slowest_hop || (bound < top && !fit(bound))) {
       cut = true;
       return std::nullopt;
     }
     bounded = bound < top;
     top = std::min(top, bound);
   }
-  if (!bounded && !feasible(top, warmups(top))) return std::nullopt;
-  double lo = 0, hi = top;
+  if (!bounded && !fit(top)) return std::nullopt;
+  // Below t_max's least value no split fits: a stage holding a unit takes at least the
+  // unit's fastest time, and the S stages share the fastest time of them all.
+  double least = after_fast[0] / S;
+  for (int u = 0; u < U; ++u) least = std::max(least, after_fast[u] - after_fast[u + 1]);
+  // The smallest t_max at which a split fits, bisected from there: hi fits, lo does not (or is
+  // t_max's least value).
+  double lo = std::min(least * (1 - 1e-9), top), hi = top;
   for (int it = 0; it < 40 && hi - lo > 1e-3 * hi; ++it) {
     const double mid = (lo + hi) / 2;
-    if (feasible(mid, warmups(mid))) hi = mid;
-    else lo = mid;
+    (fit(mid) ? hi : lo) = mid;
   }
   try_tau(hi);
   // Upward from the smallest feasible t_max while splits of larger t_max can still beat the

@@ -60,6 +60,7 @@ struct Layout {
 struct StageTable {
   std::vector<double> time, backward, params, whole, act, layers;  // prefix sums, size units + 1 (whole: predict::whole_parameters)
   double bytes_per_param = 0;  // model state per parameter on a device (ZeRO applied)
+  std::vector<double> state;   // prefix sums of a unit's model state on a device: ((params − whole) / tp + whole) × bytes_per_param
   // What cost::stage_memory adds, so that a stage fits here exactly when predict's memory (and
   // its cap on warm-ups) says so: per micro-batch in flight, the stage's own buffers (the head's
   // logits; on the CPU backend tokens, targets and a fully recomputing stage's kept input),
@@ -71,11 +72,11 @@ struct StageTable {
   double fastest_layer = 0;    // the least time of one unit between the embedding and the head
   const DeviceSpec* device = nullptr;  // the subcluster's, in the evaluator's cluster
   double sum(const std::vector<double>& v, int a, int e) const { return v[e + 1] - v[a]; }
-  // Memory of units a..e holding `in_flight` micro-batches (tp: the stage's TP degree).
-  double memory(int a, int e, int tp, int in_flight, bool has_head) const {
-    const double whole_units = sum(whole, a, e) + (has_head && a > 0 ? tied : 0);  // held whole by every TP shard
+  // Memory of units a..e holding `in_flight` micro-batches on a device of the table's shape (a
+  // head without the embedding holds the tied weights whole, as every TP shard does `whole`).
+  double memory(int a, int e, int in_flight, bool has_head) const {
     const double n_layers = sum(layers, a, e);
-    return ((sum(params, a, e) - sum(whole, a, e)) / tp + whole_units) * bytes_per_param +
+    return sum(state, a, e) + (has_head && a > 0 ? tied * bytes_per_param : 0) +
            in_flight * (sum(act, a, e) + buffers[a == 0][has_head]) + workspace[n_layers > 0][has_head] +
            (in_flight > 0 ? n_layers * recompute_per_layer : 0);
   }

@@ -174,7 +174,7 @@ class HaptDp {
       for (int k2 = k - 1; k2 >= 0; --k2) {  // the new stage holds units k2 .. k-1
         const double time = t.sum(t.time, k2, k - 1);
         if (time > tau) break;
-        if (t.memory(k2, k - 1, mesh.tp, warmup, k == U_) > t.capacity) break;
+        if (t.memory(k2, k - 1, warmup, k == U_) > t.capacity) break;
         any = true;
         Cell& to = cell[to_id(k2)];
         const double cost = from.cost + time + 2 * c;

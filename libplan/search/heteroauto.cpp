@@ -43,7 +43,7 @@ std::optional<std::vector<int>> equal_compute_split(Work& w, const Layout& l, co
     t[g] = fast.sum(fast.time, 1, 1);
     int x = 0;
     const int in_flight = static_cast<int>(l.stages.size()) - i;
-    while (x < L && lean.memory(1, x + 1, l.stages[i].tp, in_flight, false) <= lean.capacity) ++x;
+    while (x < L && lean.memory(1, x + 1, in_flight, false) <= lean.capacity) ++x;
     cap[g] = x;
   }
   // Smallest τ with Σ pp_g · min(cap_g, floor(τ / t_g)) ≥ L, by bisection on τ.

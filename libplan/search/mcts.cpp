@@ -152,7 +152,7 @@ int layer_room(const Context& cx, Subtree& t, int sub, int b, const Shape3& shap
   one.micro_batch_size = b * shape.dp;
   const StageTable& tb = cx.w.eval.table(one, 0, 0, cx.w.eval.recompute_options().back());
   int x = 0;
-  while (x < cx.layers && tb.memory(1, x + 1, shape.tp, 1, false) <= tb.capacity) ++x;
+  while (x < cx.layers && tb.memory(1, x + 1, 1, false) <= tb.capacity) ++x;
   t.room.emplace(key, x);
   return x;
 }
