@@ -143,6 +143,46 @@ links:
   CHECK(plain->plan.predicted->iteration_s >= v->plan.predicted->iteration_s);
 }
 
+TEST_CASE("predict caps a stage's warm-ups by all it holds per micro-batch in flight: the head's logits too") {
+  // gpipe runs every forward first; the head stage holds each micro-batch's logits [b, T, V]
+  // beside its activations (cost::stage_memory's stage_buffers). A cap on warm-ups that counts
+  // the activations alone (predict before 2026-12-05) let this stage run 29 warm-ups where its
+  // memory holds 10.
+  auto md = test::doc("name: h\narchitecture: gpt\nnum_layers: 2\nhidden_size: 1024\nnum_attention_heads: 16\n"
+                      "vocab_size: 65536\nseq_length: 512\ntraining: {global_batch_size: 32, zero_stage: 0}\n",
+                      "m.yaml");
+  auto cd = test::doc("name: c\nsubclusters:\n  - {name: a, device: A100-80GB, nodes: 1, devices_per_node: 2}\n", "c.yaml");
+  Plan plan;
+  plan.model = *read_model(md.file, md.root, "");
+  plan.cluster = *read_cluster(cd.file, cd.root, "", test::catalog());
+  plan.schedule = ScheduleKind::gpipe;
+  Pipeline p;
+  p.micro_batch_size = 1;
+  p.num_microbatches = 32;
+  Stage s0, s1;
+  s0.subcluster = s1.subcluster = "a";
+  s0.first = 0, s0.last = 1, s0.devices = {{0, 0}};
+  s1.first = 2, s1.last = 3, s1.devices = {{0, 1}};
+  p.stages = {s0, s1};
+  plan.pipelines = {p};
+  cost::ComputeModel cm(plan.model, {});
+  auto roomy = predict::predict(plan, cm, {});
+  REQUIRE(roomy.ok());
+  const predict::StageDetail& head = roomy->stages[0][1];
+  REQUIRE(head.warmup == 32);
+  REQUIRE(head.memory.stage_buffers > 0);
+  const double per = (head.memory.activations + head.memory.stage_buffers) / 32;
+  const double fixed = head.memory.total() - head.memory.read_ahead - 32 * per;
+  // A device whose limit holds the head stage with 10.5 micro-batches in flight.
+  DeviceSpec& dev = plan.cluster.subclusters[0].device;
+  dev.memory = (fixed + 10.5 * per) / (1 - predict::Options{}.memory_headroom) + dev.reserve;
+  auto tight = predict::predict(plan, cm, {});
+  REQUIRE(tight.ok());
+  const predict::StageDetail& capped = tight->stages[0][1];
+  CHECK(capped.warmup == 10);
+  for (const auto& d : tight->stages[0]) CHECK(d.memory.total() - d.memory.read_ahead <= d.limit);
+}
+
 TEST_CASE("on the CPU backend a stage's peak memory holds the activations the stage before sent ahead of its warm-up") {
   // The transport reads frames as they arrive (transport/tcp.hpp): when a stage ends its warm-up
   // of w forwards, the stage before, with a warm-up of w_before, has sent w_before − w more.

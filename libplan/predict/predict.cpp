@@ -172,13 +172,14 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       }
       d.source = static_cast<cost::Source>(std::array{cost::Source::profile, cost::Source::interpolated,
                                                       cost::Source::extrapolated, cost::Source::analytic}[worst]);
-      // Memory without activations, for the warm-up cap; activations per micro-batch (of the
-      // longest bucket: any micro-batches in flight may be of it).
+      // The warm-up cap: the stage's memory with one micro-batch in flight, then what each more
+      // adds (memory is linear in them: activations, and the stage's own buffers such as the
+      // head's logits), of the longest bucket (any micro-batches in flight may be of it).
       d.capacity = dev.usable_memory();
       d.limit = d.capacity * (1 - opt.memory_headroom);
-      const double fixed = cost::stage_memory(m_long, shape_of(plan, p, s, replicas_of[pi][si], 0)).total();
-      const double per_mb = units.layers * cost::layer_activation_bytes(m_long, b, s.tp, s.cp, s.recompute);
-      w.memory_limit.push_back(per_mb > 0 ? static_cast<int>(std::max(1.0, std::floor((d.limit - fixed) / per_mb)))
+      const double one = cost::stage_memory(m_long, shape_of(plan, p, s, replicas_of[pi][si], 1)).total();
+      const double per_mb = cost::stage_memory(m_long, shape_of(plan, p, s, replicas_of[pi][si], 2)).total() - one;
+      w.memory_limit.push_back(per_mb > 0 ? static_cast<int>(std::max(1.0, std::floor((d.limit - one) / per_mb) + 1))
                                           : p.num_microbatches);
       w.stage_s.push_back(d.forward_s + d.backward_s);
       if (si + 1 < S) {

@@ -402,9 +402,10 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
                                                 p.tied_link);
       const double last_b = tb.sum(tb.backward, k, e);
       back[i] = last_b;
-      {  // predict's cap on warm-ups (predict.cpp): the memory without micro-batches in flight, then each one's activations
-        const double none = tb.memory(k, e, 0, e == U - 1), per = tb.sum(tb.act, k, e);
-        if (per > 0) hold[i] = int(std::clamp(std::floor((tb.capacity - none) / per), 1.0, double(m)));
+      {  // predict's cap on warm-ups (predict.cpp): memory is linear in the micro-batches in flight
+        const bool head = e == U - 1;
+        const double one = tb.memory(k, e, 1, head), per = tb.memory(k, e, 2, head) - one;
+        if (per > 0) hold[i] = int(std::clamp(std::floor((tb.capacity - one) / per) + 1, 1.0, double(m)));
       }
       const double opt = predict::optimizer_s(compute_, model_, *tb.device, l.stages[i].tp, tb.sum(tb.params, k, e) + tied_head,
                                               tb.sum(tb.whole, k, e) + tied_head, model_.training.zero_stage >= 1 ? replicas : 1);
