@@ -179,8 +179,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       d.limit = d.capacity * (1 - opt.memory_headroom);
       const double one = cost::stage_memory(m_long, shape_of(plan, p, s, replicas_of[pi][si], 1)).total();
       const double per_mb = cost::stage_memory(m_long, shape_of(plan, p, s, replicas_of[pi][si], 2)).total() - one;
-      w.memory_limit.push_back(per_mb > 0 ? static_cast<int>(std::max(1.0, std::floor((d.limit - one) / per_mb) + 1))
-                                          : p.num_microbatches);
+      w.memory_limit.push_back(schedule::held_in_flight(d.limit, one, per_mb, p.num_microbatches));
       w.stage_s.push_back(d.forward_s + d.backward_s);
       if (si + 1 < S) {
         w.transfer_s.push_back(d.send_forward_s);

@@ -5,6 +5,11 @@
 
 namespace het::schedule {
 
+int held_in_flight(double limit, double one, double per, int most) {
+  if (per <= 0) return most;
+  return static_cast<int>(std::clamp(std::floor((limit - one) / per) + 1, 1.0, static_cast<double>(std::max(1, most))));
+}
+
 std::vector<int> warmup_counts(const WarmupInput& in) {
   const int S = in.num_stages();
   const int m = in.num_microbatches;

@@ -48,6 +48,12 @@ struct WarmupInput {
   int num_stages() const { return static_cast<int>(stage_s.size()); }
 };
 
+// What a stage's memory holds in flight, for WarmupInput::memory_limit: memory is linear in the
+// micro-batches in flight, `one` with one and `per` more for each after it, within `limit`. At
+// least 1 (a stage runs one micro-batch whatever it holds) and at most `most`, which is also
+// the answer when more add nothing. predict and the search's estimate both cap with this.
+int held_in_flight(double limit, double one, double per, int most);
+
 // Warm-up count per stage. Preconditions: stage_s non-empty; the other vectors sized as
 // documented (transfer_s/crosses_subcluster may be empty when the kind does not use them).
 std::vector<int> warmup_counts(const WarmupInput& in);

@@ -313,13 +313,6 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // The first units stage i can start at, from the last feasibility sweep (feasible, below):
   // the DP at the same t_max visits only those.
   std::vector<std::pair<int, int>> range(S, {0, U});
-  // after_fast[u]: the least time units u.. take on any stage.
-  std::vector<double> after_fast(U + 1, 0);
-  for (int u = U - 1; u >= 0; --u) {
-    double t = kInf;
-    for (const Table* x : p.distinct) t = std::min(t, x->sum(x->time, u, u));
-    after_fast[u] = after_fast[u + 1] + t;
-  }
   // DP: F[i][k] = min Σ t over stages i.. covering units k..U-1 with every t <= tau.
   std::vector<double> F(static_cast<std::size_t>(S + 1) * (U + 1), kInf);
   std::vector<int> end(F.size(), -1), pick(F.size(), -1);
@@ -363,7 +356,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     return F[at(0, 0)];
   };
   // The estimate of the split the DP found. Per stage: its time, its backward and the micro-
-  // batches in flight its memory holds (h-1f1b's cap); kept across calls.
+  // batches in flight its memory holds (predict's cap on warm-ups); kept across calls.
   std::vector<double> stage_t(S), back(S);
   std::vector<int> hold(S);
   sim::PipelineInput pipe;  // the split's pipeline for the simulator: one copy, its buffers kept
@@ -377,7 +370,6 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   auto estimate = [&](Candidate& c, double beat) {
     c.first_unit.clear();
     c.recompute.clear();
-    std::fill(hold.begin(), hold.end(), m);
     double t_max = 0, sum = 0, tail = 0;
     // The last micro-batch's backward leaves stage i this long before it leaves stage 0: the
     // backwards and hops of the stages before it. The gradient sync and optimizer step of stage
@@ -402,11 +394,8 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
                                                 p.tied_link);
       const double last_b = tb.sum(tb.backward, k, e);
       back[i] = last_b;
-      {  // predict's cap on warm-ups (predict.cpp): memory is linear in the micro-batches in flight
-        const bool head = e == U - 1;
-        const double one = tb.memory(k, e, 1, head), per = tb.memory(k, e, 2, head) - one;
-        if (per > 0) hold[i] = int(std::clamp(std::floor((tb.capacity - one) / per) + 1, 1.0, double(m)));
-      }
+      const double one = tb.memory(k, e, 1, e == U - 1);  // predict's cap on warm-ups
+      hold[i] = schedule::held_in_flight(tb.capacity, one, tb.memory(k, e, 2, e == U - 1) - one, m);
       const double opt = predict::optimizer_s(compute_, model_, *tb.device, l.stages[i].tp, tb.sum(tb.params, k, e) + tied_head,
                                               tb.sum(tb.whole, k, e) + tied_head, model_.training.zero_stage >= 1 ? replicas : 1);
       tail = std::max(tail, std::max(0.0, sync - (predict_.overlap_sync ? last_b : 0)) + opt - slack);
@@ -524,7 +513,15 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // on any stage (Σ_i t_i) and the hops there and back (Σ_i 2c_i, fixed by the layout). The
   // step after the last backward may hide behind the drain of the stages before it: it adds
   // nothing certain.
-  double fixed_cost = after_fast[0], slowest_hop = 0;
+  // Each unit's least time on any stage: their sum, and the most of them (t_max's least value,
+  // with the sum over S, below).
+  double fastest = 0, slowest_unit = 0;
+  for (int u = 0; u < U; ++u) {
+    double t = kInf;
+    for (const Table* x : p.distinct) t = std::min(t, x->sum(x->time, u, u));
+    fastest += t, slowest_unit = std::max(slowest_unit, t);
+  }
+  double fixed_cost = fastest, slowest_hop = 0;
   for (double c : p.hop) fixed_cost += 2 * c, slowest_hop = std::max(slowest_hop, c);
   // Bounds of t_max: no stage is faster than its fastest unit set, none slower than all units.
   double top = 0;
@@ -548,8 +545,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   if (!bounded && !fit(top)) return std::nullopt;
   // Below t_max's least value no split fits: a stage holding a unit takes at least the
   // unit's fastest time, and the S stages share the fastest time of them all.
-  double least = after_fast[0] / S;
-  for (int u = 0; u < U; ++u) least = std::max(least, after_fast[u] - after_fast[u + 1]);
+  const double least = std::max(slowest_unit, fastest / S);
   // The smallest t_max at which a split fits, bisected from there: hi fits, lo does not (or is
   // t_max's least value).
   double lo = std::min(least * (1 - 1e-9), top), hi = top;
