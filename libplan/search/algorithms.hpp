@@ -116,6 +116,7 @@ struct Refinement {
   std::vector<Candidate> frontier;
   std::vector<Candidate> basins;  // seeds in other basins, not yet descended from (refine.cpp kExplore)
   std::set<std::vector<int>> descended;  // their layouts
+  std::set<std::vector<int>> kicked;     // best layouts jumped from (refine.cpp twice_the_pipelines)
   double best = 1e300;
   // The best candidates of each route (the subclusters a pipeline passes through, in order),
   // at most Options::top_k each (refine.cpp keep_route says why).
