@@ -128,14 +128,20 @@ Seed load_seed(const std::string& model, const std::string& cluster) {
 double best_of(const Result<search::SearchOutput>& r) { return r->plans.front().plan.predicted->iteration_s; }
 
 // auto with only the quick members (uniform, heteroauto) beside the refinement: deterministic,
-// whatever the load. Its best plan is checked (validates, fits memory).
-Result<search::SearchOutput> quick_auto(const Seed& s, const cost::ComputeModel& cm) {
+// whatever the load, where its phases cut by wall time (a quarter of the budget first) never
+// bind. Its best plan is checked (validates, fits memory).
+Result<search::SearchOutput> quick_auto(const ModelSpec& model, const ClusterSpec& cluster, const cost::ComputeModel& cm,
+                                        double budget_s = 0) {
   search::Options o;
   o.auto_algorithms = {"uniform", "heteroauto"};
-  auto out = search::run("auto", s.model, s.cluster, cm, o);
+  o.time_budget_s = budget_s;
+  auto out = search::run("auto", model, cluster, cm, o);
   REQUIRE(out.ok());
   check_plan(out->plans.front(), cm);
   return out;
+}
+Result<search::SearchOutput> quick_auto(const Seed& s, const cost::ComputeModel& cm) {
+  return quick_auto(s.model, s.cluster, cm);
 }
 
 }  // namespace
@@ -587,13 +593,7 @@ TEST_CASE("the refinement rotates a pipeline at a boundary between subclusters")
   // the refinement's path from the quick members' plans there has changed with each.)
   const bench::Instance in = bench::midsize_instance(18, test::catalog());
   cost::ComputeModel cm(in.model, {});
-  search::Options o;
-  o.auto_algorithms = {"uniform", "heteroauto"};
-  o.time_budget_s = 60;  // phases cut by wall time (a quarter of the budget first) never bind
-  auto out = search::run("auto", in.model, in.cluster, cm, o);
-  REQUIRE(out.ok());
-  check_plan(out->plans.front(), cm);
-  CHECK(best_of(out) <= 4.8304 * 1.001);
+  CHECK(best_of(quick_auto(in.model, in.cluster, cm, 60)) <= 4.8304 * 1.001);
 }
 
 TEST_CASE("the refinement jumps from its converged best to twice the pipelines of half the depth") {
@@ -602,13 +602,7 @@ TEST_CASE("the refinement jumps from its converged best to twice the pipelines o
   // pipeline's devices or changes them by one stage's.
   const bench::Instance in = bench::midsize_instance(33, test::catalog());
   cost::ComputeModel cm(in.model, {});
-  search::Options o;
-  o.auto_algorithms = {"uniform", "heteroauto"};
-  o.time_budget_s = 60;  // phases cut by wall time (a quarter of the budget first) never bind
-  auto out = search::run("auto", in.model, in.cluster, cm, o);
-  REQUIRE(out.ok());
-  check_plan(out->plans.front(), cm);
-  CHECK(best_of(out) <= 8.4578 * 1.001);
+  CHECK(best_of(quick_auto(in.model, in.cluster, cm, 60)) <= 8.4578 * 1.001);
 }
 
 TEST_CASE("the simulator ranks the best layouts of every route the estimate cannot tell apart") {
