@@ -3,6 +3,7 @@
 // devices with varied memories and links, up to 16 devices in all, models of 2-12 layers.
 #include <algorithm>
 #include <array>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -134,7 +135,11 @@ inline Instance midsize_instance(std::uint64_t seed, const DeviceCatalog& catalo
   m.num_layers = pick(24, 32, 40, 48, 64, 80);
   m.hidden_size = pick(2560, 4096, 5120, 8192);
   m.num_attention_heads = m.hidden_size / 128;
-  m.num_kv_heads = m.architecture == Architecture::llama ? pick(m.num_attention_heads, 8) : m.num_attention_heads;
+  // Grouped-query attention: 8 KV heads, or as many as divide the heads (hidden 2560 has 20
+  // heads: 4). Until 2026-12-05 this gave 20 heads 8 KV heads, which no model file may say
+  // (midsize-16: auto's plans did not read back); the same draws, so the other instances stay.
+  m.num_kv_heads = m.architecture == Architecture::llama ? std::gcd(m.num_attention_heads, pick(m.num_attention_heads, 8))
+                                                         : m.num_attention_heads;
   m.ffn_hidden_size = m.architecture == Architecture::gpt ? 4 * m.hidden_size : (8 * m.hidden_size / 3 + 255) / 256 * 256;
   m.vocab_size = pick(32000, 50304, 128256);
   m.seq_length = pick(2048, 4096, 8192);
