@@ -8,12 +8,15 @@
 //   midsize  N random mid-size instances (bench/instances.hpp midsize_instance, seeds A..A+N-1)
 //   seeds    (alone) the 16 seed setups: the plan at the default budget and the lower bound's gap
 //   build/bench/bench_converge [--only exp3|scale|midsize|seeds] [--midsize N] [--from A] [--factor F (0: no long run)]
-//                              [--members uniform,heteroauto,...] [--progress] [--format json]
+//                              [--members uniform,heteroauto,...] [--progress] [--format json] [--write-instances DIR]
 // --members: auto's portfolio (default: all that apply), to see what each member brings.
+// --write-instances: only write each instance's model and cluster as files hetplan reads.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -77,6 +80,7 @@ Run run_auto(const ModelSpec& m, const ClusterSpec& c, double budget, const std:
 int main(int argc, char** argv) {
   std::string only;
   int midsize = 50, from = 1;
+  std::string write_to;
   double factor = 10;
   bool json = false, progress = false;
   std::vector<std::string> members;
@@ -87,11 +91,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--factor") && i + 1 < argc) factor = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--format") && i + 1 < argc) json = !std::strcmp(argv[++i], "json");
     else if (!std::strcmp(argv[i], "--progress")) progress = true;
+    else if (!std::strcmp(argv[i], "--write-instances") && i + 1 < argc) write_to = argv[++i];
     else if (!std::strcmp(argv[i], "--members") && i + 1 < argc) {
       std::stringstream ss(argv[++i]);
       for (std::string s; std::getline(ss, s, ',');) members.push_back(s);
     } else {
-      std::fprintf(stderr, "usage: %s [--only exp3|scale|midsize|seeds] [--midsize N] [--from A] [--factor F] [--members a,b] [--progress] [--format json]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--only exp3|scale|midsize|seeds] [--midsize N] [--from A] [--factor F] [--members a,b] [--progress] [--format json] [--write-instances DIR]\n", argv[0]);
       return 2;
     }
   }
@@ -116,7 +121,7 @@ int main(int argc, char** argv) {
       auto m = load_model(std::string(HET_SOURCE_DIR "/configs/models/") + mn + ".yaml");
       auto c = load_cluster(std::string(HET_SOURCE_DIR "/configs/clusters/") + cn + ".yaml", *catalog);
       if (!m || !c) return 2;
-      const Run r = run_auto(*m, *c, 0, members, false, true);
+      const Run r = run_auto(*m, *c, 0, members, progress, true);
       cost::ComputeModel cm(*m, {});
       const search::Evaluator eval(*m, *c, cm, m->training.recompute, Granularity::layer, {});
       const double was = search::peak_work_bound(eval, m->training.micro_batch_sizes);
@@ -146,6 +151,26 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "midsize")
     for (int s = from; s < from + midsize; ++s) instances.push_back(bench::midsize_instance(std::uint64_t(s), *catalog));
 
+  if (!write_to.empty()) {
+    // Each instance as files hetplan reads: DIR/NAME.model.yaml and DIR/NAME.cluster.yaml (JSON,
+    // which YAML reads), NAME as the table names it (exp3, scale, midsize-N). To reproduce a
+    // run: hetplan search --model .. --cluster .. --memory-headroom 0 (this benchmark's search
+    // keeps no headroom; the CLI's default is 5%).
+    std::error_code ec;
+    std::filesystem::create_directories(write_to, ec);
+    for (const auto& in : instances) {
+      for (const auto& [suffix, text] : {std::pair{".model.yaml", to_json(in.model).dump(1)}, std::pair{".cluster.yaml", to_json(in.cluster).dump(1)}}) {
+        const std::string path = write_to + "/" + in.description.substr(0, in.description.find(':')) + suffix;
+        std::ofstream f(path);
+        f << text << "\n";
+        if (!f) {
+          std::fprintf(stderr, "error: cannot write %s\n", path.c_str());
+          return 2;
+        }
+      }
+    }
+    return 0;
+  }
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<double> ratios;
   if (!json)
