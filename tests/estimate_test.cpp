@@ -139,6 +139,46 @@ TEST_CASE("property: the search's cutoff never loses a split that beats it") {
   CHECK(checked >= 150);
 }
 
+// Issue 20: evaluate() tries 1F1B first and, where its feasibility test at the cutoff's t_max
+// fails, no other schedule (1F1B's warm-ups are each schedule's least, and more micro-batches in
+// flight need more memory). That must lose nothing: on random layouts and cutoffs around their
+// best splits, all five schedules at once give what each gives alone, in the same order.
+TEST_CASE("property: evaluating the schedules together gives what each gives alone, at any cutoff") {
+  const std::vector<ScheduleKind> kinds = {ScheduleKind::gpipe, ScheduleKind::h_1f1b, ScheduleKind::one_f_one_b,
+                                           ScheduleKind::eager_1f1b, ScheduleKind::virtual_1f1b};
+  int checked = 0, one_f_one_b_cut = 0;
+  for_random_splits(7300, [&] { return checked >= 400; },
+                    [&](const bench::Instance& in, const cost::ComputeModel&, const search::Evaluator& eval,
+                        const search::Layout& layout, const search::Candidate& best) {
+                      for (double f : {0.7, 0.9, 0.99, 1.0 + 1e-9, 1.05, 1.3}) {
+                        ++checked;
+                        const double cutoff = best.estimate_s * f;
+                        INFO(in.description << ", " << layout.stages.size() << " stages, " << layout.pipelines
+                                            << " pipelines, cutoff " << cutoff);
+                        bool cut = false;
+                        const auto together = eval.evaluate(layout, kinds, nullptr, cutoff, &cut);
+                        std::vector<search::Candidate> alone;
+                        bool any_cut = false;
+                        for (ScheduleKind k : kinds) {
+                          bool cut_k = false;
+                          for (auto& c : eval.evaluate(layout, {k}, nullptr, cutoff, &cut_k)) alone.push_back(std::move(c));
+                          any_cut |= cut_k;
+                          if (k == ScheduleKind::one_f_one_b && cut_k) ++one_f_one_b_cut;
+                        }
+                        REQUIRE(together.size() == alone.size());
+                        for (std::size_t i = 0; i < alone.size(); ++i) {
+                          CHECK(together[i].layout.schedule == alone[i].layout.schedule);
+                          CHECK(together[i].estimate_s == alone[i].estimate_s);
+                          CHECK(together[i].first_unit == alone[i].first_unit);
+                        }
+                        CHECK(cut == any_cut);
+                      }
+                    });
+  INFO("1F1B cut at " << one_f_one_b_cut << " of " << checked << " cutoffs");
+  CHECK(checked >= 400);
+  CHECK(one_f_one_b_cut >= checked / 4);  // the case the shortcut is for, often
+}
+
 // Issue 20: the split search visits only the first units a stage can start at (its forward
 // sweep) and the DP only those. That must lose no split: on random small instances and layouts,
 // the free search finds a split exactly when one of all C(U-1, S-1) splits (each evaluated

@@ -494,6 +494,11 @@ TEST_CASE("the lower bound never exceeds the exhaustive optimum and charges exp3
   search::Evaluator eval(*m, *c, cm, m->training.recompute, o.granularity, o.predict);
   const double work = search::work_lower_bound(eval, m->training.micro_batch_sizes);
   const double pipe = search::pipeline_lower_bound(eval, m->training.micro_batch_sizes, work, 0);
+  // The (P, b) bounded first (the search's best plan's) only orders the work: with the search's
+  // best as the cap, the bound is the same whichever comes first.
+  const double capped = search::pipeline_lower_bound(eval, m->training.micro_batch_sizes, work, 7.2125);
+  for (search::Pipelining first : {search::Pipelining{8, 1}, search::Pipelining{2, 2}, search::Pipelining{64, 1}})
+    CHECK(search::pipeline_lower_bound(eval, m->training.micro_batch_sizes, work, 7.2125, first) == capped);
   // 5.61 s (1.15x) while pi lost the stages shorter than its grid and the devices were only
   // priced; 6.24 s (1.28x) with pi kept, the hops between subclusters and the devices counted.
   CHECK(pipe > work * 1.2);

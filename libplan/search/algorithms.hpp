@@ -182,8 +182,14 @@ double work_lower_bound(const Evaluator& eval, const std::vector<int>& micro_bat
 // mean over the model's sequence lengths. `start`: a scale for T (the work bound); `upper`
 // (0: none): an iteration some plan achieves (the search's best), so that ways of computing a
 // stage that are slower are left out and the bound is at most it; 0 when nothing fits.
-double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes, double start, double upper);
+// `first`: the (P, b) to bound first (the search's best plan's), whose bound then caps the
+// others; only the time depends on it, not the bound.
+struct Pipelining {
+  int pipelines = 0, micro_batch = 0;
+};
+double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes, double start, double upper,
+                            Pipelining first = {});
 // The bound printed with a plan: the larger of the two.
-double lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes, double upper);
+double lower_bound(const Evaluator& eval, const std::vector<int>& micro_batch_sizes, double upper, Pipelining first = {});
 
 }  // namespace het::search

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 
 #include "cost/comm.hpp"
@@ -292,7 +293,7 @@ std::optional<Evaluator::Prepared> Evaluator::prepare(const Layout& l) const {
   return p;
 }
 
-std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<int>* fixed, double cutoff, bool& cut) const {
+std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<int>* fixed, double cutoff, Cut& cut) const {
   const Layout& l = p.layout;
   const int S = static_cast<int>(l.stages.size());
   const int U = units_;
@@ -313,11 +314,16 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // The first units stage i can start at, from the last feasibility sweep (feasible, below):
   // the DP at the same t_max visits only those.
   std::vector<std::pair<int, int>> range(S, {0, U});
-  // DP: F[i][k] = min Σ t over stages i.. covering units k..U-1 with every t <= tau.
-  std::vector<double> F(static_cast<std::size_t>(S + 1) * (U + 1), kInf);
-  std::vector<int> end(F.size(), -1), pick(F.size(), -1);
+  // DP: F[i][k] = min Σ t over stages i.. covering units k..U-1 with every t <= tau. Sized at
+  // the first run: most layouts a refinement tries are cut by one feasibility test before.
+  std::vector<double> F;
+  std::vector<int> end, pick;
   auto at = [U](int i, int k) { return static_cast<std::size_t>(i) * (U + 1) + k; };
   auto run_dp = [&](double tau, const std::vector<int>& N) {
+    if (F.empty()) {
+      F.resize(static_cast<std::size_t>(S + 1) * (U + 1));
+      end.assign(F.size(), -1), pick.assign(F.size(), -1);
+    }
     std::fill(F.begin(), F.end(), kInf);
     F[at(S, U)] = 0;
     int covered = U;  // the first unit from which stages i + 1.. cover the rest
@@ -361,7 +367,6 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   std::vector<int> hold(S);
   sim::PipelineInput pipe;  // the split's pipeline for the simulator: one copy, its buffers kept
   pipe.num_microbatches = m;
-  pipe.stages.resize(S);
   // What estimate() did: the split was estimated before (rungs of the t_max ladder often find
   // the same one), eq. 13's bound alone was already `beat` or more (the simulation could only
   // raise it; that bound is then the estimate), or the split was simulated.
@@ -432,6 +437,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     // one's warm-ups (two stages of 2 and 1 per micro-batch, 1F1B: 2m against 2m + 1): there
     // the estimate errs high as before, and nowhere further from the simulation than eq. 12.
     double slowest = t_max;
+    pipe.stages.resize(S);
     for (int i = 0; i < S; ++i) {
       sim::StageCosts& st = pipe.stages[i];
       st.forward_s = stage_t[i] - back[i];
@@ -536,7 +542,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     const double bound = (cutoff - fixed_cost) / (m - 1);
     // A hop paces the pipeline too.
     if (bound <= 0 || bound < slowest_hop || (bound < top && !fit(bound))) {
-      cut = true;
+      cut = Cut::infeasible;
       return std::nullopt;
     }
     bounded = bound < top;
@@ -564,7 +570,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // No bound on t_max at all, unless that cannot beat the best either.
   if ((m - 1) * lo + fixed_cost < target()) try_tau(top);
   if (best.estimate_s == kInf) {
-    cut = cut || beyond;
+    if (beyond && cut == Cut::no) cut = Cut::estimated;
     return std::nullopt;
   }
   return best;
@@ -585,12 +591,24 @@ std::vector<Candidate> Evaluator::evaluate(const Layout& layout, const std::vect
     return {};
   }
   std::vector<Candidate> out;
-  for (ScheduleKind kind : schedules) {  // the schedule only changes the warm-ups
-    p->layout.schedule = kind;
-    bool cut_here = false;
-    if (auto c = solve(*p, first_unit, cutoff, cut_here)) out.push_back(std::move(*c));
-    if (cut && cut_here) *cut = true;
+  // The schedule only changes the warm-ups, and 1F1B's S − i are each schedule's least
+  // (schedule::warmup_counts): a stage holding more micro-batches needs more memory, so where
+  // no split fits at 1F1B's warm-ups (the feasibility test at the t_max that would reach the
+  // cutoff, the same for every schedule) none fits at another's.
+  // 1F1B runs first; the candidates come in the order of `schedules`.
+  std::vector<std::size_t> order(schedules.size());
+  std::iota(order.begin(), order.end(), std::size_t(0));
+  std::stable_partition(order.begin(), order.end(), [&](std::size_t i) { return schedules[i] == ScheduleKind::one_f_one_b; });
+  std::vector<std::optional<Candidate>> found(schedules.size());
+  for (std::size_t i : order) {
+    p->layout.schedule = schedules[i];
+    Cut cut_here = Cut::no;
+    found[i] = solve(*p, first_unit, cutoff, cut_here);
+    if (cut && cut_here != Cut::no) *cut = true;
+    if (cut_here == Cut::infeasible && schedules[i] == ScheduleKind::one_f_one_b) break;
   }
+  for (auto& c : found)
+    if (c) out.push_back(std::move(*c));
   return out;
 }
 

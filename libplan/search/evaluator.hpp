@@ -143,7 +143,11 @@ class Evaluator {
   struct Prepared;             // a layout with its stage tables, hops and warm-up inputs
   std::optional<Prepared> prepare(const Layout& layout) const;
   double lower_bound(const Prepared& p) const;
-  std::optional<Candidate> solve(const Prepared& p, const std::vector<int>* fixed_split, double cutoff, bool& cut) const;
+  // Why solve() found no split that beats the cutoff: none fits at the t_max that would reach
+  // it (one feasibility test; with more warm-ups per stage none fits either), or splits fit but
+  // none estimated below it.
+  enum class Cut { no, infeasible, estimated };
+  std::optional<Candidate> solve(const Prepared& p, const std::vector<int>* fixed_split, double cutoff, Cut& cut) const;
 
   ModelSpec model_;
   ClusterSpec cluster_;

@@ -418,8 +418,9 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   if (ranked.empty()) return Diagnostic{"", 0, 0, "", binding_constraint(eval, algorithm)};
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const Plan& best = ranked.front().second.plan;
   out.lower_bound_s = lower_bound(eval, opt.micro_batch_sizes.empty() ? model.training.micro_batch_sizes : opt.micro_batch_sizes,
-                                  ranked.front().first);
+                                  ranked.front().first, {int(best.pipelines.size()), best.pipelines.front().micro_batch_size});
   for (auto& [t, outcome] : ranked) {
     AlgorithmInfo info;
     info.name = algorithm;
