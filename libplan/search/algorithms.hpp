@@ -136,6 +136,9 @@ constexpr double kRefineSlack = 0.01;
 // A seed up to this much worse than the refinement's best lies in another basin, worth a
 // descent of its own (refine.cpp says why); auto gives it late seeds within it too.
 constexpr double kExplore = 0.10;
+// Such a seed is descended from, once the best's basin has converged, while it is within this
+// of the best then: the best may have moved on since the seed came (refine.cpp says why).
+constexpr double kDescend = 0.20;
 // Best-first search over neighbouring layouts from `seeds`, the state's frontier and —
 // with a feed — from what the feed gives between expansions (auto refines the slower
 // members' plans while they run).
