@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <set>
 
 #include "cost/comm.hpp"
@@ -570,7 +569,7 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
   // No bound on t_max at all, unless that cannot beat the best either.
   if ((m - 1) * lo + fixed_cost < target()) try_tau(top);
   if (best.estimate_s == kInf) {
-    if (beyond && cut == Cut::no) cut = Cut::estimated;
+    if (beyond) cut = Cut::estimated;
     return std::nullopt;
   }
   return best;
@@ -595,20 +594,25 @@ std::vector<Candidate> Evaluator::evaluate(const Layout& layout, const std::vect
   // (schedule::warmup_counts): a stage holding more micro-batches needs more memory, so where
   // no split fits at 1F1B's warm-ups (the feasibility test at the t_max that would reach the
   // cutoff, the same for every schedule) none fits at another's.
-  // 1F1B runs first; the candidates come in the order of `schedules`.
-  std::vector<std::size_t> order(schedules.size());
-  std::iota(order.begin(), order.end(), std::size_t(0));
-  std::stable_partition(order.begin(), order.end(), [&](std::size_t i) { return schedules[i] == ScheduleKind::one_f_one_b; });
-  std::vector<std::optional<Candidate>> found(schedules.size());
-  for (std::size_t i : order) {
-    p->layout.schedule = schedules[i];
-    Cut cut_here = Cut::no;
-    found[i] = solve(*p, first_unit, cutoff, cut_here);
-    if (cut && cut_here != Cut::no) *cut = true;
-    if (cut_here == Cut::infeasible && schedules[i] == ScheduleKind::one_f_one_b) break;
+  // So 1F1B runs first; the candidates come in the order of `schedules`.
+  auto run = [&](ScheduleKind kind, Cut& why) {
+    p->layout.schedule = kind;
+    auto c = solve(*p, first_unit, cutoff, why);
+    if (cut && why != Cut::no) *cut = true;
+    return c;
+  };
+  const auto one = std::find(schedules.begin(), schedules.end(), ScheduleKind::one_f_one_b);
+  std::optional<Candidate> one_found;
+  if (one != schedules.end()) {
+    Cut why = Cut::no;
+    one_found = run(*one, why);
+    if (why == Cut::infeasible) return out;
   }
-  for (auto& c : found)
+  for (auto it = schedules.begin(); it != schedules.end(); ++it) {
+    Cut why = Cut::no;
+    auto c = it == one ? std::move(one_found) : run(*it, why);
     if (c) out.push_back(std::move(*c));
+  }
   return out;
 }
 
