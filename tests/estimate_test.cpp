@@ -74,9 +74,10 @@ void for_random_splits(std::uint64_t seed_base, Done done, Fn fn, double slow_li
 
 }  // namespace
 
-// Measured (241 plans, 2026-12-05, the estimate simulating the split's pipeline): median 1.000,
-// 238 within 5%, min 0.941, max 1.083 (the rest: gradient sync and optimizer steps, which the
-// estimate takes per stage, the simulator per group). With eq. 12's closed form (2026-12-01):
+// Measured (241 plans, 2026-12-07, gpt's tied bucket where the runtime reduces it): median 1.000,
+// 239 within 5%, min 0.993, max 1.083 (the rest: gradient sync and optimizer steps, which the
+// estimate takes per stage, the simulator per group). With the last stage's sync from its own
+// last backward (2026-12-05): 238, min 0.941 (gpt plans whose tied bucket waits for stage 0). With eq. 12's closed form (2026-12-01):
 // 232 within 5%, min 0.761, max 1.111, the worst a 1f1b plan of two 0.136 s hops around
 // 0.01-0.02 s stages whose round trips compound; before h-1f1b's warm-ups came from the
 // split's own times: 231, min 0.662.
@@ -109,7 +110,7 @@ TEST_CASE("property: the search's estimate is within 5% of the simulator on 97% 
   CHECK(ratios.size() >= 200);
   CHECK(std::abs(median - 1) <= 0.01);
   CHECK(double(within) >= 0.97 * double(ratios.size()));
-  CHECK(ratios.front() >= 0.9);
+  CHECK(ratios.front() >= 0.98);
   CHECK(ratios.back() <= 1.1);
 }
 

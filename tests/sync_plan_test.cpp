@@ -72,6 +72,17 @@ TEST_CASE("the gradient sync plan: whole coverage, agreeing groups, one order (p
   // The tied token embedding of gpt: the first stages and the last stages of both pipelines.
   const auto* wte = by_rank.at({{"wte", 0}, 0});
   CHECK(wte->group == std::vector<int>{0, 1, 2, 3, 4});
+  // It is the last bucket of every rank that holds it, after the ends' own (predict::sync_buckets):
+  // the last stages reduce their own while the first are still in their backward.
+  int before_it = 0;  // own chunks reduced before it
+  for (int r = 0; r < 5; ++r) {
+    const auto& mine = plans[std::size_t(r)];
+    INFO("rank " << r);
+    REQUIRE(!mine.empty());
+    CHECK(mine.back().group == wte->group);
+    for (const auto& c : mine) before_it += c.group != wte->group;
+  }
+  CHECK(before_it > 0);
   // A layer held with tp 2 (pipeline 0) and tp 1 (pipeline 1, stage 0): chunks of the finest
   // sharding, so rank 2 (tp 1) syncs two chunks of layer0.wq, one with each of ranks 0 and 1.
   CHECK(by_rank.at({{"layer0.wq", 0}, 2})->group == std::vector<int>{0, 2});

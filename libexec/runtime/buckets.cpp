@@ -52,7 +52,7 @@ std::vector<Bucket> buckets_of(const Plan& plan, const program::Topology& topo, 
   std::vector<LocalParam> local;
   for (const auto* p : params) local.push_back({p->name, p->value.size()});
   std::vector<Bucket> out;
-  for (auto& c : plan_sync(plan, topo, me, local)) {  // in (group, name, chunk) order
+  for (auto& c : plan_sync(plan, topo, me, local)) {  // by group, in the groups' order
     if (out.empty() || out.back().group != c.group) out.push_back({c.group, nullptr, {}, 0, 0, 0, {}, {}, {}, {}});
     Bucket& b = out.back();
     const std::size_t n = c.elements.size();

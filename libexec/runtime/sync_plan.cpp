@@ -1,8 +1,10 @@
 #include "runtime/sync_plan.hpp"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 namespace het::runtime {
 
@@ -26,6 +28,19 @@ bool holds(const Plan& plan, const Stage& o, const std::string& n) {
   if (n == "wte") return o.first == 0 || (o.last == plan.model.num_layers + 1 && plan.model.architecture == Architecture::gpt);
   if (n == "wpe") return o.first == 0;
   return o.last == plan.model.num_layers + 1;  // lnf_w, lnf_b, wout
+}
+
+// The units parameter `name` belongs to, lowest and highest (predict's families): layerN unit
+// N + 1; the embedding's 0; gpt's tied wte 0 and the head's; the head's own the last.
+std::pair<int, int> units_of(const Plan& plan, const std::string& n) {
+  const int last = plan.model.num_layers + 1;
+  if (n.rfind("layer", 0) == 0) {
+    const int unit = std::stoi(n.substr(5, n.find('.') - 5)) + 1;
+    return {unit, unit};
+  }
+  if (n == "wte") return {0, plan.model.architecture == Architecture::gpt ? last : 0};
+  if (n == "wpe") return {0, 0};
+  return {last, last};
 }
 
 }  // namespace
@@ -66,8 +81,20 @@ std::vector<SyncChunk> plan_sync(const Plan& plan, const program::Topology& topo
       sync.push_back(std::move(chunk));
     }
   }
+  // Groups by lowest unit, descending, then highest unit, then ranks (predict::sync_buckets):
+  // the order the backward finishes them, gpt's tied embedding after each end's own. The key
+  // is the group's (every member holds the same parameters in it): one order on every rank.
+  std::map<std::vector<int>, std::pair<int, int>> span;  // group -> (lowest, highest) unit
+  for (const SyncChunk& c : sync) {
+    const auto [lo, hi] = units_of(plan, params[c.param].name);
+    auto [it, fresh] = span.emplace(c.group, std::pair<int, int>{lo, hi});
+    if (!fresh) it->second = {std::min(it->second.first, lo), std::max(it->second.second, hi)};
+  }
   std::sort(sync.begin(), sync.end(), [&](const SyncChunk& a, const SyncChunk& b) {
-    if (a.group != b.group) return a.group < b.group;
+    if (a.group != b.group) {
+      const auto sa = span.at(a.group), sb = span.at(b.group);
+      return std::make_tuple(-sa.first, sa.second, std::cref(a.group)) < std::make_tuple(-sb.first, sb.second, std::cref(b.group));
+    }
     if (params[a.param].name != params[b.param].name) return params[a.param].name < params[b.param].name;
     return a.chunk < b.chunk;
   });

@@ -41,7 +41,9 @@ struct SyncChunk {
   float weight = 1;                   // 1/tp for a copy every TP shard holds whole
 };
 
-// The chunks of `rank`'s parameters, in (group, name, chunk) order.
+// The chunks of `rank`'s parameters, by group in the order every rank reduces them (by the
+// group's lowest unit, descending, then its highest, then its ranks: predict::sync_buckets),
+// then by name and chunk.
 std::vector<SyncChunk> plan_sync(const Plan& plan, const program::Topology& topology, int rank,
                                  const std::vector<LocalParam>& params);
 

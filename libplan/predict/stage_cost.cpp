@@ -4,6 +4,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "cost/comm.hpp"
 
@@ -205,7 +206,10 @@ std::vector<SyncBucket> sync_buckets(const Plan& plan) {
       }
     if (ring <= 1) continue;
     std::sort(group.begin(), group.end());
+    const bool fresh = !by_group.count(group);
     SyncBucket& b = by_group[group];
+    const auto [lo, hi] = std::minmax_element(f.units.begin(), f.units.end());
+    b.lowest = fresh ? *lo : std::min(b.lowest, *lo), b.highest = fresh ? *hi : std::max(b.highest, *hi);
     b.members = holders, b.order = group, b.ring = ring, b.link = sync_link(plan.cluster, stages, f.sharded ? Rings::per_shard : Rings::one);
     // Per rank: a split family in F chunks (the finest TP of its holders), F / tp of them on
     // each rank, each its own ring; a whole one in one piece.
@@ -216,7 +220,9 @@ std::vector<SyncBucket> sync_buckets(const Plan& plan) {
   }
   std::vector<SyncBucket> out;
   for (auto& [key, b] : by_group) out.push_back(std::move(b));
-  std::sort(out.begin(), out.end(), [](const SyncBucket& a, const SyncBucket& b) { return a.order < b.order; });
+  std::sort(out.begin(), out.end(), [](const SyncBucket& a, const SyncBucket& b) {
+    return std::make_tuple(-a.lowest, a.highest, std::cref(a.order)) < std::make_tuple(-b.lowest, b.highest, std::cref(b.order));
+  });
   return out;
 }
 

@@ -68,19 +68,24 @@ LinkSpec sync_link(const ClusterSpec& cluster, const std::vector<const Stage*>& 
 // the stages holding the layer, gpt's tied token embedding over the first and last stages, the
 // parameters every TP shard holds whole (norms, some biases, embeddings) over all TP shards too
 // — and a rank packs the parameters of one group into one bucket, reduced by one ring
-// collective, bucket after bucket in the order of the groups' ranks. At the stage level (the
-// TP shards of a stage sync their shards' buckets side by side) a bucket is: the stages that
-// hold it, its ring's size and link, the elements per rank, and the order key (the ranks of
-// shard 0's group). Buckets of one rank (ring size 1) are left out: they move nothing.
+// collective, bucket after bucket in the order of sync_buckets. At the stage level (the TP
+// shards of a stage sync their shards' buckets side by side) a bucket is: the stages that hold
+// it, its ring's size and link, the elements per rank, and its order keys (its units, the ranks
+// of shard 0's group). Buckets of one rank (ring size 1) are left out: they move nothing.
 struct SyncBucket {
   std::vector<std::pair<int, int>> members;  // (pipeline, stage), ascending
   std::vector<int> order;                    // the ranks of shard 0's group, ascending
+  int lowest = 0, highest = 0;               // the units its parameters belong to (gpt's tied embedding: 0 and the last)
   int ring = 1;                              // ranks in one ring
   double elements = 0;                       // per rank and collective
   int collectives = 1;                       // per rank, one after the other (finer TP chunks of other holders)
   LinkSpec link;
 };
-// In the order the runtime reduces them.
+// In the order the runtime reduces them (runtime::plan_sync): by lowest unit, descending, then
+// highest unit, then order — a rank's buckets in the order its backward finishes them, and gpt's
+// tied embedding (units 0 and the last) after each end's own buckets, so that the last stage
+// syncs its own while stage 0 is still in its backward. One total order on groups: any two ranks
+// meet the groups they share in the same order.
 std::vector<SyncBucket> sync_buckets(const Plan& plan);
 // The searches' estimate of one stage's buckets, summed (a stage of `replicas` copies over
 // data parallelism, context parallelism and identical pipelines, holding `params` parameters

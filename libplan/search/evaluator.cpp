@@ -378,7 +378,10 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     // The last micro-batch's backward leaves stage i this long before it leaves stage 0: the
     // backwards and hops of the stages before it. The gradient sync and optimizer step of stage
     // i start then (sim.cpp: after the stage's own last backward, as the runtime runs them).
-    double slack = 0;
+    double slack = 0, tied_s = 0;
+    struct End {
+      double own_done = 0, last_backward = 0, optimizer = 0;  // gpt's tied ends: its own buckets reduced; its last backward
+    } ends[2];
     int k = 0;
     for (int i = 0; i < S; ++i) {
       const int e = end[at(i, k)], r = pick[at(i, k)];
@@ -402,9 +405,25 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       hold[i] = schedule::held_in_flight(tb.capacity, one, tb.memory(k, e, 2, e == U - 1) - one, m);
       const double opt = predict::optimizer_s(compute_, model_, *tb.device, l.stages[i].tp, tb.sum(tb.params, k, e) + tied_head,
                                               tb.sum(tb.whole, k, e) + tied_head, model_.training.zero_stage >= 1 ? replicas : 1);
-      tail = std::max(tail, std::max(0.0, sync - (predict_.overlap_sync ? last_b : 0)) + opt - slack);
+      // Stage i's buckets may start at `ready` (its last backward ends at −slack), one after
+      // the other. gpt's tied embedding is the last bucket of both ends (predict::sync_buckets):
+      // it starts once both have reduced their own (below the loop).
+      const double ready = -slack - (predict_.overlap_sync ? last_b : 0);
+      if (tied) {
+        const double own = predict::stage_sync_s(model_, tb.sum(tb.params, k, e) - own_wte, tb.sum(tb.whole, k, e) - own_wte,
+                                                 l.stages[i].tp, replicas, p.sync_link[i], p.whole_link[i], 0, p.tied_ring,
+                                                 p.tied_link);
+        ends[i == 0 ? 0 : 1] = {ready + own, -slack, opt};
+        tied_s = sync - own;
+      } else {
+        tail = std::max(tail, std::max(-slack, ready + sync) + opt);
+      }
       slack += last_b + (i + 1 < S ? p.hop[i] : 0);
       k = e + 1;
+    }
+    if (model_.architecture == Architecture::gpt && S > 1) {
+      const double tied_done = std::max(ends[0].own_done, ends[1].own_done) + tied_s;
+      for (const End& x : ends) tail = std::max(tail, std::max(x.last_backward, tied_done) + x.optimizer);
     }
     // The warm-ups the plan runs (predict.cpp): the schedule's for the split's own times
     // (h-1f1b's depend on c/t_max; those of the t_max bound the split was searched under are
