@@ -18,7 +18,6 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <unordered_map>
 
 #include <tbb/parallel_for.h>
 
@@ -216,12 +215,36 @@ class HaptDp {
     auto end = [&](int s, std::ptrdiff_t m, int off) {
       return std::uint64_t(s) << 48 | std::uint64_t(m) << 24 | std::uint64_t(nodes ? 0 : off);
     };
-    const HopKey key{end(sub, &mesh - meshes_[position(sub)].data(), offset), end(next.first_sub, next.first_mesh, next.first_offset)};
-    if (auto it = hops_.find(key); it != hops_.end()) return it->second;
+    const std::uint64_t a = end(sub, &mesh - meshes_[position(sub)].data(), offset),
+                        b = end(next.first_sub, next.first_mesh, next.first_offset);
+    HopSlot& slot = find_hop(a, b);
+    if (slot.used) return slot.seconds;
     const double t = w_.eval.hop({sub, mesh.dp, 1, mesh.tp}, offset * slot_[position(sub)], {next.first_sub, nm.dp, 1, nm.tp},
                                  next.first_offset * slot_[position(next.first_sub)], mbs_, 1);
-    hops_.emplace(key, t);
+    slot = {a, b, t, true};
+    if (2 * ++hop_count_ > hops_.size()) grow_hops();
     return t;
+  }
+
+  // The hop cache: open addressing with linear probing in a power-of-two table at most half
+  // full (a lookup of the DP's inner loop: no division, no chain of nodes; issue 20, 10,000
+  // devices: a third of this DP's time went to std::unordered_map's).
+  struct HopSlot {
+    std::uint64_t a = 0, b = 0;
+    double seconds = 0;
+    bool used = false;
+  };
+  HopSlot& find_hop(std::uint64_t a, std::uint64_t b) {
+    const std::size_t mask = hops_.size() - 1;
+    std::size_t at = std::size_t((a * 0x9e3779b97f4a7c15ULL ^ b) * 0xbf58476d1ce4e5b9ULL >> 20) & mask;
+    while (hops_[at].used && (hops_[at].a != a || hops_[at].b != b)) at = (at + 1) & mask;
+    return hops_[at];
+  }
+  void grow_hops() {
+    std::vector<HopSlot> old(hops_.size() * 2);
+    old.swap(hops_);
+    for (const HopSlot& h : old)
+      if (h.used) find_hop(h.a, h.b) = h;
   }
 
   Work& w_;
@@ -234,11 +257,8 @@ class HaptDp {
   std::vector<int> slot_;      // per subcluster position: devices per allocation slot
   std::vector<int> capacity_;  // per subcluster position: slots
   std::vector<std::size_t> base_;
-  using HopKey = std::pair<std::uint64_t, std::uint64_t>;
-  struct HopHash {
-    std::size_t operator()(const HopKey& k) const { return std::hash<std::uint64_t>()(k.first * 0x9e3779b97f4a7c15ULL ^ k.second); }
-  };
-  std::unordered_map<HopKey, double, HopHash> hops_;
+  std::vector<HopSlot> hops_ = std::vector<HopSlot>(1024);  // a power of two
+  std::size_t hop_count_ = 0;
   std::vector<std::vector<const StageTable*>> tables_;  // per subcluster position: [mesh][offset][r], filled lazily
 };
 
