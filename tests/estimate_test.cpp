@@ -74,10 +74,11 @@ void for_random_splits(std::uint64_t seed_base, Done done, Fn fn, double slow_li
 
 }  // namespace
 
-// Measured (241 plans, 2026-12-07, gpt's tied bucket where the runtime reduces it): median 1.000,
+// Measured (241 plans, 2026-12-06, gpt's tied bucket where the runtime reduces it): median 1.000,
 // 239 within 5%, min 0.993, max 1.083 (the rest: gradient sync and optimizer steps, which the
 // estimate takes per stage, the simulator per group). With the last stage's sync from its own
-// last backward (2026-12-05): 238, min 0.941 (gpt plans whose tied bucket waits for stage 0). With eq. 12's closed form (2026-12-01):
+// last backward (2026-12-05): 238, min 0.941 (gpt plans whose tied bucket waited for stage 0).
+// With eq. 12's closed form (2026-12-01):
 // 232 within 5%, min 0.761, max 1.111, the worst a 1f1b plan of two 0.136 s hops around
 // 0.01-0.02 s stages whose round trips compound; before h-1f1b's warm-ups came from the
 // split's own times: 231, min 0.662.
