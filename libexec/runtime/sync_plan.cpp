@@ -18,18 +18,6 @@ bool tp_sharded(const std::string& name) {
 
 namespace {
 
-// Whether a stage holds parameter `name` (layerN.*: unit N + 1; wte: the embedding, and for gpt
-// the head, whose logits reuse it; wpe: the embedding; the rest: the head).
-bool holds(const Plan& plan, const Stage& o, const std::string& n) {
-  if (n.rfind("layer", 0) == 0) {
-    const int layer = std::stoi(n.substr(5, n.find('.') - 5));
-    return o.first <= layer + 1 && layer + 1 <= o.last;
-  }
-  if (n == "wte") return o.first == 0 || (o.last == plan.model.num_layers + 1 && plan.model.architecture == Architecture::gpt);
-  if (n == "wpe") return o.first == 0;
-  return o.last == plan.model.num_layers + 1;  // lnf_w, lnf_b, wout
-}
-
 // The units parameter `name` belongs to, lowest and highest (predict's families): layerN unit
 // N + 1; the embedding's 0; gpt's tied wte 0 and the head's; the head's own the last.
 std::pair<int, int> units_of(const Plan& plan, const std::string& n) {
@@ -41,6 +29,12 @@ std::pair<int, int> units_of(const Plan& plan, const std::string& n) {
   if (n == "wte") return {0, plan.model.architecture == Architecture::gpt ? last : 0};
   if (n == "wpe") return {0, 0};
   return {last, last};
+}
+
+// Whether a stage holds parameter `name`: one of its units (gpt's tied wte: either end).
+bool holds(const Plan& plan, const Stage& o, const std::string& n) {
+  const auto [lo, hi] = units_of(plan, n);
+  return (o.first <= lo && lo <= o.last) || (o.first <= hi && hi <= o.last);
 }
 
 }  // namespace

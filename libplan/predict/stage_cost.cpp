@@ -206,8 +206,8 @@ std::vector<SyncBucket> sync_buckets(const Plan& plan) {
       }
     if (ring <= 1) continue;
     std::sort(group.begin(), group.end());
-    const bool fresh = !by_group.count(group);
-    SyncBucket& b = by_group[group];
+    const auto [at, fresh] = by_group.try_emplace(group);
+    SyncBucket& b = at->second;
     const auto [lo, hi] = std::minmax_element(f.units.begin(), f.units.end());
     b.lowest = fresh ? *lo : std::min(b.lowest, *lo), b.highest = fresh ? *hi : std::max(b.highest, *hi);
     b.members = holders, b.order = group, b.ring = ring, b.link = sync_link(plan.cluster, stages, f.sharded ? Rings::per_shard : Rings::one);
@@ -227,11 +227,14 @@ std::vector<SyncBucket> sync_buckets(const Plan& plan) {
 }
 
 double stage_sync_s(const ModelSpec& m, double params, double whole, int tp, int replicas, const LinkSpec& link,
-                    const LinkSpec& whole_link, double tied, int tied_ring, const LinkSpec& tied_link) {
+                    const LinkSpec& whole_link) {
   const double split = (params - whole) / tp, rest = whole, bytes = dtype_bytes(m.dtype);
-  const double own = tp == 1 ? cost::allreduce_s((split + rest) * bytes, replicas, link)
-                             : cost::allreduce_s(split * bytes, replicas, link) + cost::allreduce_s(rest * bytes, replicas * tp, whole_link);
-  return own + (tied > 0 ? cost::allreduce_s(tied * bytes, tied_ring, tied_link) : 0);
+  return tp == 1 ? cost::allreduce_s((split + rest) * bytes, replicas, link)
+                 : cost::allreduce_s(split * bytes, replicas, link) + cost::allreduce_s(rest * bytes, replicas * tp, whole_link);
+}
+
+double tied_sync_s(const ModelSpec& m, double tied, int ring, const LinkSpec& link) {
+  return cost::allreduce_s(tied * dtype_bytes(m.dtype), ring, link);
 }
 
 double bucket_sync_s(const ModelSpec& m, const SyncBucket& b) {

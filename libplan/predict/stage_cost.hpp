@@ -87,15 +87,16 @@ struct SyncBucket {
 // syncs its own while stage 0 is still in its backward. One total order on groups: any two ranks
 // meet the groups they share in the same order.
 std::vector<SyncBucket> sync_buckets(const Plan& plan);
-// The searches' estimate of one stage's buckets, summed (a stage of `replicas` copies over
+// The searches' estimate of one stage's own buckets, summed (a stage of `replicas` copies over
 // data parallelism, context parallelism and identical pipelines, holding `params` parameters
 // of which `whole` every TP shard holds whole, both without gpt's tied token embedding): the
 // split ones over the replicas on `link` (Rings::per_shard), the whole ones over the replicas'
-// TP shards too on `whole_link` (Rings::one; one bucket with the split ones when tp is 1), and
-// `tied` (that embedding, when the stage holds the embedding or the head but not both) over
-// `tied_ring` ranks on `tied_link`.
+// TP shards too on `whole_link` (Rings::one; one bucket with the split ones when tp is 1).
 double stage_sync_s(const ModelSpec& m, double params, double whole, int tp, int replicas, const LinkSpec& link,
-                    const LinkSpec& whole_link, double tied, int tied_ring, const LinkSpec& tied_link);
+                    const LinkSpec& whole_link);
+// The searches' estimate of gpt's tied embedding's bucket: `tied` parameters over `ring` ranks
+// (both ends' replicas) on `link`.
+double tied_sync_s(const ModelSpec& m, double tied, int ring, const LinkSpec& link);
 // Seconds of one bucket: its collectives' ring all-reduce of the model's dtype.
 double bucket_sync_s(const ModelSpec& m, const SyncBucket& b);
 // Mixed-precision AdamW is memory-bound: per parameter it reads the fp32 master weight, both

@@ -165,7 +165,7 @@ Ways ways_of(const Evaluator& eval, int P, int b, int m, double cap) {
               // gpt's tied embedding is synced on a ring of its own (left out: a lower bound).
               const double params = t.sum(t.params, a, e) - (a == 0 ? wte : 0), whole = t.sum(t.whole, a, e) - (a == 0 ? wte : 0);
               links();
-              const double sync = predict::stage_sync_s(model, params, whole, f.tp, replicas, split, all, 0, 0, split);
+              const double sync = predict::stage_sync_s(model, params, whole, f.tp, replicas, split, all);
               const double opt = predict::optimizer_s(eval.compute(), model, *t.device, f.tp, params, whole,
                                                       model.training.zero_stage >= 1 ? replicas : 1);
               const double tail = std::max(0.0, sync - (overlap ? t.sum(t.backward, a, e) : 0)) + opt;

@@ -378,7 +378,10 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
     // The last micro-batch's backward leaves stage i this long before it leaves stage 0: the
     // backwards and hops of the stages before it. The gradient sync and optimizer step of stage
     // i start then (sim.cpp: after the stage's own last backward, as the runtime runs them).
-    double slack = 0, tied_s = 0;
+    double slack = 0;
+    const bool gpt_ends = model_.architecture == Architecture::gpt && S > 1;  // gpt ties the token embedding to the head
+    const double wte = gpt_ends ? double(model_.vocab_size) * model_.hidden_size : 0;
+    const double tied_s = gpt_ends ? predict::tied_sync_s(model_, wte, p.tied_ring, p.tied_link) : 0;
     struct End {
       double own_done = 0, last_backward = 0, optimizer = 0;  // gpt's tied ends: its own buckets reduced; its last backward
     } ends[2];
@@ -393,12 +396,11 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       sum += stage_t[i] + (i + 1 < S ? 2 * p.hop[i] : 0);
       const int replicas = l.pipelines * l.stages[i].dp * l.stages[i].cp;
       const double tied_head = e == U - 1 && k > 0 ? tb.tied : 0;  // gpt's head weights, held by the last stage too
-      // gpt ties the token embedding to the head: a stage with one of them syncs it with the other's.
-      const bool tied = model_.architecture == Architecture::gpt && S > 1 && (i == 0 || i == S - 1);
-      const double wte = tied ? double(model_.vocab_size) * model_.hidden_size : 0, own_wte = k == 0 ? wte : 0;
-      const double sync = predict::stage_sync_s(model_, tb.sum(tb.params, k, e) - own_wte, tb.sum(tb.whole, k, e) - own_wte,
-                                                l.stages[i].tp, replicas, p.sync_link[i], p.whole_link[i], wte, p.tied_ring,
-                                                p.tied_link);
+      // A stage with gpt's embedding or head syncs the tied embedding with the other end's.
+      const bool tied = gpt_ends && (i == 0 || i == S - 1);
+      const double own_wte = tied && k == 0 ? wte : 0;
+      const double own = predict::stage_sync_s(model_, tb.sum(tb.params, k, e) - own_wte, tb.sum(tb.whole, k, e) - own_wte,
+                                               l.stages[i].tp, replicas, p.sync_link[i], p.whole_link[i]);
       const double last_b = tb.sum(tb.backward, k, e);
       back[i] = last_b;
       const double one = tb.memory(k, e, 1, e == U - 1);  // predict's cap on warm-ups
@@ -410,18 +412,14 @@ std::optional<Candidate> Evaluator::solve(const Prepared& p, const std::vector<i
       // it starts once both have reduced their own (below the loop).
       const double ready = -slack - (predict_.overlap_sync ? last_b : 0);
       if (tied) {
-        const double own = predict::stage_sync_s(model_, tb.sum(tb.params, k, e) - own_wte, tb.sum(tb.whole, k, e) - own_wte,
-                                                 l.stages[i].tp, replicas, p.sync_link[i], p.whole_link[i], 0, p.tied_ring,
-                                                 p.tied_link);
         ends[i == 0 ? 0 : 1] = {ready + own, -slack, opt};
-        tied_s = sync - own;
       } else {
-        tail = std::max(tail, std::max(-slack, ready + sync) + opt);
+        tail = std::max(tail, std::max(-slack, ready + own) + opt);
       }
       slack += last_b + (i + 1 < S ? p.hop[i] : 0);
       k = e + 1;
     }
-    if (model_.architecture == Architecture::gpt && S > 1) {
+    if (gpt_ends) {
       const double tied_done = std::max(ends[0].own_done, ends[1].own_done) + tied_s;
       for (const End& x : ends) tail = std::max(tail, std::max(x.last_backward, tied_done) + x.optimizer);
     }
