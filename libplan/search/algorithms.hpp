@@ -189,8 +189,8 @@ double work_lower_bound(const Evaluator& eval, const std::vector<int>& micro_bat
 // others. The test is not monotone in T everywhere, so another `upper` or `first` can end the
 // bisection at another T that fails it: a bound all the same (every T the test fails is one),
 // though not always the same one. Measured (2026-12-06, bench_converge): on the 50 mid-size
-// instances twice the search's best as `upper` moved 5 bounds, no `first` 5, by -3% to +10%;
-// the 16 seed setups, exp3 and 10,000 devices kept theirs.
+// instances twice the search's best as `upper` moved 5 bounds, 1.2 times it with no `first`
+// 5, by -3% to +10%; the 16 seed setups, exp3 and 10,000 devices kept theirs.
 struct Pipelining {
   int pipelines = 0, micro_batch = 0;
 };
