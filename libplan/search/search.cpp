@@ -338,7 +338,7 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
       const auto t0 = Clock::now();
       std::vector<Candidate> from = portfolio();
       std::stable_sort(from.begin(), from.end(), by_estimate);
-      settling = std::make_unique<Work>(eval, opt, deadline, "refine");
+      settling = std::make_unique<Work>(eval, opt, deadline, "refine again");  // its name for --progress
       run_refine(*settling, settled, from, nullptr);
       seconds.back() += std::chrono::duration<double>(Clock::now() - t0).count();
     }
