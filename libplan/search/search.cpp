@@ -214,10 +214,11 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   std::mutex seeds_mutex;
   std::vector<Candidate> seeds;   // every candidate given to the refinement
   std::set<std::vector<int>> fed;  // their layouts, micro-batches and schedules
-  // Each member's best candidate, then the four best of all.
+  // Best estimate first; ties by layout, so that an order of candidates is the same in every run.
   auto by_estimate = [](const Candidate& a, const Candidate& b) {
     return a.estimate_s != b.estimate_s ? a.estimate_s < b.estimate_s : layout_key(a.layout) < layout_key(b.layout);
   };
+  // Each member's best candidate, then the four best of all.
   auto portfolio = [&] {
     std::vector<Candidate> all, now;
     for (auto& w : works) {

@@ -27,8 +27,9 @@
 //               half the time they had so far — and a last refinement; where every member
 //               ended by itself, a second refinement of their final plans from a fresh
 //               state (the same plans in every run; the first's depend on when the members'
-//               plans came); the best wins. With converge off each member runs as it would alone, so auto is at
-//               least as good as any of them unless the budget cuts one short.
+//               plans came); the best wins. With converge off each member runs as it would
+//               alone, so auto is at least as good as any of them unless the budget cuts one
+//               short.
 // Candidates are ranked by the analytic estimate (search/evaluator.hpp); the best top_k of
 // each algorithm are re-ranked by the simulator. Every returned plan is complete (derived
 // fields filled by predict()), validates, and fits memory by the memory model.
