@@ -170,8 +170,10 @@ double work_lower_bound(const Evaluator& eval, const std::vector<int>& micro_bat
 //                               of the stages before it, and its last gradient goes back
 //                               through their backwards; pi_s the sum of their c's and of
 //                               the hops between them, both ways)
-//   T >= m·c_s + tail_s        (its gradient sync — over P·dp·cp replicas on the fastest block
-//                               placement — and optimizer step follow its last backward)
+//   T >= pf_s + m·c_s + tail_s (its gradient sync — over P·dp·cp replicas on the fastest block
+//                               placement — and optimizer step follow its last backward, and
+//                               its first micro-batch arrives after pf_s, the forward part of
+//                               pi_s: the stages' forwards before it and the hops into them)
 //   T >= m·hop                 (for each hop between subclusters, at least the link's latency
 //                               and the activation over the nodes either side spans; a link
 //                               direction carries one micro-batch at a time)
