@@ -251,7 +251,7 @@ struct Crossing {
 //    rule that out. After `labels` labels step 2 gives up and admits T (still a bound).
 // `forward`: whether labels carry pf and stages meet T >= pf + m·c + tail; without it pf is
 // taken as 0 (T >= m·c + tail), a relaxation whose labels dominate more of each other.
-constexpr int kLabelsPerCell = 4;
+constexpr std::size_t kLabelsPerCell = 6;  // exp3 at 5% headroom (the CLI's): 6.2581 s at 4, 6.2706 at 5, 6.2769 at 6 and 8
 
 bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double width, const std::vector<double>& price,
               const std::vector<int>& have, bool forward, long labels_cap) {
@@ -482,13 +482,14 @@ double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_l
     }
     Crossing x = crossing;
     x.bytes *= co.b;
-    // With pf, 20,000 labels (exp3: 6.2769 s there and at 200,000; 6.2144 s at 5,000: labels that
-    // differ in pf dominate fewer); where that gives up, the test without pf at 5,000 (the test
-    // before it, which rules out some T in fewer labels: 6 of the 50 mid-size bounds were up to
-    // 1% lower without it). So at every T the test is at least as strong as that one.
+    // T is ruled out by the test without pf within 5,000 labels (which rules out some T in fewer
+    // labels than with it: 6 of the 50 mid-size bounds were up to 1% lower without it), else by
+    // the test with pf within 30,000 (exp3 without headroom: 6.2769 s at 20,000 and at 200,000,
+    // 6.2144 s at 5,000: labels that differ in pf dominate fewer). So at every T the test is at
+    // least as strong as the one before pf.
     auto admits = [&](double t) {
-      return feasible(w, x, co.P, m, t, start / kBuckets, price, have, true, 20000) &&
-             feasible(w, x, co.P, m, t, start / kBuckets, price, have, false, 5000);
+      return feasible(w, x, co.P, m, t, start / kBuckets, price, have, false, 5000) &&
+             feasible(w, x, co.P, m, t, start / kBuckets, price, have, true, 30000);
     };
     long lo = index_at(start), hi;  // lo: a T found infeasible (most often the work bound is)
     if (admits(grid(lo))) {
