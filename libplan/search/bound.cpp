@@ -239,22 +239,22 @@ struct Crossing {
 //    the grid at every stage lost the pi of stages shorter than `width` altogether: exp3's
 //    bound admitted 96 stages of 22 ms, pi 0 where it is 2.1 s). Hops are left out here.
 // 2. Otherwise the cuts themselves, their devices per subcluster counted: labels (devices,
-//    pi, the price spent, the last stage's subcluster and nodes) carried along the same moves,
+//    pi and pf, the price spent, the last stage's subcluster and nodes) carried along the same moves,
 //    a move dropped where a subcluster overflows or where the price spent plus the cheapest
 //    completion from its cell (step 1 backwards: a lower bound) exceeds the cluster's
 //    (resource-constrained shortest path, label-setting with Lagrangian pruning). A label that
-//    can do whatever another can (no more devices or pi, the same last stage with no fewer
+//    can do whatever another can (no more devices, pi or pf, the same last stage with no fewer
 //    nodes) replaces it; past kLabelsPerCell in a cell, the two nearest merge into one that can
-//    do whatever either can (least devices and pi, the last stage when they share it, else
-//    any: still a relaxation). At any prices the cheapest cut may mix device types no single
-//    cut can (exp3: 768 A100s of 128 in one, every A2 in the next: the duality gap); labels
-//    rule that out. After `labels` labels step 2 gives up and admits T (still a bound).
-// `forward`: whether labels carry pf and stages meet T >= pf + m·c + tail; without it pf is
-// taken as 0 (T >= m·c + tail), a relaxation whose labels dominate more of each other.
+//    do whatever either can (least devices, pi and pf, the last stage when they share it,
+//    else any: still a relaxation). At any prices the cheapest cut may mix device types no
+//    single cut can (exp3: 768 A100s of 128 in one, every A2 in the next: the duality gap);
+//    labels rule that out. Run twice: first with pf taken as 0 (T >= m·c + tail, a relaxation
+//    whose labels dominate more of each other), then with pf; after as many labels as each is
+//    given, it gives up and admits T (still a bound).
 constexpr std::size_t kLabelsPerCell = 6;  // exp3 at 5% headroom (the CLI's): 6.2581 s at 4, 6.2706 at 5, 6.2769 at 6 and 8
 
 bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double width, const std::vector<double>& price,
-              const std::vector<int>& have, bool forward, long labels_cap) {
+              const std::vector<int>& have) {
   const int U = w.U;
   const int K = int(T / width) + 1;
   const int J = int(price.size());
@@ -264,6 +264,7 @@ bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double w
   // `out` nodes (0: any), with pi and its forward part pf: the hop into a stage of units u..e
   // done `way` (there and back: into pi, there: into pf), then that stage; fn gets pi and pf
   // after it and the stage's nodes.
+  bool forward = false;  // the labels' test: with pf or without (set below)
   auto moves = [&](int u, double pi, double pf, int before, int out, auto&& fn) {
     for (int e = u; e < U; ++e) {
       const std::vector<Way>& front = w.at(u, e);
@@ -355,54 +356,65 @@ bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double w
       if (a.devices[j] > b.devices[j]) return false;
     return true;
   };
-  std::vector<std::vector<Label>> labels(std::size_t(U + 1) * K);
-  labels[at(0, 0)].push_back({std::vector<int>(std::size_t(J), 0), 0.0, 0.0, 0.0, J, 0});
-  long made = 1;
-  bool found = false;
-  for (int u = 0; u < U; ++u)
-    for (int k = 0; k < K; ++k)
-      for (const Label& l : std::vector<Label>(std::move(labels[at(u, k)]))) {
-        moves(u, l.pi, l.pf, l.before, l.out, [&](int e, double after, double after_f, const Way& way, int in) {
-          const int j = way.sub, devices = way.devices * P;
-          if (found || l.devices[j] + devices > have[j]) return;
-          const double spent = l.spent + price[j] * devices;
-          const std::size_t to = at(e + 1, bucket(after));
-          if (spent + togo[to] > limit) return;
-          if (e + 1 == U) {
-            found = true;
-            return;
-          }
-          Label next{l.devices, after, after_f, spent, j, in};
-          next.devices[j] += devices;
-          std::vector<Label>& there = labels[to];
-          for (const Label& y : there)
-            if (no_less(y, next)) return;
-          std::erase_if(there, [&](const Label& y) { return no_less(next, y); });
-          there.push_back(std::move(next));
-          if (there.size() > kLabelsPerCell) {
-            std::size_t a = 0, b = 1;
-            double nearest = kInf;
-            for (std::size_t p = 0; p < there.size(); ++p)
-              for (std::size_t q = p + 1; q < there.size(); ++q) {
-                double d = there[p].before == there[q].before ? 0 : 1;
-                for (int i = 0; i < J; ++i) d += std::abs(there[p].devices[i] - there[q].devices[i]) / double(have[i]);
-                if (d < nearest) nearest = d, a = p, b = q;
-              }
-            Label& keep = there[a];
-            const Label& gone = there[b];
-            for (int i = 0; i < J; ++i) keep.devices[i] = std::min(keep.devices[i], gone.devices[i]);
-            keep.pi = std::min(keep.pi, gone.pi);
-            keep.pf = std::min(keep.pf, gone.pf);
-            keep.spent = std::min(keep.spent, gone.spent);
-            if (keep.before != gone.before) keep.before = J;
-            keep.out = std::max(keep.out, gone.out);
-            there.erase(there.begin() + long(b));
-          }
-          ++made;
-        });
-        if (found || made > labels_cap) return true;
-      }
-  return false;
+  auto label_test = [&](long labels_cap) {
+    std::vector<std::vector<Label>> labels(std::size_t(U + 1) * K);
+    labels[at(0, 0)].push_back({std::vector<int>(std::size_t(J), 0), 0.0, 0.0, 0.0, J, 0});
+    long made = 1;
+    bool found = false;
+    for (int u = 0; u < U; ++u)
+      for (int k = 0; k < K; ++k)
+        for (const Label& l : std::vector<Label>(std::move(labels[at(u, k)]))) {
+          moves(u, l.pi, l.pf, l.before, l.out, [&](int e, double after, double after_f, const Way& way, int in) {
+            const int j = way.sub, devices = way.devices * P;
+            if (found || l.devices[j] + devices > have[j]) return;
+            const double spent = l.spent + price[j] * devices;
+            const std::size_t to = at(e + 1, bucket(after));
+            if (spent + togo[to] > limit) return;
+            if (e + 1 == U) {
+              found = true;
+              return;
+            }
+            Label next{l.devices, after, after_f, spent, j, in};
+            next.devices[j] += devices;
+            std::vector<Label>& there = labels[to];
+            for (const Label& y : there)
+              if (no_less(y, next)) return;
+            std::erase_if(there, [&](const Label& y) { return no_less(next, y); });
+            there.push_back(std::move(next));
+            if (there.size() > kLabelsPerCell) {
+              std::size_t a = 0, b = 1;
+              double nearest = kInf;
+              for (std::size_t p = 0; p < there.size(); ++p)
+                for (std::size_t q = p + 1; q < there.size(); ++q) {
+                  double d = there[p].before == there[q].before ? 0 : 1;
+                  for (int i = 0; i < J; ++i) d += std::abs(there[p].devices[i] - there[q].devices[i]) / double(have[i]);
+                  if (d < nearest) nearest = d, a = p, b = q;
+                }
+              Label& keep = there[a];
+              const Label& gone = there[b];
+              for (int i = 0; i < J; ++i) keep.devices[i] = std::min(keep.devices[i], gone.devices[i]);
+              keep.pi = std::min(keep.pi, gone.pi);
+              keep.pf = std::min(keep.pf, gone.pf);
+              keep.spent = std::min(keep.spent, gone.spent);
+              if (keep.before != gone.before) keep.before = J;
+              keep.out = std::max(keep.out, gone.out);
+              there.erase(there.begin() + long(b));
+            }
+            ++made;
+          });
+          if (found || made > labels_cap) return true;
+        }
+    return false;
+  };
+  // T is ruled out by the labels without pf within 5,000 (which rule out some T in fewer labels
+  // than with it: 6 of the 50 mid-size bounds were up to 1% lower without them), else by the
+  // labels with pf within 30,000 (exp3 without headroom: 6.2769 s at 20,000 and at 200,000,
+  // 6.2144 s at 5,000: labels that differ in pf dominate fewer); steps 1 and the completions
+  // serve both. So at every T the test is at least as strong as the one before pf.
+  forward = false;
+  if (!label_test(5000)) return false;
+  forward = true;
+  return label_test(30000);
 }
 
 }  // namespace
@@ -482,15 +494,7 @@ double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_l
     }
     Crossing x = crossing;
     x.bytes *= co.b;
-    // T is ruled out by the test without pf within 5,000 labels (which rules out some T in fewer
-    // labels than with it: 6 of the 50 mid-size bounds were up to 1% lower without it), else by
-    // the test with pf within 30,000 (exp3 without headroom: 6.2769 s at 20,000 and at 200,000,
-    // 6.2144 s at 5,000: labels that differ in pf dominate fewer). So at every T the test is at
-    // least as strong as the one before pf.
-    auto admits = [&](double t) {
-      return feasible(w, x, co.P, m, t, start / kBuckets, price, have, false, 5000) &&
-             feasible(w, x, co.P, m, t, start / kBuckets, price, have, true, 30000);
-    };
+    auto admits = [&](double t) { return feasible(w, x, co.P, m, t, start / kBuckets, price, have); };
     long lo = index_at(start), hi;  // lo: a T found infeasible (most often the work bound is)
     if (admits(grid(lo))) {
       lo = index_at(1e-2 * start);
