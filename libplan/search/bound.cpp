@@ -261,11 +261,10 @@ bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double w
   auto at = [K](int u, int k) { return std::size_t(u) * K + k; };
   auto bucket = [&](double pi) { return std::min(K - 1, int(pi / width)); };
   // Every move from unit u, after a stage on subcluster `before` (J: none, or any) spanning
-  // `out` nodes (0: any), with pi and its forward part pf: the hop into a stage of units u..e
-  // done `way` (there and back: into pi, there: into pf), then that stage; fn gets pi and pf
-  // after it and the stage's nodes.
-  bool forward = false;  // the labels' test: with pf or without (set below)
-  auto moves = [&](int u, double pi, double pf, int before, int out, auto&& fn) {
+  // `out` nodes (0: any), with pi and its forward part pf (`forward`: pf counted; else taken as
+  // 0): the hop into a stage of units u..e done `way` (there and back: into pi, there: into pf),
+  // then that stage; fn gets pi and pf after it and the stage's nodes.
+  auto moves = [&](int u, double pi, double pf, int before, int out, bool forward, auto&& fn) {
     for (int e = u; e < U; ++e) {
       const std::vector<Way>& front = w.at(u, e);
       if (front.empty()) break;  // no longer run fits memory either
@@ -356,7 +355,7 @@ bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double w
       if (a.devices[j] > b.devices[j]) return false;
     return true;
   };
-  auto label_test = [&](long labels_cap) {
+  auto label_test = [&](bool forward, long labels_cap) {
     std::vector<std::vector<Label>> labels(std::size_t(U + 1) * K);
     labels[at(0, 0)].push_back({std::vector<int>(std::size_t(J), 0), 0.0, 0.0, 0.0, J, 0});
     long made = 1;
@@ -364,7 +363,7 @@ bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double w
     for (int u = 0; u < U; ++u)
       for (int k = 0; k < K; ++k)
         for (const Label& l : std::vector<Label>(std::move(labels[at(u, k)]))) {
-          moves(u, l.pi, l.pf, l.before, l.out, [&](int e, double after, double after_f, const Way& way, int in) {
+          moves(u, l.pi, l.pf, l.before, l.out, forward, [&](int e, double after, double after_f, const Way& way, int in) {
             const int j = way.sub, devices = way.devices * P;
             if (found || l.devices[j] + devices > have[j]) return;
             const double spent = l.spent + price[j] * devices;
@@ -407,14 +406,11 @@ bool feasible(const Ways& w, const Crossing& x, int P, int m, double T, double w
     return false;
   };
   // T is ruled out by the labels without pf within 5,000 (which rule out some T in fewer labels
-  // than with it: 6 of the 50 mid-size bounds were up to 1% lower without them), else by the
-  // labels with pf within 30,000 (exp3 without headroom: 6.2769 s at 20,000 and at 200,000,
-  // 6.2144 s at 5,000: labels that differ in pf dominate fewer); steps 1 and the completions
-  // serve both. So at every T the test is at least as strong as the one before pf.
-  forward = false;
-  if (!label_test(5000)) return false;
-  forward = true;
-  return label_test(30000);
+  // than with it: without this pass 8 of the 50 mid-size bounds were up to 1% lower than before
+  // pf), else by the labels with pf within 30,000 (exp3 without headroom: 6.2769 s at 20,000
+  // and at 200,000, 6.2144 s at 5,000: labels that differ in pf dominate fewer); steps 1 and the
+  // completions serve both. So at every T the test is at least as strong as the one before pf.
+  return label_test(false, 5000) && label_test(true, 30000);
 }
 
 }  // namespace
