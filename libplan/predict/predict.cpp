@@ -268,27 +268,28 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
       peak += dev.peak * s.devices.size();
       for (std::size_t k = 0; k < s.devices.size(); ++k) loads.push_back({r.compute_s, dev.peak});
       td_max = std::max(td_max, r.compute_s);
-      per_stage.push_back({{"pipeline", pi},
-                           {"stage", si},
-                           {"subcluster", s.subcluster},
-                           {"compute_s", r.compute_s},
-                           {"send_busy_s", r.send_busy_s},
-                           {"idle_s", r.idle_s},
-                           {"send_forward_s", d.send_forward_s},
-                           {"resharding", s.resharding ? to_string(*s.resharding) : "none"},
-                           {"sync_s", d.sync_s},
-                           {"optimizer_s", d.optimizer_s},
-                           {"memory_bytes", d.memory.total()},
-                           {"capacity_bytes", d.capacity},
-                           {"memory_margin", d.capacity > 0 ? 1 - d.memory.total() / d.capacity : 0},
-                           {"activation_bytes", d.memory.activations},
-                           {"memory", {{"weights", d.memory.weights}, {"gradients", d.memory.gradients},
-                                       {"optimizer", d.memory.optimizer}, {"sync_buffers", d.memory.sync_buffers},
-                                       {"activations", d.memory.activations}, {"stage_buffers", d.memory.stage_buffers},
-                                       {"recompute", d.memory.recompute}, {"workspace", d.memory.workspace},
-                                       {"read_ahead", d.memory.read_ahead}}},
-                           {"max_in_flight", r.max_in_flight},
-                           {"source", cost::to_string(d.source)}});
+      if (opt.per_stage)
+        per_stage.push_back({{"pipeline", pi},
+                             {"stage", si},
+                             {"subcluster", s.subcluster},
+                             {"compute_s", r.compute_s},
+                             {"send_busy_s", r.send_busy_s},
+                             {"idle_s", r.idle_s},
+                             {"send_forward_s", d.send_forward_s},
+                             {"resharding", s.resharding ? to_string(*s.resharding) : "none"},
+                             {"sync_s", d.sync_s},
+                             {"optimizer_s", d.optimizer_s},
+                             {"memory_bytes", d.memory.total()},
+                             {"capacity_bytes", d.capacity},
+                             {"memory_margin", d.capacity > 0 ? 1 - d.memory.total() / d.capacity : 0},
+                             {"activation_bytes", d.memory.activations},
+                             {"memory", {{"weights", d.memory.weights}, {"gradients", d.memory.gradients},
+                                         {"optimizer", d.memory.optimizer}, {"sync_buffers", d.memory.sync_buffers},
+                                         {"activations", d.memory.activations}, {"stage_buffers", d.memory.stage_buffers},
+                                         {"recompute", d.memory.recompute}, {"workspace", d.memory.workspace},
+                                         {"read_ahead", d.memory.read_ahead}}},
+                             {"max_in_flight", r.max_in_flight},
+                             {"source", cost::to_string(d.source)}});
     }
   }
   double imbalance = 0, total_peak = 0;
@@ -303,7 +304,7 @@ Result<Outcome> predict(const Plan& input_plan, const cost::ComputeModel& comput
   pr.load_balance_eta = out.load_balance_eta;
   pr.cross_cluster_bytes = cross_bytes;
   pr.cross_overlap = out.sim.cross_overlap;
-  pr.per_stage = per_stage;
+  pr.per_stage = std::move(per_stage);
   // The rent of the devices the plan uses, when every one of them has a price.
   double rent = 0;  // USD per second
   bool priced = true;

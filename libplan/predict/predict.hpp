@@ -43,6 +43,10 @@ struct Options {
   // (issue 17: the model's own error and the allocator's fragmentation). `hetplan search`
   // keeps 5% by default (--memory-headroom); simulate and validate ask only that a plan fit.
   double memory_headroom = 0;
+  // Prediction::per_stage, the simulator's detail per stage as JSON, is filled: a plan written
+  // or shown carries it. The search's own rankings (mcts's entrants, hexiscale's parts) read
+  // only the times and memory and leave it out (issue 20: building it was 6% of exp3's CPU).
+  bool per_stage = true;
 };
 
 struct StageDetail {

@@ -135,6 +135,13 @@ class Evaluator {
   std::pair<LinkSpec, LinkSpec> sync_links(const StageShape& sh, int pipelines, int offset) const;
   const std::vector<Recompute>& recompute_options() const { return recompute_; }
   const predict::Options& predict_options() const { return predict_; }
+  // The same without Prediction::per_stage: for the search's own rankings of plans it does
+  // not return as they are (mcts's entrants, hexiscale's parts and their joins).
+  predict::Options ranking_options() const {
+    predict::Options o = predict_;
+    o.per_stage = false;
+    return o;
+  }
   const cost::ComputeModel& compute() const { return compute_; }
   Granularity granularity() const { return granularity_; }
 

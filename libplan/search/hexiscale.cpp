@@ -74,7 +74,7 @@ std::optional<PartPlan> search_part(Work& w, const ClusterSpec& part, int sequen
   // Its best candidates by the estimate, re-ranked by the simulator (as run() does).
   std::optional<PartPlan> best;
   for (const Candidate& c : inner.take()) {
-    auto outcome = predict::predict(eval.to_plan(c), w.eval.compute(), w.eval.predict_options());
+    auto outcome = predict::predict(eval.to_plan(c), w.eval.compute(), w.eval.ranking_options());
     if (!outcome || !outcome->fits_memory()) continue;
     const double t = outcome->plan.predicted->iteration_s;
     if (!best || t / sequences < best->per_sequence_s) best = PartPlan{std::move(outcome->plan), t / sequences};
@@ -181,7 +181,7 @@ void run_hexiscale(Work& w) {
         }
         for (const auto& s : p.cluster.subclusters) offset[s.name] += s.nodes;
       }
-      if (auto o = predict::predict(plan, w.eval.compute(), w.eval.predict_options()); o && o->fits_memory())
+      if (auto o = predict::predict(plan, w.eval.compute(), w.eval.ranking_options()); o && o->fits_memory())
         best_k = std::min(best_k, o->plan.predicted->iteration_s);
       w.offer_plan(std::move(plan));
       w.note_progress("k = " + std::to_string(k) + (max_cut ? ", max-cut" : ", min-cut"));

@@ -234,7 +234,7 @@ void keep(const Context& cx, Subtree& t, const Candidate& c) {
   if (t.top.size() > cx.top_k) t.top.pop_back();
   const Plan plan = cx.w.eval.to_plan(c);
   if (!validate_plan(plan, "search").empty()) return;
-  auto outcome = predict::predict(plan, cx.w.eval.compute(), cx.w.eval.predict_options());
+  auto outcome = predict::predict(plan, cx.w.eval.compute(), cx.w.eval.ranking_options());
   if (!outcome || !outcome->fits_memory()) return;
   Simulated sim{c, outcome->plan.predicted->iteration_s};
   auto by_time = [](const Simulated& a, const Simulated& b) { return a.iteration_s < b.iteration_s; };
