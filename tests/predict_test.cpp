@@ -71,6 +71,14 @@ TEST_CASE("predict fills every derived field, and the result validates and round
   CHECK(done.predicted->mfu > 0);
   CHECK(done.predicted->mfu < 0.5);  // efficiency 0.5 bounds the analytic model
   CHECK(done.predicted->per_stage.size() == 4);
+  // Without the detail per stage (the search's own rankings): the same prediction, no JSON.
+  predict::Options lean;
+  lean.per_stage = false;
+  auto quiet = predict::predict(plan, cm, lean);
+  REQUIRE(quiet.ok());
+  CHECK(quiet->plan.predicted->per_stage.empty());
+  CHECK(quiet->plan.predicted->iteration_s == done.predicted->iteration_s);
+  CHECK(quiet->plan.predicted->mfu == done.predicted->mfu);
   for (int s = 0; s < 4; ++s) {
     CHECK(done.pipelines[0].stages[s].warmup == 4 - s);
     CHECK(done.pipelines[0].stages[s].predicted->memory_bytes > 0);

@@ -340,6 +340,13 @@ TEST_CASE("auto is at least as good as each algorithm alone on the seed configur
     auto best = search::run("auto", s.model, s.cluster, cm, o);
     REQUIRE(best.ok());
     check_plan(best->plans.front(), cm);
+    // Every plan it returns carries the simulator's detail per stage, though mcts's and
+    // hexiscale's own rankings predict without it (Evaluator::ranking_options).
+    for (const auto& ranked : best->plans) {
+      std::size_t stages = 0;
+      for (const auto& q : ranked.plan.pipelines) stages += q.stages.size();
+      CHECK(ranked.plan.predicted->per_stage.size() == stages);
+    }
     for (const auto& r : best->algorithms) CHECK_FALSE(r.timed_out);
     // The refinement starts from every algorithm's best: its row is never worse than theirs.
     double others = 1e300, refined = 0;
