@@ -521,10 +521,10 @@ double pipeline_lower_bound(const Evaluator& eval, const std::vector<int>& mbs_l
       lo = index_at(1e-2 * start);
       if (admits(grid(lo))) return;  // (a bound of 0)
     }
-    if (cap < kInf && i == 0) {
-      hi = index_at(cap);  // the first combination: the caller's plan's, most often admitted at its time (a test spent)
-    } else if (cap < kInf) {
-      hi = index_at(cap);  // admitted above
+    if (cap < kInf) {
+      // Admitted above, or the first combination's (the caller's plan's, most often admitted at
+      // its time: that test is not spent).
+      hi = index_at(cap);
     } else {
       hi = std::max(index_at(start), lo + 1);
       int grow = 0;
