@@ -7,6 +7,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "search/evaluator.hpp"
@@ -34,11 +35,15 @@ class Incumbent {
   // least `at_least_s`): the search has converged.
   bool stalled(double at_least_s) const;
   double clock_s() const;  // the members' clock
+  // Whether no member has improved its own best to within `window` of the portfolio's best
+  // (as the best is now) for the last `seconds` of the members' clock.
+  bool members_quiet(double window, double seconds) const;
 
  private:
   mutable std::mutex mutex_;
   double best_ = 1e300;
   double clock_s_ = 0, improved_s_ = 0;  // the members' clock now, and at the last improvement
+  std::vector<std::pair<double, double>> own_;  // each `own` offer: (members' clock, estimate)
 };
 
 // What an algorithm works with: the evaluator, the options resolved to concrete lists, a
@@ -134,11 +139,9 @@ using Feed = std::function<std::optional<std::vector<Candidate>>()>;
 // (refine.cpp says why); auto gives it late seeds only within it too.
 constexpr double kRefineSlack = 0.01;
 // A seed up to this much worse than the refinement's best lies in another basin, worth a
-// descent of its own (refine.cpp says why); auto gives it late seeds within it too.
-constexpr double kExplore = 0.10;
-// Such a seed is descended from, once the best's basin has converged, while it is within this
-// of the best then: the best may have moved on since the seed came (refine.cpp says why).
-constexpr double kDescend = 0.20;
+// descent of its own once the best's basin has converged, if it is still within this of the
+// best then (refine.cpp says why); auto gives it late seeds within it too.
+constexpr double kExplore = 0.20;
 // Best-first search over neighbouring layouts from `seeds`, the state's frontier and —
 // with a feed — from what the feed gives between expansions (auto refines the slower
 // members' plans while they run).

@@ -16,6 +16,14 @@ void Incumbent::offer(double estimate_s, bool own) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (estimate_s < best_ * (1 - 1e-3) || (own && estimate_s <= best_ * (1 + kMemberWindow))) improved_s_ = clock_s_;
   best_ = std::min(best_, estimate_s);
+  if (own) own_.emplace_back(clock_s_, estimate_s);
+}
+
+bool Incumbent::members_quiet(double window, double seconds) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [at, estimate_s] : own_)
+    if (clock_s_ - at < seconds && estimate_s <= best_ * (1 + window)) return false;
+  return true;
 }
 
 void Incumbent::tick(double seconds) {
