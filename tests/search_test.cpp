@@ -567,59 +567,60 @@ TEST_CASE("the refinement expands a seed whose layout it has seen when the seed 
   CHECK(r.seen.size() > 1);
 }
 
+namespace {
+
+// Midsize-9 and hapt's best plan there as a refinement seed (the basin tests below).
+struct HaptSeed {
+  const bench::Instance in = bench::midsize_instance(9, test::catalog());
+  const cost::ComputeModel cm{in.model, {}};
+  const search::Evaluator eval{in.model, in.cluster, cm, in.model.training.recompute, Granularity::layer, {}};
+  search::Layout layout;    // the plan's pipelines and stage shapes
+  search::Candidate seed;   // the layout evaluated under the plan's schedule
+  HaptSeed() {
+    auto hapt = search::run("hapt", in.model, in.cluster, cm, search::Options{});
+    REQUIRE(hapt.ok());
+    const Plan& plan = hapt->plans.front().plan;
+    layout.pipelines = int(plan.pipelines.size());
+    layout.micro_batch_size = plan.pipelines.front().micro_batch_size;
+    for (const Stage& st : plan.pipelines.front().stages)
+      layout.stages.push_back({plan.cluster.index_of(st.subcluster), st.dp, st.cp, st.tp});
+    auto found = eval.evaluate(layout, {plan.schedule});
+    REQUIRE_FALSE(found.empty());
+    seed = found.front();
+  }
+};
+
+}  // namespace
+
 TEST_CASE("the refinement descends from a seed of another basin though its best has moved on since the seed came") {
   // Issue 20, midsize-9: a seed within 10% of the best when it came (the admission then)
   // waited in `basins` until the best's basin had converged; by then the best had gone 12%
   // below it, and the descent (which led to a plan 15% better than that best) was skipped.
   // Here a seed waits 15% behind the best: within kExplore, it must be descended from (its
   // neighbours evaluated); with the test against 10% nothing is.
-  const bench::Instance in = bench::midsize_instance(9, test::catalog());
-  cost::ComputeModel cm(in.model, {});
-  const search::Evaluator eval(in.model, in.cluster, cm, in.model.training.recompute, Granularity::layer, {});
+  const HaptSeed h;
   search::Options o;
-  auto hapt = search::run("hapt", in.model, in.cluster, cm, o);
-  REQUIRE(hapt.ok());
-  const Plan& plan = hapt->plans.front().plan;
-  search::Layout l;
-  l.pipelines = int(plan.pipelines.size());
-  l.micro_batch_size = plan.pipelines.front().micro_batch_size;
-  for (const Stage& st : plan.pipelines.front().stages)
-    l.stages.push_back({plan.cluster.index_of(st.subcluster), st.dp, st.cp, st.tp});
-  auto found = eval.evaluate(l, {plan.schedule});
-  REQUIRE_FALSE(found.empty());
-  search::Work w(eval, o, std::chrono::steady_clock::now() + std::chrono::seconds(60), "refine");
+  search::Work w(h.eval, o, std::chrono::steady_clock::now() + std::chrono::seconds(60), "refine");
   search::Refinement r;
-  r.best = found.front().estimate_s / 1.15;
-  r.basins.push_back(found.front());
-  r.descended.insert(search::Refinement::key(l));
+  r.best = h.seed.estimate_s / 1.15;
+  r.basins.push_back(h.seed);
+  r.descended.insert(search::Refinement::key(h.layout));
   search::run_refine(w, r, {});
   CHECK(w.layouts() > 0);
-  CHECK(r.best < found.front().estimate_s / 1.15);  // and the descent went below the best it was given
+  CHECK(r.best < h.seed.estimate_s / 1.15);  // and the descent went below the best it was given
 }
 
 TEST_CASE("the refinement takes a seed 15% behind its best as another basin and descends from it") {
   // Issue 20 (kExplore, 20% since 2026-12-07): 10,000 devices' best comes from hapt's seed that
   // arrived up to 9.97% behind, midsize-25's from mcts's 16.5% behind. At 10% this seed would
   // enter the frontier instead, to be cut by the best's 1% slack, and never be descended from.
-  const bench::Instance in = bench::midsize_instance(9, test::catalog());
-  cost::ComputeModel cm(in.model, {});
-  const search::Evaluator eval(in.model, in.cluster, cm, in.model.training.recompute, Granularity::layer, {});
+  const HaptSeed h;
   search::Options o;
-  auto hapt = search::run("hapt", in.model, in.cluster, cm, o);
-  REQUIRE(hapt.ok());
-  const Plan& plan = hapt->plans.front().plan;
-  search::Layout l;
-  l.pipelines = int(plan.pipelines.size());
-  l.micro_batch_size = plan.pipelines.front().micro_batch_size;
-  for (const Stage& st : plan.pipelines.front().stages)
-    l.stages.push_back({plan.cluster.index_of(st.subcluster), st.dp, st.cp, st.tp});
-  auto found = eval.evaluate(l, {plan.schedule});
-  REQUIRE_FALSE(found.empty());
-  search::Work w(eval, o, std::chrono::steady_clock::now() + std::chrono::seconds(60), "refine");
+  search::Work w(h.eval, o, std::chrono::steady_clock::now() + std::chrono::seconds(60), "refine");
   search::Refinement r;
-  r.best = found.front().estimate_s / 1.15;
-  search::run_refine(w, r, {found.front()});
-  CHECK(r.descended.count(search::Refinement::key(l)) == 1);
+  r.best = h.seed.estimate_s / 1.15;
+  search::run_refine(w, r, {h.seed});
+  CHECK(r.descended.count(search::Refinement::key(h.layout)) == 1);
   CHECK(r.basins.empty());  // and descended from
   CHECK(w.layouts() > 0);
 }
