@@ -141,7 +141,10 @@ constexpr double kRefineSlack = 0.01;
 // A seed up to this much worse than the refinement's best lies in another basin, worth a
 // descent of its own once the best's basin has converged, if it is still within this of the
 // best then (refine.cpp says why); auto gives it late seeds within it too.
-constexpr double kExplore = 0.20;
+constexpr double kExplore = 0.25;
+// What auto gives its refinement from its members' kept candidates (each member's best
+// first): each member's four best, then the four best of all, best first; search.cpp says why.
+std::vector<Candidate> portfolio_seeds(const std::vector<std::vector<Candidate>>& members);
 // Best-first search over neighbouring layouts from `seeds`, the state's frontier and —
 // with a feed — from what the feed gives between expansions (auto refines the slower
 // members' plans while they run).

@@ -354,8 +354,10 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
   // until 2026-12-07: 10,000 devices' best (16 pipelines of 27 stages) comes from hapt's
   // 1 x 27 seed, which arrived 3.2% or 9.97% behind the best, and at 10.01% the run ended at
   // 8 x 52 (1.1555 s against 1.0623; 2 runs of 14); midsize-25's best from an mcts plan
-  // 16.5% behind (4.3352 s against 4.9874). 50 mid-size instances (scripts/bench-lottery.sh,
-  // with search.cpp's kQuiet): see docs/search.md, ninth session. On 10,000
+  // 16.5% behind (4.3352 s against 4.9874). 20% until 2026-12-07 (tenth session):
+  // midsize-32's best (2.8325 s against 2.9934) descends from hapt's fourth plan, 21.7% behind
+  // the best when it came, and midsize-39's (1.7227 against 1.7777) likewise. 50 mid-size
+  // instances (scripts/bench-lottery.sh): docs/search.md, ninth and tenth sessions. On 10,000
   // devices hapt's plan of one pipeline of dp-16 stages (6% worse than the refinement's best
   // of 8 pipelines then) leads in five steps to a plan 10% better than that best; when the
   // refinement had reached its best first, the slack cut the first step (issue 20). With a
