@@ -170,9 +170,12 @@ std::vector<Candidate> portfolio_seeds(const std::vector<std::vector<Candidate>>
   // was polled. Issue 20, midsize-27 (HET_TRACE prints, not kept): hapt's plan of 19.9674 s
   // leads in three steps to the best plan (15.0458 s), but it was hapt's best only until hapt
   // found four better ones (17.5-19.6 s); in the runs whose polls missed that while, it was
-  // never given, and they ended at 16.0764 s. Each member's four best widen the while: 50
-  // mid-size instances, three runs each (with kExplore at 25%), 142 of 150 runs within 1% of
-  // the best seen against 129 (docs/search.md, tenth session).
+  // never given, and they ended at 16.0764 s. Each member's four best widen the while (it is
+  // still a race there: 2 of 5 runs when hapt had its four better plans by the first poll);
+  // 50 mid-size instances, three runs each (with kExplore at 25%), 142 of 150 runs within 1%
+  // of the best seen against 129. Every plan within kExplore of the member's best instead
+  // (midsize-27 4 of 4 then, 2 of 3 in the lottery): 132 of 150 against 127, wall +18%
+  // against +8%, not kept (docs/search.md, tenth session).
   constexpr std::size_t kPerMember = 4, kOverall = 4;
   std::vector<Candidate> all, out;
   for (const auto& own : members) {
@@ -230,8 +233,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     seconds[i] += std::chrono::duration<double>(Clock::now() - t0).count();
   };
   auto is_quick = [](const std::string& name) { return name == "uniform" || name == "heteroauto"; };
-  // The refinement (auto only): from every member's best candidate and the four best overall,
-  // each given once; its state (refine.cpp) carries over from one call to the next, and its
+  // The refinement (auto only): from every member's four best candidates and the four best
+  // overall (portfolio_seeds), each given once; its state (refine.cpp) carries over from one call to the next, and its
   // row counts its seeds too, so it never reports worse than what it started from.
   Refinement refinement;
   // The settling refinement (below) and its state, where it ran.
@@ -348,8 +351,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     // its expansions decided the basin it reached. Issue 20, midsize-31: hapt and mcts gave the
     // same plans in every run (1,023 and 1,698 layouts), and 10 runs reached 1.8199 s (4),
     // 1.8689 (5) or 2.0119 (1). A second refinement, from a fresh state, of their final plans
-    // (`portfolio`: each member's best and the four best, given best first) reaches the same plans
-    // in every run, and the simulator ranks them beside the first's: midsize-31 1.8689 at
+    // (`portfolio`: each member's four best and the four best of all, given best first)
+    // reaches the same plans in every run, and the simulator ranks them beside the first's: midsize-31 1.8689 at
     // worst, midsize-2 and -6 3.5% and 5% better than main's every run. It costs 0.01-2.0 s
     // (mean 0.36 s on the 50 mid-size instances); where the members were stopped (exp3 and
     // 10,000 devices: 0.6 and 1.2 s there, and no better plan) it does not run.
