@@ -234,8 +234,9 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
   };
   auto is_quick = [](const std::string& name) { return name == "uniform" || name == "heteroauto"; };
   // The refinement (auto only): from every member's four best candidates and the four best
-  // overall (portfolio_seeds), each given once; its state (refine.cpp) carries over from one call to the next, and its
-  // row counts its seeds too, so it never reports worse than what it started from.
+  // overall (portfolio_seeds), each given once; its state (refine.cpp) carries over from one
+  // call to the next, and its row counts its seeds too, so it never reports worse than what it
+  // started from.
   Refinement refinement;
   // The settling refinement (below) and its state, where it ran.
   std::unique_ptr<Work> settling;
@@ -352,8 +353,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     // same plans in every run (1,023 and 1,698 layouts), and 10 runs reached 1.8199 s (4),
     // 1.8689 (5) or 2.0119 (1). A second refinement, from a fresh state, of their final plans
     // (`portfolio`: each member's four best and the four best of all, given best first)
-    // reaches the same plans in every run, and the simulator ranks them beside the first's: midsize-31 1.8689 at
-    // worst, midsize-2 and -6 3.5% and 5% better than main's every run. It costs 0.01-2.0 s
+    // reaches the same plans in every run, and the simulator ranks them beside the first's:
+    // midsize-31 1.8689 at worst, midsize-2 and -6 3.5% and 5% better than main's every run. It costs 0.01-2.0 s
     // (mean 0.36 s on the 50 mid-size instances); where the members were stopped (exp3 and
     // 10,000 devices: 0.6 and 1.2 s there, and no better plan) it does not run.
     bool ended = true;
