@@ -626,6 +626,28 @@ TEST_CASE("the refinement takes a seed 22% behind its best as another basin and 
   CHECK(w.layouts() > 0);
 }
 
+TEST_CASE("the refinement descends from a seed that was its best when it came but was overtaken before it was expanded") {
+  // Issue 20, midsize-27: hapt's 19.9674 s plan was the refinement's best for 0.05 s before
+  // hapt's 17.9819 s plan came; the newcomer was expanded first, and the 19.9674 s plan's
+  // neighbours (one of them on the way to the best plan) then fell outside the new best's
+  // slack. Here the seed comes first and a plan 15% better (its stages reversed, its estimate
+  // set) right after it in the same call: the seed must still be descended from.
+  const HaptSeed h;
+  search::Layout other = h.layout;  // its stages in reverse order
+  std::reverse(other.stages.begin(), other.stages.end());
+  REQUIRE(search::Refinement::key(other) != search::Refinement::key(h.layout));
+  auto found = h.eval.evaluate(other, {ScheduleKind::one_f_one_b, ScheduleKind::h_1f1b});
+  REQUIRE_FALSE(found.empty());
+  search::Candidate better = found.front();
+  better.estimate_s = h.seed.estimate_s / 1.15;
+  search::Options o;
+  search::Work w(h.eval, o, std::chrono::steady_clock::now() + std::chrono::seconds(60), "refine");
+  search::Refinement r;
+  search::run_refine(w, r, {h.seed, better});
+  CHECK(r.basins.empty());
+  CHECK(r.best < better.estimate_s);  // the seed's descent went below the plan that overtook it
+}
+
 TEST_CASE("auto with hapt beside the refinement finds midsize-48's pipeline of 17 like stages") {
   // Issue 20, midsize-48 (508 devices): hapt offered its pipeline of 16 like stages (dp 2 x tp 8)
   // first under 1f1b, then under h-1f1b, 33% better. The refinement had seen the layout (its
@@ -653,10 +675,8 @@ TEST_CASE("auto with hapt beside the refinement finds midsize-48's pipeline of 1
   CHECK(best.pipelines.front().stages.size() == 17);
 }
 
-TEST_CASE("auto gives its refinement each member's four best plans, not its best alone, then the four best of all") {
-  // Issue 20, midsize-27: hapt's 19.9674 s plan leads to the best plan (15.0458 s) but was
-  // hapt's best only until it found four better ones; given each member's best alone, runs
-  // whose feed was not polled in that while never saw it.
+TEST_CASE("auto's settling refinement starts from each member's four best plans, then the four best of all") {
+  // Issue 20 (search.cpp portfolio_seeds): the members' final plans, each member's best first.
   auto member = [](double first, int n) {
     std::vector<search::Candidate> kept;
     for (int i = 0; i < n; ++i) {
@@ -671,6 +691,32 @@ TEST_CASE("auto gives its refinement each member's four best plans, not its best
   std::vector<double> got;
   for (const auto& c : seeds) got.push_back(c.estimate_s);
   CHECK(got == std::vector<double>{10, 11, 12, 13, 1, 2, 3, 4, 1, 2, 3, 4});
+}
+
+TEST_CASE("a plan that entered a member's four best when offered stays in what auto feeds its refinement after four better ones") {
+  // Issue 20, midsize-27: hapt's 19.9674 s plan leads to the best plan (15.0458 s) but was
+  // among hapt's four best only until it found four better ones, in 0.13 s; a feed of each
+  // member's four best at the time of the poll missed it when no poll came in that while.
+  const HaptSeed h;
+  search::Options o;
+  search::Work w(h.eval, o, std::chrono::steady_clock::now() + std::chrono::seconds(60), "hapt");
+  auto plan = [&](double estimate_s) {
+    search::Candidate c = h.seed;
+    c.estimate_s = estimate_s;
+    c.layout.pipelines = int(estimate_s * 10);  // a layout of its own
+    return c;
+  };
+  for (double e : {20.0, 19.6, 19.0, 18.5, 17.5}) w.offer(plan(e));  // each the best when offered
+  w.offer(plan(19.8));  // four ahead of it: not among the four best
+  w.offer(plan(30));
+  std::vector<double> kept, entered;
+  for (const auto& c : w.peek()) kept.push_back(c.estimate_s);
+  for (const auto& c : w.entered(0)) entered.push_back(c.estimate_s);
+  REQUIRE(kept.size() >= 4);
+  CHECK(std::vector<double>(kept.begin(), kept.begin() + 4) == std::vector<double>{17.5, 18.5, 19.0, 19.6});
+  CHECK(entered == std::vector<double>{20.0, 19.6, 19.0, 18.5, 17.5});
+  CHECK(w.entered(3).size() == 2);  // from the fourth on: what a later poll takes
+  CHECK(w.entered(5).empty());
 }
 
 TEST_CASE("auto refines its members' final plans again from a fresh state where every member ended by itself") {

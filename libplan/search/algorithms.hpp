@@ -72,6 +72,10 @@ class Work {
   double best() const;
   std::vector<Candidate> take();
   std::vector<Candidate> peek() const;  // the k best so far, kept
+  // Every candidate that was among the kSeedsPerMember best kept when it was offered, in the
+  // order offered, from the `from`-th on: what auto feeds its refinement (search.cpp gather),
+  // whenever the feed is polled.
+  std::vector<Candidate> entered(std::size_t from) const;
   // Complete plans that a layout cannot express (pipelines of different shapes); run()
   // predicts them like the candidates.
   void offer_plan(Plan plan);
@@ -96,6 +100,7 @@ class Work {
   std::atomic<std::chrono::steady_clock::time_point> deadline_;
   mutable std::mutex mutex_;
   std::vector<Candidate> top_;
+  std::vector<Candidate> entered_;
   std::vector<Plan> plans_;
   std::atomic<std::int64_t> layouts_{0};
   mutable std::atomic<bool> timed_out_{false};
@@ -142,8 +147,11 @@ constexpr double kRefineSlack = 0.01;
 // descent of its own once the best's basin has converged, if it is still within this of the
 // best then (refine.cpp says why); auto gives it late seeds within it too.
 constexpr double kExplore = 0.25;
-// What auto gives its refinement from its members' kept candidates (each member's best
-// first): each member's four best, then the four best of all, best first; search.cpp says why.
+// A member's plans auto gives its refinement: each that enters its kSeedsPerMember best
+// (Work::entered; search.cpp portfolio_seeds says why).
+constexpr std::size_t kSeedsPerMember = 4;
+// What auto's settling refinement starts from, of its members' kept candidates (each member's
+// best first): each member's kSeedsPerMember best, then the four best of all, best first.
 std::vector<Candidate> portfolio_seeds(const std::vector<std::vector<Candidate>>& members);
 // Best-first search over neighbouring layouts from `seeds`, the state's frontier and —
 // with a feed — from what the feed gives between expansions (auto refines the slower

@@ -390,6 +390,14 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
       // 17-stage neighbour of that was 6% better again). Expanding it again evaluates only
       // the neighbours not seen.
       r.frontier.push_back(c);
+      // A seed that is the best when it comes may be overtaken before it is expanded (the
+      // feed brings a better one first): its neighbours then fall outside the new best's
+      // slack, and whether they were ever evaluated depended on when the feed was polled. It
+      // waits among the basins too, until an expansion of it within the best's slack (main
+      // loop) takes it out. Issue 20, midsize-27: hapt's 19.9674 s plan was the best for
+      // 0.05 s before hapt's 17.9819 s one came; its neighbour of 18.0594 s leads to the best
+      // plan (15.0458 s), and the runs that expanded the newcomer first ended at 16.0764 s.
+      if (better && r.descended.insert(Refinement::key(c.layout)).second) r.basins.push_back(c);
     }
   };
   auto poll = [&] {  // the best estimate the feed gave
@@ -482,8 +490,13 @@ void run_refine(Work& w, Refinement& r, const std::vector<Candidate>& seeds, con
     ++steps;
     const Candidate at = take_best(r.frontier);
     const double cutoff = std::min(w.best(), r.best * (1 + kRefineSlack));
+    const bool within = at.estimate_s <= r.best * (1 + kRefineSlack);  // its neighbours judged by its own slack
     auto [found, whole] = expand(w, r.seen, at, cutoff, poll);
     if (!whole) r.frontier.push_back(at);  // to be expanded into the rest later
+    if (whole && within) {  // no descent of its own needed (`add`)
+      const auto key = Refinement::key(at.layout);
+      std::erase_if(r.basins, [&](const Candidate& b) { return Refinement::key(b.layout) == key; });
+    }
     for (const auto& c : found) {
       if (record(c)) stale = -1;
       r.frontier.push_back(c);

@@ -165,25 +165,25 @@ std::string binding_constraint(const Evaluator& eval, const std::string& algorit
 }  // namespace
 
 std::vector<Candidate> portfolio_seeds(const std::vector<std::vector<Candidate>>& members) {
-  // Each member's best only, until 2026-12-07: a member's plans reach the feed only while they
-  // are among what it gives, and which of them the refinement saw depended on when the feed
-  // was polled. Issue 20, midsize-27 (HET_TRACE prints, not kept): hapt's plan of 19.9674 s
-  // leads in three steps to the best plan (15.0458 s), but it was hapt's best only until hapt
-  // found four better ones (17.5-19.6 s); in the runs whose polls missed that while, it was
-  // never given, and they ended at 16.0764 s. Each member's four best widen the while (it is
-  // still a race there: 2 of 5 runs when hapt had its four better plans by the first poll);
-  // 50 mid-size instances, three runs each (with kExplore at 25%), 142 of 150 runs within 1%
-  // of the best seen against 129. Every plan within kExplore of the member's best instead
-  // (midsize-27 4 of 4 then, 2 of 3 in the lottery): 132 of 150 against 127, wall +18%
-  // against +8%, not kept (docs/search.md, tenth session).
-  // The four best of all are now among the members' four best (a plan among the four best of
-  // all has at most three of its member's ahead of it): `gather` skips them as given, and only
-  // the settling refinement, which takes this list whole, records them twice. Dropping them is
-  // a change of what that refinement keeps, to be measured (bench-lottery), not a tidy-up.
-  constexpr std::size_t kPerMember = 4, kOverall = 4;
+  // The feed gave this list too until 2026-12-07 (eleventh session), and each member's best
+  // alone before the tenth: a member's plans reached the feed only while they were among what
+  // it gave, and which of them the refinement saw depended on when the feed was polled.
+  // Issue 20, midsize-27 (HET_TRACE prints, not kept): hapt's plan of 19.9674 s leads in three
+  // steps to the best plan (15.0458 s), but it was among hapt's four best only until hapt
+  // found four better ones (17.5-19.6 s); in the runs whose polls missed that while (hapt found
+  // them in the 0.13 s before the first poll), it was never given, and they ended at
+  // 16.0764 s. The feed now gives every plan that entered a member's four best when it was
+  // offered (Work::entered), whenever the poll comes (refine.cpp `add` has the other half:
+  // a seed overtaken before it was expanded). Every plan within kExplore of the member's
+  // best instead: wall +18%, not kept (docs/search.md, tenth session). This list is what the
+  // settling refinement starts from: the members' final plans. The four best of all are
+  // among the members' four best (a plan among the four best of all has at most three of its
+  // member's ahead of it); that refinement records them twice, and dropping them is a change
+  // of what it keeps, to be measured (bench-lottery), not a tidy-up.
+  constexpr std::size_t kOverall = 4;
   std::vector<Candidate> all, out;
   for (const auto& own : members) {
-    out.insert(out.end(), own.begin(), own.begin() + std::min(kPerMember, own.size()));
+    out.insert(out.end(), own.begin(), own.begin() + std::min(kSeedsPerMember, own.size()));
     all.insert(all.end(), own.begin(), own.end());
   }
   std::sort(all.begin(), all.end(), by_estimate);
@@ -237,10 +237,10 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     seconds[i] += std::chrono::duration<double>(Clock::now() - t0).count();
   };
   auto is_quick = [](const std::string& name) { return name == "uniform" || name == "heteroauto"; };
-  // The refinement (auto only): from every member's four best candidates and the four best
-  // overall (portfolio_seeds), each given once; its state (refine.cpp) carries over from one
-  // call to the next, and its row counts its seeds too, so it never reports worse than what it
-  // started from.
+  // The refinement (auto only): from every candidate that entered a member's four best when
+  // it was offered (Work::entered, portfolio_seeds says why), each given once; its state
+  // (refine.cpp) carries over from one call to the next, and its row counts its seeds too, so
+  // it never reports worse than what it started from.
   Refinement refinement;
   // The settling refinement (below) and its state, where it ran.
   std::unique_ptr<Work> settling;
@@ -254,12 +254,17 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
       if (w->name != "refine") kept.push_back(w->peek());
     return portfolio_seeds(kept);
   };
+  std::vector<std::size_t> gathered(works.size(), 0);  // of each member's entered(), given so far
   auto gather = [&] {
-    const std::vector<Candidate> now = portfolio();
     std::vector<Candidate> given;
     std::lock_guard<std::mutex> lock(seeds_mutex);
-    for (const Candidate& c : now) {
-      if (fed.insert(layout_key(c.layout)).second) given.push_back(c), seeds.push_back(c);
+    for (std::size_t i = 0; i < works.size(); ++i) {
+      if (works[i]->name == "refine") continue;
+      std::vector<Candidate> fresh = works[i]->entered(gathered[i]);
+      gathered[i] += fresh.size();
+      std::stable_sort(fresh.begin(), fresh.end(), by_estimate);  // each member's best first
+      for (const Candidate& c : fresh)
+        if (fed.insert(layout_key(c.layout)).second) given.push_back(c), seeds.push_back(c);
     }
     return given;
   };

@@ -73,6 +73,14 @@ void Work::offer(const Candidate& c) {
   top_.push_back(c);
   std::sort(top_.begin(), top_.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
   if (static_cast<int>(top_.size()) > std::max(1, opt.top_k)) top_.resize(std::max(1, opt.top_k));
+  const auto ahead = std::count_if(top_.begin(), top_.end(), [&](const Candidate& t) { return t.estimate_s < c.estimate_s; });
+  if (static_cast<std::size_t>(ahead) < kSeedsPerMember) entered_.push_back(c);
+}
+
+std::vector<Candidate> Work::entered(std::size_t from) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (from >= entered_.size()) return {};
+  return {entered_.begin() + static_cast<long>(from), entered_.end()};
 }
 
 double Work::best() const {
