@@ -717,6 +717,13 @@ TEST_CASE("a plan that entered a member's four best when offered stays in what a
   CHECK(entered == std::vector<double>{20.0, 19.6, 19.0, 18.5, 17.5});
   CHECK(w.entered(3).size() == 2);  // from the fourth on: what a later poll takes
   CHECK(w.entered(5).empty());
+  search::Options one;  // --top 1: only what becomes the one kept enters
+  one.top_k = 1;
+  search::Work single(h.eval, one, std::chrono::steady_clock::now() + std::chrono::seconds(60), "hapt");
+  for (double e : {20.0, 30.0, 19.0}) single.offer(plan(e));
+  entered.clear();
+  for (const auto& c : single.entered(0)) entered.push_back(c.estimate_s);
+  CHECK(entered == std::vector<double>{20.0, 19.0});
 }
 
 TEST_CASE("auto refines its members' final plans again from a fresh state where every member ended by itself") {

@@ -364,8 +364,8 @@ Result<SearchOutput> run(const std::string& algorithm, const ModelSpec& model, c
     // (`portfolio`: each member's four best and the four best of all, given best first)
     // reaches the same plans in every run, and the simulator ranks them beside the first's:
     // midsize-31 1.8689 at worst, midsize-2 and -6 3.5% and 5% better than main's every run.
-    // It costs 0.01-2.0 s (mean 0.36 s on the 50 mid-size instances); where the members were stopped (exp3 and
-    // 10,000 devices: 0.6 and 1.2 s there, and no better plan) it does not run.
+    // It costs 0.01-2.0 s (mean 0.36 s on the 50 mid-size instances); where the members were
+    // stopped (exp3 and 10,000 devices: 0.6 and 1.2 s there, and no better plan) it does not run.
     bool ended = true;
     for (const auto& w : works)
       if (w->name != "refine" && w->timed_out()) ended = false;

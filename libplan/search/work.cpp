@@ -70,11 +70,14 @@ void Work::offer(const Candidate& c) {
         t.layout.pipelines == c.layout.pipelines && t.layout.stages == c.layout.stages &&
         t.layout.micro_batch_size == c.layout.micro_batch_size && t.layout.schedule == c.layout.schedule)
       return;
+  // Among the kSeedsPerMember best (of at most the k kept: `--top 1` keeps one) as it enters.
+  const auto ahead = static_cast<std::size_t>(
+      std::count_if(top_.begin(), top_.end(), [&](const Candidate& t) { return t.estimate_s < c.estimate_s; }));
+  const std::size_t k = static_cast<std::size_t>(std::max(1, opt.top_k));
+  if (ahead < std::min(kSeedsPerMember, k)) entered_.push_back(c);
   top_.push_back(c);
   std::sort(top_.begin(), top_.end(), [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
-  if (static_cast<int>(top_.size()) > std::max(1, opt.top_k)) top_.resize(std::max(1, opt.top_k));
-  const auto ahead = std::count_if(top_.begin(), top_.end(), [&](const Candidate& t) { return t.estimate_s < c.estimate_s; });
-  if (static_cast<std::size_t>(ahead) < kSeedsPerMember) entered_.push_back(c);
+  if (top_.size() > k) top_.resize(k);
 }
 
 std::vector<Candidate> Work::entered(std::size_t from) const {
