@@ -31,6 +31,9 @@ Placement place_block(const SubclusterSpec& sub, int offset, int count, int tp) 
   p.nodes = last / M - offset / M + 1;
   // The first and the last node hold a part of theirs, every node between them all M.
   p.per_node = p.nodes == 1 ? count : p.nodes > 2 ? M : std::max(M - offset % M, last % M + 1);
+  // Groups of tp that start at multiples of tp lie in one node when tp divides M (the loop
+  // would find none across; the search looks up a table per stage of every layout).
+  if (offset % tp == 0 && M % tp == 0) return p;
   for (int g = 0; g + tp <= count; g += tp)
     if ((offset + g) / M != (offset + g + tp - 1) / M) p.tp_in_node = false;
   return p;
@@ -345,11 +348,14 @@ Hop hop(const Stage& a, const Stage& b, const ModelSpec& model, int micro_batch_
   const program::Dims dims{micro_batch_size, model.seq_length, model.hidden_size};
   const double element_bytes = dtype_bytes(model.dtype);
   const program::Shape sa = program::shape_of(a), sb = program::shape_of(b);
-  auto make = [&](Resharding r) {
+  // `beat`: a strategy whose forward alone takes that long cannot be the fastest: its backward
+  // is left uncounted (the search asks for thousands of hops a second on 10,000 devices).
+  auto make = [&](Resharding r, double beat = 1e300) {
     Hop h;
     h.strategy = r;
     const auto forward = program::reshard(sa, sb, dims, r);
     h.forward_s = seconds(forward, a, b, cluster, element_bytes, opt, sharers);
+    if (h.forward_s >= beat) return h;
     h.backward_s = seconds(program::reshard(sb, sa, dims, r), b, a, cluster, element_bytes, opt, sharers);
     std::vector<double> received(b.devices.size(), 0.0);  // per rank of b: bytes from a
     for (const auto& m : forward)
@@ -363,7 +369,7 @@ Hop hop(const Stage& a, const Stage& b, const ModelSpec& model, int micro_batch_
   Hop best;
   best.forward_s = best.backward_s = 1e300;
   for (Resharding r : kReshardings) {
-    Hop h = make(r);
+    Hop h = make(r, best.forward_s + best.backward_s);
     if (h.forward_s + h.backward_s < best.forward_s + best.backward_s) best = h;
   }
   return best;

@@ -27,12 +27,11 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
-#include <shared_mutex>
-#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include <tbb/concurrent_unordered_map.h>
 
 #include "cost/compute.hpp"
 #include "plan/plan.hpp"
@@ -175,8 +174,11 @@ class Evaluator {
   predict::Options predict_;
   int units_;
   // The memos below, each looked up by every stage of every layout evaluated and filled once
-  // per key: hashed fixed-size keys under a lock taken shared for lookups (issue 20: ordered
-  // maps of vectors took a third of an evaluation on 10,000 devices).
+  // per key: hashed fixed-size keys (issue 20: ordered maps of vectors took a third of an
+  // evaluation on 10,000 devices) in maps whose lookups take no lock (a lock taken shared for
+  // every lookup took a tenth of the refinement's time there: its readers' counter moves
+  // between the cores). Two threads may compute one key at once; the first stored is kept
+  // (both computed the same value), and an entry never moves once stored.
   template <std::size_t N>
   using Key = std::array<int, N>;
   struct KeyHash {
@@ -187,11 +189,12 @@ class Evaluator {
       return static_cast<std::size_t>(h);
     }
   };
-  mutable std::shared_mutex mutex_;
-  mutable std::unordered_map<Key<10>, std::unique_ptr<Table>, KeyHash> tables_;
-  mutable std::unordered_map<Key<13>, double, KeyHash> hops_;
-  mutable std::unordered_map<Key<4>, std::pair<LinkSpec, LinkSpec>, KeyHash> sync_links_;  // a stage's gradient-sync links: per shard, whole
-  mutable std::unordered_map<Key<11>, LinkSpec, KeyHash> tied_links_;  // gpt's tied-embedding ring: both ends' shapes and blocks
+  template <std::size_t N, class T>
+  using Memo = tbb::concurrent_unordered_map<Key<N>, T, KeyHash>;
+  mutable Memo<10, std::unique_ptr<Table>> tables_;
+  mutable Memo<13, double> hops_;
+  mutable Memo<4, std::pair<LinkSpec, LinkSpec>> sync_links_;  // a stage's gradient-sync links: per shard, whole
+  mutable Memo<11, LinkSpec> tied_links_;                      // gpt's tied-embedding ring: both ends' shapes and blocks
 };
 
 }  // namespace het::search
