@@ -1,8 +1,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <array>
-#include <tuple>
 
 #include "plan/plan_io.hpp"
 #include "plan/validate.hpp"
@@ -385,73 +383,4 @@ TEST_CASE("a TP stage's optimizer step covers what one device holds: its share o
                        predict::whole_parameters(plan.model, UnitKind::head);
   REQUIRE(whole > 0.05 * all);  // what makes the difference visible
   CHECK(two->stages[0][0].optimizer_s / one->stages[0][0].optimizer_s == Approx(((all - whole) / 2 + whole) / all).epsilon(1e-9));
-}
-
-// Issue 20: the search remembers each direction's message loads between blocks of whole nodes
-// by the stages' shapes, the tensor, the strategy and the devices per node (predict::HopMemo).
-// A hop from the memo must be the hop computed afresh: stages of every shape up to 16 devices
-// on subclusters of 8, 4 and 8 devices per node with different links, within one subcluster
-// and across (a to a and a to c differ only there), at offsets on and off a node's start; each pair is costed first at other nodes (filling the memo), then
-// where it is, and compared field by field with the hop computed without a memo.
-TEST_CASE("a hop costed from the memo of message loads is the hop computed afresh") {
-  ClusterSpec cluster;
-  for (auto [name, M, intra, inter] :
-       {std::tuple{"a", 8, 300e9, 25e9}, std::tuple{"b", 4, 100e9, 12.5e9}, std::tuple{"c", 8, 600e9, 50e9}}) {
-    SubclusterSpec sub;
-    sub.name = name;
-    sub.devices_per_node = M;
-    sub.nodes = 32;
-    sub.intra_node = {intra, 2e-6};
-    sub.inter_node = LinkSpec{inter, 5e-6};
-    cluster.subclusters.push_back(sub);
-  }
-  cluster.links.push_back({"a", "b", LinkSpec{5e9, 50e-6}});
-  cluster.links.push_back({"a", "c", LinkSpec{10e9, 20e-6}});
-  cluster.links.push_back({"b", "c", LinkSpec{2e9, 100e-6}});
-  ModelSpec model;
-  model.hidden_size = 1024;
-  model.seq_length = 512;
-  auto stage = [&](const std::string& sub, int M, int dp, int cp, int tp, int offset) {
-    Stage st;
-    st.subcluster = sub;
-    st.dp = dp, st.cp = cp, st.tp = tp;
-    for (int k = offset; k < offset + dp * cp * tp; ++k) st.devices.push_back({k / M, k % M});
-    return st;
-  };
-  std::vector<std::array<int, 3>> shapes;
-  for (int dp : {1, 2, 4})
-    for (int cp : {1, 2})
-      for (int tp : {1, 2, 4, 8})
-        if (dp * cp * tp <= 16) shapes.push_back({dp, cp, tp});
-  predict::HopMemo memo;
-  int compared = 0;
-  for (const auto& x : shapes)
-    for (const auto& y : shapes)
-      for (auto [sx, sy] : {std::pair{0, 0}, std::pair{0, 1}, std::pair{1, 0}, std::pair{1, 1}, std::pair{0, 2}, std::pair{2, 0}})
-        for (int ox : {0, 4}) {
-          const SubclusterSpec &X = cluster.subclusters[std::size_t(sx)], &Y = cluster.subclusters[std::size_t(sy)];
-          const int gx = x[0] * x[1] * x[2];
-          // y after x on one subcluster (from the next whole node), anywhere on another.
-          const int oy = sx == sy ? (ox + gx + Y.devices_per_node - 1) / Y.devices_per_node * Y.devices_per_node : 0;
-          const int shift = 8 * X.devices_per_node, shift_y = 8 * Y.devices_per_node;  // 8 nodes on
-          const Stage a = stage(X.name, X.devices_per_node, x[0], x[1], x[2], ox), b = stage(Y.name, Y.devices_per_node, y[0], y[1], y[2], oy);
-          const Stage a2 = stage(X.name, X.devices_per_node, x[0], x[1], x[2], ox + 2 * shift),
-                      b2 = stage(Y.name, Y.devices_per_node, y[0], y[1], y[2], oy + 2 * shift_y);
-          for (int mbs : {2, 4}) {
-            predict::hop(a2, b2, model, mbs, cluster, {}, 1, &memo);
-            const predict::Hop fresh = predict::hop(a, b, model, mbs, cluster, {}, 2),
-                               remembered = predict::hop(a, b, model, mbs, cluster, {}, 2, &memo);
-            INFO(X.name << " " << x[0] << "/" << x[1] << "/" << x[2] << " at " << ox << " -> " << Y.name << " " << y[0] << "/"
-                        << y[1] << "/" << y[2] << " at " << oy << ", micro-batch " << mbs);
-            CHECK(remembered.forward_s == fresh.forward_s);
-            CHECK(remembered.backward_s == fresh.backward_s);
-            CHECK(remembered.cross_bytes == fresh.cross_bytes);
-            CHECK(remembered.most_received == fresh.most_received);
-            CHECK(remembered.strategy == fresh.strategy);
-            ++compared;
-          }
-        }
-  INFO(compared << " hops compared, " << memo.remembered() << " directions remembered");
-  CHECK(compared > 1000);
-  CHECK(memo.remembered() > 500);  // the memo was used: most pairs are whole nodes at offset 0
 }

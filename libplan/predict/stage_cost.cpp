@@ -1,15 +1,10 @@
 #include "predict/stage_cost.hpp"
 
 #include <algorithm>
-#include <array>
-#include <bit>
-#include <cstdint>
 #include <map>
 #include <numeric>
 #include <set>
 #include <tuple>
-
-#include <tbb/concurrent_unordered_map.h>
 
 #include "cost/comm.hpp"
 
@@ -280,25 +275,18 @@ cost::StageShape shape_of(const Plan& plan, const Pipeline& p, const Stage& s, i
 
 namespace {
 
-// What one phase of a hop's messages loads, besides the links: per side, the busiest node's
-// bytes out or in (its NIC, or its share of the link between subclusters) and the busiest
-// device's bytes out and in (its intra-node link; D2H and H2D when crossing), and whose
-// latencies it waits for (by the sending side).
-struct PhaseLoad {
-  double node[2] = {0, 0}, dev_out[2] = {0, 0}, dev_in[2] = {0, 0};
-  bool crossed = false;  // messages between the subclusters
-  bool cross_latency = false, nic_latency[2] = {false, false}, intra_latency[2] = {false, false};
-};
-// One direction of a hop, from stage x (side 0) to stage y (side 1): its phases, and the bytes
-// y's ranks take from x (the busiest rank's, and all of them).
-struct Loads {
-  std::vector<PhaseLoad> phases;
-  double most_received = 0, received = 0;
-};
-
-Loads loads_of(const std::vector<program::Message>& messages, const Stage& x, const Stage& y, bool across,
-               double element_bytes) {
-  const Stage* stage[2] = {&x, &y};
+// Seconds of one direction of a hop: the messages' phases one after the other.
+double seconds(const std::vector<program::Message>& messages, const Stage& a, const Stage& b, const ClusterSpec& cluster,
+               double element_bytes, const Options& opt, double sharers) {
+  const Stage* stage[2] = {&a, &b};
+  const SubclusterSpec* sub[2] = {cluster.find(a.subcluster), cluster.find(b.subcluster)};
+  const bool across = a.subcluster != b.subcluster;
+  const LinkSpec cross = across ? cost::shared(cluster.link_between(a.subcluster, b.subcluster), sharers) : LinkSpec{};
+  LinkSpec nic[2];
+  for (int s = 0; s < 2; ++s) nic[s] = cost::shared(sub[s]->inter_node.value_or(sub[s]->intra_node), sharers);
+  // Bytes per resource in one phase, by side: out of and into each device (its intra-node link;
+  // D2H and H2D when crossing), out of and into each node (its NIC, or its share of the link
+  // between subclusters).
   struct Load {
     std::vector<double> dev_out, dev_in, node_out, node_in;
   } load[2];
@@ -309,19 +297,26 @@ Loads loads_of(const std::vector<program::Message>& messages, const Stage& x, co
                std::vector<double>(std::size_t(nodes)), std::vector<double>(std::size_t(nodes))};
   }
   auto busiest = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
-  Loads out;
-  PhaseLoad now;
+  double total = 0, latency = 0;
+  // Phases of program::reshard either cross between the stages or stay inside one of them, so
+  // a phase between subclusters loads devices with D2H/H2D copies only.
+  bool crossed = false;  // this phase has messages between the subclusters
   auto finish_phase = [&] {
+    double net = 0, d2h = 0, h2d = 0;
     for (int s = 0; s < 2; ++s) {
       Load& l = load[s];
-      now.node[s] = std::max(busiest(l.node_out), busiest(l.node_in));
-      now.dev_out[s] = busiest(l.dev_out), now.dev_in[s] = busiest(l.dev_in);
+      const double node = std::max(busiest(l.node_out), busiest(l.node_in));
+      net = std::max(net, node / (across && crossed ? std::min(cross.bandwidth, nic[s].bandwidth) : nic[s].bandwidth));
+      if (across && crossed) {  // a crossing phase: devices copy out (sending side) and in (receiving side)
+        (s == 0 ? d2h : h2d) = std::max(s == 0 ? d2h : h2d, busiest(s == 0 ? l.dev_out : l.dev_in) / opt.host_bandwidth);
+      } else {
+        net = std::max(net, std::max(busiest(l.dev_out), busiest(l.dev_in)) / sub[s]->intra_node.bandwidth);
+      }
       for (auto* v : {&l.dev_out, &l.dev_in, &l.node_out, &l.node_in}) std::fill(v->begin(), v->end(), 0.0);
     }
-    out.phases.push_back(now);
-    now = {};
+    total += latency + d2h + net + h2d;
+    latency = 0, crossed = false;
   };
-  std::vector<double> received(y.devices.size(), 0.0);  // per rank of y: bytes from x
   int phase = messages.empty() ? 0 : messages.front().phase;
   for (const auto& m : messages) {
     if (m.phase != phase) finish_phase(), phase = m.phase;
@@ -329,123 +324,44 @@ Loads loads_of(const std::vector<program::Message>& messages, const Stage& x, co
     const DeviceRef& f = stage[fs]->devices[std::size_t(m.from.index)];
     const DeviceRef& t = stage[ts]->devices[std::size_t(m.to.index)];
     const double bytes = double(m.block.elements()) * element_bytes;
-    if (fs != ts) received[std::size_t(m.to.index)] += bytes;
-    if (across && fs != ts) {
-      now.crossed = true;
+    if (sub[fs] != sub[ts]) {
+      crossed = true;
       load[fs].node_out[std::size_t(f.node)] += bytes, load[ts].node_in[std::size_t(t.node)] += bytes;
       load[fs].dev_out[std::size_t(m.from.index)] += bytes, load[ts].dev_in[std::size_t(m.to.index)] += bytes;
-      now.cross_latency = true;
+      latency = std::max(latency, cross.latency);
     } else if (f.node != t.node) {
       load[fs].node_out[std::size_t(f.node)] += bytes, load[ts].node_in[std::size_t(t.node)] += bytes;
-      now.nic_latency[fs] = true;
+      latency = std::max(latency, nic[fs].latency);
     } else {
       load[fs].dev_out[std::size_t(m.from.index)] += bytes, load[ts].dev_in[std::size_t(m.to.index)] += bytes;
-      now.intra_latency[fs] = true;
+      latency = std::max(latency, sub[fs]->intra_node.latency);
     }
   }
   if (!messages.empty()) finish_phase();
-  if (!received.empty()) out.most_received = *std::max_element(received.begin(), received.end());
-  out.received = std::accumulate(received.begin(), received.end(), 0.0);
-  return out;
-}
-
-// Seconds of one direction of a hop from x to y: the phases one after the other, each after
-// the slowest latency it waits for, as long as its busiest resource.
-double seconds(const Loads& loads, const Stage& x, const Stage& y, const ClusterSpec& cluster, const Options& opt,
-               double sharers) {
-  const SubclusterSpec* sub[2] = {cluster.find(x.subcluster), cluster.find(y.subcluster)};
-  const bool across = x.subcluster != y.subcluster;
-  const LinkSpec cross = across ? cost::shared(cluster.link_between(x.subcluster, y.subcluster), sharers) : LinkSpec{};
-  LinkSpec nic[2];
-  for (int s = 0; s < 2; ++s) nic[s] = cost::shared(sub[s]->inter_node.value_or(sub[s]->intra_node), sharers);
-  double total = 0;
-  // Phases of program::reshard either cross between the stages or stay inside one of them, so
-  // a phase between subclusters loads devices with D2H/H2D copies only.
-  for (const PhaseLoad& p : loads.phases) {
-    double latency = 0, net = 0, d2h = 0, h2d = 0;
-    if (p.cross_latency) latency = std::max(latency, cross.latency);
-    for (int s = 0; s < 2; ++s) {
-      if (p.nic_latency[s]) latency = std::max(latency, nic[s].latency);
-      if (p.intra_latency[s]) latency = std::max(latency, sub[s]->intra_node.latency);
-    }
-    for (int s = 0; s < 2; ++s) {
-      net = std::max(net, p.node[s] / (across && p.crossed ? std::min(cross.bandwidth, nic[s].bandwidth) : nic[s].bandwidth));
-      if (across && p.crossed) {  // a crossing phase: devices copy out (sending side) and in (receiving side)
-        (s == 0 ? d2h : h2d) = std::max(s == 0 ? d2h : h2d, (s == 0 ? p.dev_out[0] : p.dev_in[1]) / opt.host_bandwidth);
-      } else {
-        net = std::max(net, std::max(p.dev_out[s], p.dev_in[s]) / sub[s]->intra_node.bandwidth);
-      }
-    }
-    total += latency + d2h + net + h2d;
-  }
   return total;
-}
-
-// Whether a stage's devices are a block of whole nodes: device i on node first + i / M, at
-// index i % M there. Returns the first node, or -1.
-int whole_nodes(const Stage& s, int M) {
-  if (s.devices.empty() || M <= 0 || s.devices.size() % std::size_t(M)) return -1;
-  const int first = s.devices.front().node;
-  for (std::size_t i = 0; i < s.devices.size(); ++i)
-    if (s.devices[i].node != first + int(i) / M || s.devices[i].device != int(i) % M) return -1;
-  return first;
 }
 
 }  // namespace
 
-struct HopMemo::Impl {
-  using Key = std::array<std::int64_t, 14>;
-  struct Hash {
-    std::size_t operator()(const Key& k) const {
-      std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
-      for (std::int64_t v : k) h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ULL;
-      return static_cast<std::size_t>(h);
-    }
-  };
-  tbb::concurrent_unordered_map<Key, Loads, Hash> loads;
-};
-HopMemo::HopMemo() : impl(std::make_unique<Impl>()) {}
-HopMemo::~HopMemo() = default;
-std::size_t HopMemo::remembered() const { return impl->loads.size(); }
-
 Hop hop(const Stage& a, const Stage& b, const ModelSpec& model, int micro_batch_size, const ClusterSpec& cluster,
-        const Options& opt, double sharers, HopMemo* memo) {
+        const Options& opt, double sharers) {
   const program::Dims dims{micro_batch_size, model.seq_length, model.hidden_size};
   const double element_bytes = dtype_bytes(model.dtype);
   const program::Shape sa = program::shape_of(a), sb = program::shape_of(b);
-  const bool across = a.subcluster != b.subcluster;
-  // With a memo, where both stages are blocks of whole nodes (and, on one subcluster, share
-  // none), each direction's loads are remembered by what they depend on.
-  bool remember = false;
-  int per_node[2] = {0, 0};
-  if (memo) {
-    const SubclusterSpec* sub[2] = {cluster.find(a.subcluster), cluster.find(b.subcluster)};
-    per_node[0] = sub[0]->devices_per_node, per_node[1] = sub[1]->devices_per_node;
-    const int na = whole_nodes(a, per_node[0]), nb = whole_nodes(b, per_node[1]);
-    const int ka = int(a.devices.size()) / std::max(1, per_node[0]), kb = int(b.devices.size()) / std::max(1, per_node[1]);
-    remember = na >= 0 && nb >= 0 && (across || na + ka <= nb || nb + kb <= na);
-  }
-  auto direction = [&](const program::Shape& sx, const program::Shape& sy, const Stage& x, const Stage& y, int mx, int my,
-                       Resharding r) -> Loads {
-    if (!remember) return loads_of(program::reshard(sx, sy, dims, r), x, y, across, element_bytes);
-    const HopMemo::Impl::Key key = {sx.dp, sx.cp, sx.tp, sy.dp, sy.cp, sy.tp, dims.rows, dims.time, dims.channels,
-                                    static_cast<std::int64_t>(r), mx, my, across, std::bit_cast<std::int64_t>(element_bytes)};
-    if (auto it = memo->impl->loads.find(key); it != memo->impl->loads.end()) return it->second;
-    Loads l = loads_of(program::reshard(sx, sy, dims, r), x, y, across, element_bytes);
-    memo->impl->loads.emplace(key, l);
-    return l;
-  };
   // `beat`: a strategy whose forward alone takes that long cannot be the fastest: its backward
   // is left uncounted (the search asks for thousands of hops a second on 10,000 devices).
   auto make = [&](Resharding r, double beat = 1e300) {
     Hop h;
     h.strategy = r;
-    const Loads forward = direction(sa, sb, a, b, per_node[0], per_node[1], r);
-    h.forward_s = seconds(forward, a, b, cluster, opt, sharers);
+    const auto forward = program::reshard(sa, sb, dims, r);
+    h.forward_s = seconds(forward, a, b, cluster, element_bytes, opt, sharers);
     if (h.forward_s >= beat) return h;
-    h.backward_s = seconds(direction(sb, sa, b, a, per_node[1], per_node[0], r), b, a, cluster, opt, sharers);
-    h.most_received = forward.most_received;
-    if (across) h.cross_bytes = forward.received;
+    h.backward_s = seconds(program::reshard(sb, sa, dims, r), b, a, cluster, element_bytes, opt, sharers);
+    std::vector<double> received(b.devices.size(), 0.0);  // per rank of b: bytes from a
+    for (const auto& m : forward)
+      if (m.from.side != m.to.side) received[std::size_t(m.to.index)] += double(m.block.elements()) * element_bytes;
+    if (!received.empty()) h.most_received = *std::max_element(received.begin(), received.end());
+    if (a.subcluster != b.subcluster) h.cross_bytes = std::accumulate(received.begin(), received.end(), 0.0);
     return h;
   };
   if (opt.resharding) return make(*opt.resharding);

@@ -3,8 +3,6 @@
 // cost a stage the same way: where a stage's devices sit, which units it holds, the time
 // of one unit on the stage (compute + recomputation + TP/CP collectives), its memory shape,
 // and the hop to the next stage with its resharding strategy (see predict.hpp).
-#include <memory>
-
 #include "cost/compute.hpp"
 #include "cost/memory.hpp"
 #include "plan/plan.hpp"
@@ -144,21 +142,8 @@ struct Hop {
   double most_received = 0;  // forward bytes the busiest rank of the second stage takes straight off the link
   Resharding strategy = Resharding::all_pairs;
 };
-// What hop() may remember between calls, shared by threads: where both stages are blocks of
-// whole nodes (device i on the block's node i / devices per node), each direction's loads
-// depend only on the stages' shapes, the tensor, the strategy and the devices per node, not on
-// which nodes (the search costs thousands of hops a second between such stages; issue 20).
-class HopMemo {
- public:
-  HopMemo();
-  ~HopMemo();
-  std::size_t remembered() const;  // directions remembered
-  struct Impl;
-  std::unique_ptr<Impl> impl;
-};
-// The tensor is [micro_batch_size, seq_length, hidden] of the model's dtype. The same Hop with
-// or without a memo.
+// The tensor is [micro_batch_size, seq_length, hidden] of the model's dtype.
 Hop hop(const Stage& a, const Stage& b, const ModelSpec& model, int micro_batch_size, const ClusterSpec& cluster,
-        const Options& opt, double sharers = 1, HopMemo* memo = nullptr);
+        const Options& opt, double sharers = 1);
 
 }  // namespace het::predict

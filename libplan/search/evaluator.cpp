@@ -186,7 +186,7 @@ double Evaluator::hop(const StageShape& a, int offset_a, const StageShape& b, in
   const Stage from = stage_on(cluster_, a, offset_a, a.devices()), to = stage_on(cluster_, b, offset_b, b.devices());
   double c = 0;  // the estimate charges each direction c_i: the mean of both, over the buckets
   for (const Length& x : lengths_) {
-    const predict::Hop h = predict::hop(from, to, x.model, mbs, cluster_, predict_, sharers, &hop_memo_);
+    const predict::Hop h = predict::hop(from, to, x.model, mbs, cluster_, predict_, sharers);
     c += x.share * (h.forward_s + h.backward_s) / 2;
   }
   hops_.emplace(key, c);

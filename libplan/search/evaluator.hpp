@@ -36,7 +36,6 @@
 #include "cost/compute.hpp"
 #include "plan/plan.hpp"
 #include "predict/predict.hpp"
-#include "predict/stage_cost.hpp"
 
 namespace het::search {
 
@@ -196,7 +195,6 @@ class Evaluator {
   mutable Memo<13, double> hops_;
   mutable Memo<4, std::pair<LinkSpec, LinkSpec>> sync_links_;  // a stage's gradient-sync links: per shard, whole
   mutable Memo<11, LinkSpec> tied_links_;                      // gpt's tied-embedding ring: both ends' shapes and blocks
-  mutable predict::HopMemo hop_memo_;                           // the hops' message loads (predict::hop)
 };
 
 }  // namespace het::search
